@@ -1,0 +1,181 @@
+// The backend interface: every op the model definition (src/model/model.cpp) calls.
+// The CPU reference (src/backend/cpu/) implements it in fp32; the CUDA backend
+// (kernels/) implements the same signatures with bf16 activations and parameters.
+//
+// Conventions (as llm.c):
+// - N = B*T tokens, row-major, last dimension contiguous. Shapes are in comments.
+// - Activations (`void*`) are in act_dtype(); parameters passed to ops (`const void*`
+//   weights) are the compute copy in act_dtype(); statistics (rstd, lse), losses,
+//   sinks, alpha_ma, gradients of parameters and optimizer state are always fp32.
+// - Parameter gradients accumulate (+=) so micro-batches add up; activation
+//   gradients are written (=) unless the argument says otherwise.
+// - Token ids and targets are int32 in backend memory.
+// - Every op is deterministic: the same inputs give the same bits run after run.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+
+namespace kdtrain {
+
+enum class DType { f32, bf16 };
+inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+
+struct AttentionShape {
+  int64_t B = 0, T = 0;
+  int64_t H = 0;    // query heads
+  int64_t Hkv = 0;  // key/value heads, divides H; query head h reads kv head h / (H/Hkv)
+  int64_t D = 0;    // head dim
+};
+
+// Causal attention core for every variant (SPEC §2). The gate is a separate op.
+struct AttentionForwardArgs {
+  AttentionShape shape;
+  AttentionVariant variant = AttentionVariant::baseline;
+  float scale = 0.f;        // 1/sqrt(D)
+  const void* qkv = nullptr;      // (B, T, H + 2*Hkv, D): q heads, k heads, v heads, RoPE applied
+  const float* sinks = nullptr;   // (H) sink logits s_h                       [sink]
+  const void* alpha = nullptr;    // (B, T, H) activated alpha                 [affine]
+  const float* alpha_ma = nullptr;// (H) running mean of alpha                 [affine]
+  void* out = nullptr;            // (B, T, H, D): P V, or alpha*PV + beta*sum_{j<=i} V_j
+  float* lse = nullptr;           // (B, H, T) log of the softmax denominator, sink included
+};
+
+struct AttentionBackwardArgs {
+  AttentionShape shape;
+  AttentionVariant variant = AttentionVariant::baseline;
+  float scale = 0.f;
+  const void* qkv = nullptr;      // as forward
+  const float* sinks = nullptr;
+  const void* alpha = nullptr;
+  const float* alpha_ma = nullptr;
+  const void* out = nullptr;      // forward output
+  const float* lse = nullptr;     // forward statistics
+  const void* dout = nullptr;     // (B, T, H, D)
+  void* dqkv = nullptr;           // (B, T, H + 2*Hkv, D), written
+  float* dsinks = nullptr;        // (H), accumulated                          [sink]
+  void* dalpha = nullptr;         // (B, T, H), written                        [affine]
+};
+
+// Fused classifier on a chunk of n tokens: cross-entropy against targets and the
+// distillation loss against teacher logits, and, when compute_grad, the gradient
+// of  grad_scale * (kd_weight*KD + (1-kd_weight)*CE)  written over `logits`.
+struct LossChunkArgs {
+  int64_t n = 0, V = 0;
+  void* logits = nullptr;               // (n, V) student logits; becomes dlogits
+  const void* teacher_logits = nullptr; // (n, V) or nullptr (no KD term)
+  const int32_t* targets = nullptr;     // (n)
+  float* ce = nullptr;                  // (n) per-token cross-entropy, written
+  float* kd = nullptr;                  // (n) per-token KD loss (tau^2-scaled), written; 0 without teacher
+  KdLoss kd_loss = KdLoss::forward_kl;
+  float temperature = 1.f;
+  float kd_weight = 0.f;                // ignored (treated as 0) without teacher
+  float grad_scale = 1.f;
+  bool compute_grad = true;
+};
+
+struct AdamWArgs {
+  float* master = nullptr;      // (n) fp32 weights, updated
+  void* compute = nullptr;      // (n) compute copy in act_dtype(), rewritten; may alias master on CPU
+  const float* grad = nullptr;  // (n)
+  float* m = nullptr;           // (n) first moment
+  float* v = nullptr;           // (n) second moment
+  int64_t n = 0;
+  float lr = 0.f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.f;
+  float grad_scale = 1.f;       // clip factor applied to grad
+  int64_t step = 1;             // 1-based, for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual DType act_dtype() const = 0;
+
+  // Memory. alloc returns zeroed memory aligned to 256 bytes.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* ptr) = 0;
+  virtual void zero(void* ptr, size_t bytes) = 0;
+  virtual void to_host(void* host, const void* device, size_t bytes) = 0;
+  virtual void to_device(void* device, const void* host, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  // fp32 <-> act dtype conversions (identity copies on CPU)
+  virtual void convert_from_f32(void* dst, const float* src, int64_t n) = 0;
+  virtual void convert_to_f32(float* dst, const void* src, int64_t n) = 0;
+
+  // out(N,C) = wte[tokens[n]]                     wte (V,C)
+  virtual void embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N,
+                                 int64_t C) = 0;
+  // dwte[tokens[n]] += dout[n]                    deterministic (no float atomics)
+  virtual void embedding_backward(float* dwte, const void* dout, const int32_t* tokens,
+                                  int64_t N, int64_t C, int64_t V) = 0;
+
+  // out(N,C) = inp * rstd * weight, rstd(N) = 1/sqrt(mean(inp^2) + eps)
+  virtual void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight,
+                               int64_t N, int64_t C, float eps) = 0;
+  // dinp(N,C) += ...   dweight(C) += ...
+  virtual void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
+                                const void* weight, const float* rstd, int64_t N, int64_t C) = 0;
+
+  // out(N,OC) = inp(N,IC) @ weight(OC,IC)^T + bias(OC); bias may be null
+  virtual void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
+                              int64_t N, int64_t IC, int64_t OC) = 0;
+  // dinp(N,IC) = (or += when accumulate_dinp) dout @ weight
+  // dweight(OC,IC) += dout^T @ inp;  dbias(OC) += colsum(dout). Any output may be null.
+  virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                               const void* inp, const void* weight, int64_t N, int64_t IC,
+                               int64_t OC, bool accumulate_dinp) = 0;
+
+  // In place on x (B, T, n_heads, D): rotates heads [0, n_rot) at position t as
+  // Hugging Face LLaMA does (rotate_half over the two halves of each head).
+  // cos, sin: (T, D/2) fp32 in backend memory.
+  virtual void rope_forward(void* x, const float* cos, const float* sin, int64_t B, int64_t T,
+                            int64_t n_heads, int64_t n_rot, int64_t D) = 0;
+  // The transpose (inverse) rotation, in place on the gradient.
+  virtual void rope_backward(void* dx, const float* cos, const float* sin, int64_t B, int64_t T,
+                             int64_t n_heads, int64_t n_rot, int64_t D) = 0;
+
+  virtual void attention_forward(const AttentionForwardArgs& args) = 0;
+  virtual void attention_backward(const AttentionBackwardArgs& args) = 0;
+
+  // alpha(n) = phi(z(n)), phi = linear_clip or sigmoid
+  virtual void alpha_activation_forward(void* alpha, const void* z, int64_t n,
+                                        AlphaActivation act) = 0;
+  // dz(n) = dalpha(n) * phi'(z(n))
+  virtual void alpha_activation_backward(void* dz, const void* dalpha, const void* z, int64_t n,
+                                         AlphaActivation act) = 0;
+  // sums(H) += sum over rows of x(N,H), fp32 accumulation (for the alpha_ma update)
+  virtual void column_sum_accumulate(float* sums, const void* x, int64_t N, int64_t H) = 0;
+
+  // out(n) = inp(n) * sigmoid(gate(n))
+  virtual void sigmoid_gate_forward(void* out, const void* inp, const void* gate, int64_t n) = 0;
+  // dinp(n), dgate(n) written
+  virtual void sigmoid_gate_backward(void* dinp, void* dgate, const void* dout, const void* inp,
+                                     const void* gate, int64_t n) = 0;
+
+  // out(N,F) = silu(gate_up[:, :F]) * gate_up[:, F:]      gate_up (N, 2F)
+  virtual void swiglu_forward(void* out, const void* gate_up, int64_t N, int64_t F) = 0;
+  // dgate_up(N,2F) written
+  virtual void swiglu_backward(void* dgate_up, const void* dout, const void* gate_up, int64_t N,
+                               int64_t F) = 0;
+
+  // out = a + b (out may alias a or b);  dst += src
+  virtual void add(void* out, const void* a, const void* b, int64_t n) = 0;
+  virtual void accumulate(void* dst, const void* src, int64_t n) = 0;
+
+  virtual void loss_chunk(const LossChunkArgs& args) = 0;
+
+  // Optimizer support.
+  virtual double sum_squares(const float* x, int64_t n) = 0;  // deterministic
+  virtual void adamw_update(const AdamWArgs& args) = 0;
+};
+
+// "cpu" or "cuda"; throws when the backend is not built or no device exists.
+std::unique_ptr<Backend> make_backend(const std::string& device, int64_t threads = 0);
+bool cuda_available();
+
+}  // namespace kdtrain

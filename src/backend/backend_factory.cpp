@@ -1,0 +1,36 @@
+#include "backend/backend.h"
+#include "core/error.h"
+
+#ifdef KDTRAIN_HAVE_CUDA
+#include "cuda_probe.h"
+#endif
+
+namespace kdtrain {
+
+std::unique_ptr<Backend> make_cpu_backend(int64_t threads);  // backend/cpu/cpu_backend.cpp
+#ifdef KDTRAIN_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend();  // kernels/cuda_backend.cu
+#endif
+
+bool cuda_available() {
+#ifdef KDTRAIN_HAVE_CUDA
+  return cuda::device_present();
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int64_t threads) {
+  if (device == "cpu") return make_cpu_backend(threads);
+  if (device == "cuda") {
+#ifdef KDTRAIN_HAVE_CUDA
+    KD_CHECK(cuda::device_present(), "train.device=cuda: no CUDA device is visible");
+    return make_cuda_backend();
+#else
+    fail("train.device=cuda: this kdtrain was built without CUDA (configure with -DKDTRAIN_CUDA=ON)");
+#endif
+  }
+  fail("train.device: unknown device '", device, "' (expected cpu or cuda)");
+}
+
+}  // namespace kdtrain

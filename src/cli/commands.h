@@ -1,0 +1,23 @@
+// Each subcommand lives in its own file and registers itself on the CLI11 app.
+// A registration returns the callback state through CLI11's own callback.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace kdtrain::cli {
+
+// Flags every model-facing subcommand accepts (SPEC: --config, --preset, --attention, --set).
+struct CommonOptions {
+  std::string config_path;
+  std::string preset;
+  std::string attention;
+  std::vector<std::string> overrides;
+};
+void add_common_options(CLI::App& command, CommonOptions& options);
+
+void register_info(CLI::App& app);
+void register_init(CLI::App& app);
+void register_dump(CLI::App& app);
+
+}  // namespace kdtrain::cli

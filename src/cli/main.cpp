@@ -1,0 +1,25 @@
+// kdtrain: the command-line entry point. Errors reach stderr with exit code 1.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kdtrain: pretrain LLaMA/Qwen-style students by knowledge distillation"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "kdtrain 0.1.0");
+  kdtrain::cli::register_info(app);
+  kdtrain::cli::register_init(app);
+  kdtrain::cli::register_dump(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kdtrain: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,168 @@
+// The run configuration: one struct per JSON section, fields named as the keys.
+// Precedence is CLI (--set, --attention, --preset) > config file > preset > defaults.
+// Parsing rejects unknown keys, wrong types and out-of-range values, naming the
+// key path (e.g. "optimizer.lr") and the file.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kdtrain {
+
+enum class AttentionVariant { baseline, sink, affine, gated, affine_gated };
+enum class AlphaActivation { linear_clip, sigmoid };
+enum class KdLoss { forward_kl, reverse_kl, soft_ce };
+enum class ScheduleKind { wsd, cosine, constant };
+enum class DecayShape { linear, cosine, one_minus_sqrt };
+enum class NonFinitePolicy { stop, skip };
+
+// CLI / JSON spellings: "baseline", "sink", "affine", "gated", "affine-gated".
+const char* to_string(AttentionVariant v);
+AttentionVariant parse_attention_variant(const std::string& name);  // throws naming the choices
+const char* to_string(AlphaActivation a);
+AlphaActivation parse_alpha_activation(const std::string& name);
+const char* to_string(KdLoss k);
+const char* to_string(ScheduleKind s);
+const char* to_string(DecayShape s);
+
+inline bool has_sink(AttentionVariant v) { return v == AttentionVariant::sink; }
+inline bool has_affine(AttentionVariant v) {
+  return v == AttentionVariant::affine || v == AttentionVariant::affine_gated;
+}
+inline bool has_gate(AttentionVariant v) {
+  return v == AttentionVariant::gated || v == AttentionVariant::affine_gated;
+}
+
+struct RopeScaling {
+  std::string type = "default";  // "default" (none) or "llama3"
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+// Architecture, mirroring the Hugging Face config.json of LLaMA / Qwen2 models.
+struct ModelConfig {
+  std::string preset;        // preset the fields came from ("" when given field by field)
+  std::string init;          // checkpoint directory to initialise from ("" = random init)
+  std::string family = "llama";  // "llama" or "qwen2": which HF architecture exports it
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = true;
+  bool attention_bias = false;  // bias on q/k/v projections (Qwen)
+  double initializer_range = 0.02;
+};
+
+struct AttentionConfig {
+  AttentionVariant variant = AttentionVariant::baseline;
+  AlphaActivation alpha_activation = AlphaActivation::linear_clip;
+  double alpha_momentum = 0.9;  // rho in alpha_ma <- rho*alpha_ma + (1-rho)*mean(alpha)
+  double sink_init_std = 0.02;  // sinks ~ N(0, std), see docs/model.md
+};
+
+struct KdConfig {
+  std::string teacher;  // checkpoint directory; "" = no teacher (CE only)
+  std::string teacher_cache;  // precomputed top-k teacher logits directory ("" = none)
+  std::string cache_tail = "renormalize";  // "renormalize" | "bucket"
+  KdLoss loss = KdLoss::forward_kl;
+  double temperature = 1.0;
+  double weight = 1.0;  // loss = weight*KD + (1-weight)*CE
+  int64_t chunk_tokens = 1024;  // tokens per fused loss chunk
+};
+
+struct OptimizerConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // <= 0 disables clipping
+};
+
+struct ScheduleConfig {
+  ScheduleKind kind = ScheduleKind::wsd;
+  int64_t warmup = 100;
+  double decay_fraction = 0.2;  // wsd: fraction of steps spent decaying
+  DecayShape decay_shape = DecayShape::linear;
+  double min_lr_ratio = 0.0;    // final lr as a fraction of optimizer.lr
+};
+
+struct DataConfig {
+  std::vector<std::string> train;  // shard paths or globs
+  std::vector<std::string> val;
+};
+
+struct TrainConfig {
+  int64_t steps = 100;
+  int64_t global_batch = 8;  // sequences per optimizer step
+  int64_t micro_batch = 8;   // sequences per forward/backward on one rank
+  int64_t seq_len = 128;
+  uint64_t seed = 1234;
+  std::string device = "cpu";  // "cpu" or "cuda"
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
+  int64_t threads = 0;  // CPU threads, 0 = all cores
+};
+
+struct CheckpointConfig {
+  int64_t interval = 0;  // steps between checkpoints, 0 = only at the end
+  int64_t keep = 3;      // keep the last K checkpoints
+};
+
+struct LogConfig {
+  int64_t interval = 1;
+};
+
+struct EvalConfig {
+  int64_t interval = 0;   // steps between validation passes, 0 = only at the end
+  int64_t batches = 4;    // validation micro-batches per pass
+};
+
+struct DistConfig {
+  bool zero1 = true;            // shard optimizer state across ranks
+  double timeout_s = 300.0;     // a rank silent this long aborts the job
+};
+
+struct Config {
+  ModelConfig model;
+  AttentionConfig attention;
+  KdConfig kd;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  DataConfig data;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  EvalConfig eval;
+  DistConfig dist;
+};
+
+// Presets of SPEC §1 plus the tiny test presets ("tiny-llama", "tiny-qwen").
+std::vector<std::string> preset_names();
+ModelConfig model_preset(const std::string& name);  // throws listing the known names
+
+// Applies a JSON document onto `config` (only keys present change).
+// `source` names the file in error messages.
+void apply_json(Config& config, const nlohmann::json& doc, const std::string& source);
+// Applies one "section.key=value" override; the value is parsed as JSON when it
+// parses, else taken as a string.
+void apply_override(Config& config, const std::string& assignment);
+// Cross-field checks (heads divide hidden, batch divisibility, ...); throws naming the key.
+void validate(const Config& config, int world_size = 1);
+nlohmann::json to_json(const Config& config);
+
+// Resolves the final config: defaults, then model.preset (from the file or `preset`),
+// then the file, then overrides. Empty strings mean "not given".
+Config load_config(const std::string& config_path, const std::string& preset,
+                   const std::string& attention, const std::vector<std::string>& overrides);
+
+}  // namespace kdtrain

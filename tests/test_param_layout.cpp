@@ -1,0 +1,69 @@
+#include <catch2/catch.hpp>
+
+#include "model/param_layout.h"
+
+using namespace kdtrain;
+
+namespace {
+ModelConfig small_model() {
+  ModelConfig m;
+  m.hidden_size = 24;
+  m.intermediate_size = 40;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 6;
+  m.num_key_value_heads = 2;
+  m.head_dim = 4;
+  m.vocab_size = 50;
+  m.tie_word_embeddings = true;
+  return m;
+}
+}  // namespace
+
+TEST_CASE("param layout: offsets are contiguous and q/k/v are adjacent", "[layout]") {
+  ModelConfig m = small_model();
+  m.attention_bias = true;
+  AttentionConfig a;
+  a.variant = AttentionVariant::affine_gated;
+  ParamLayout layout = make_param_layout(m, a);
+  int64_t expected = 0;
+  for (const ParamSpec& s : layout.specs) {
+    REQUIRE(s.offset == expected);
+    expected += s.numel();
+  }
+  REQUIRE(layout.total == expected);
+  const ParamSpec* q = layout.find("model.layers.1.self_attn.q_proj.weight");
+  const ParamSpec* k = layout.find("model.layers.1.self_attn.k_proj.weight");
+  const ParamSpec* v = layout.find("model.layers.1.self_attn.v_proj.weight");
+  REQUIRE(q != nullptr);
+  REQUIRE(k->offset == q->offset + q->numel());
+  REQUIRE(v->offset == k->offset + k->numel());
+  REQUIRE(layout.layers[1].qkv_weight == q->offset);
+  const ParamSpec* up = layout.find("model.layers.0.mlp.up_proj.weight");
+  REQUIRE(layout.layers[0].mlp_up_weight == up->offset);
+  REQUIRE(layout.layers[0].mlp_up_weight == layout.layers[0].mlp_gate_weight + 40 * 24);
+  REQUIRE(layout.lm_head == layout.embed);
+  REQUIRE(layout.find("lm_head.weight") == nullptr);
+  REQUIRE(layout.find("model.layers.0.self_attn.alpha_ma")->role == ParamRole::buffer);
+}
+
+TEST_CASE("param layout: variant tensors exist only for their variant", "[layout]") {
+  ModelConfig m = small_model();
+  for (auto variant : {AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
+                       AttentionVariant::gated, AttentionVariant::affine_gated}) {
+    AttentionConfig a;
+    a.variant = variant;
+    ParamLayout layout = make_param_layout(m, a);
+    CHECK((layout.find("model.layers.0.self_attn.sinks") != nullptr) == has_sink(variant));
+    CHECK((layout.find("model.layers.0.self_attn.alpha_proj.weight") != nullptr) == has_affine(variant));
+    CHECK((layout.find("model.layers.0.self_attn.alpha_ma") != nullptr) == has_affine(variant));
+    CHECK((layout.find("model.layers.0.self_attn.gate_proj.weight") != nullptr) == has_gate(variant));
+    ParamBreakdown base = count_params(make_param_layout(m, AttentionConfig{}));
+    ParamBreakdown with = count_params(layout);
+    const int64_t L = 2, H = 6, C = 24, D = 4;
+    int64_t delta = 0;
+    if (has_sink(variant)) delta += L * H;
+    if (has_affine(variant)) delta += L * H * C;
+    if (has_gate(variant)) delta += L * H * D * C;
+    CHECK(with.total - base.total == delta);
+  }
+}
