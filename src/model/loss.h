@@ -1,0 +1,59 @@
+// The fused classifier (SPEC §3): loss = kd_weight*KD + (1-kd_weight)*CE over
+// the tokens of the last forward, computed in chunks of `chunk_tokens` rows so
+// that only (chunk, V) logits of the student and the teacher exist at once —
+// never (B*T, V). With compute_grad, each chunk's dlogits is pushed straight
+// back through the LM head into d(final hidden), ready for Model::backward().
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "model/model.h"
+
+namespace kdtrain {
+
+struct LossSettings {
+  KdLoss kd_loss = KdLoss::forward_kl;
+  float temperature = 1.f;
+  float kd_weight = 0.f;       // ignored when no teacher is given
+  int64_t chunk_tokens = 1024;
+};
+
+struct LossSums {
+  double ce = 0.0;   // sum over tokens of per-token CE
+  double kd = 0.0;   // sum over tokens of per-token KD (tau^2-scaled), 0 without teacher
+  int64_t tokens = 0;
+  double mixed(float kd_weight, bool has_teacher) const {  // mean of the optimised loss
+    const double w = has_teacher ? kd_weight : 0.0;
+    return tokens ? (w * kd + (1.0 - w) * ce) / tokens : 0.0;
+  }
+};
+
+// Called with each chunk's student logits (fp32, host) before they are overwritten.
+using LogitsObserver = std::function<void(int64_t start, int64_t n, const float* logits)>;
+
+class FusedLoss {
+ public:
+  explicit FusedLoss(Backend& backend) : backend_(backend) {}
+  ~FusedLoss();
+  FusedLoss(const FusedLoss&) = delete;
+  FusedLoss& operator=(const FusedLoss&) = delete;
+
+  // Student (and teacher, may be null) must have run forward on the same tokens.
+  // targets: host int32 (B*T). grad_scale multiplies the gradient (1/global tokens).
+  LossSums run(Model& student, Model* teacher, const int32_t* targets,
+               const LossSettings& settings, float grad_scale, bool compute_grad,
+               const LogitsObserver& observer = {});
+
+ private:
+  void reserve(int64_t chunk, int64_t V, int64_t N);
+  Backend& backend_;
+  void* logits_ = nullptr;          // (chunk, V)
+  void* teacher_logits_ = nullptr;  // (chunk, V)
+  float* host_view_ = nullptr;      // (chunk, V) fp32 conversion buffer for observers
+  int32_t* targets_ = nullptr;      // (N)
+  float* ce_ = nullptr;             // (N)
+  float* kd_ = nullptr;             // (N)
+  int64_t chunk_ = 0, V_ = 0, N_ = 0;
+};
+
+}  // namespace kdtrain

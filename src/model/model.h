@@ -1,0 +1,88 @@
+// The decoder (SPEC §1-2), written once against the Backend interface. The
+// same code runs on the CPU reference and on CUDA.
+//
+// Memory: three parameter-sized arenas (fp32 master weights, the compute copy
+// in the backend's activation dtype — the same memory as the master on the CPU —
+// and fp32 gradients) laid out by ParamLayout, plus one activation arena laid
+// out for the largest (B, T) seen so far.
+//
+// A training micro-step is: forward(tokens) → the fused loss
+// (model/loss.h) calls head_logits()/head_backward() chunk by chunk, filling
+// d(final hidden) → backward(). Parameter gradients accumulate across
+// micro-steps until zero_grads().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/param_layout.h"
+
+namespace kdtrain {
+
+class Model {
+ public:
+  // A model built with trainable=false (a teacher) has no gradient arena.
+  Model(const ModelConfig& model, const AttentionConfig& attention, Backend& backend,
+        bool trainable = true);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return model_; }
+  const AttentionConfig& attention() const { return attention_; }
+  const ParamLayout& layout() const { return layout_; }
+  Backend& backend() { return backend_; }
+
+  float* master() { return master_; }  // (layout.total) fp32
+  float* grads() { return grads_; }    // (layout.total) fp32; null unless trainable
+  bool trainable() const { return grads_ != nullptr; }
+  void* weights() { return weights_; } // (layout.total) compute copy
+  void set_params(const std::vector<float>& host);  // master and compute copy
+  std::vector<float> get_params();                   // master to host
+  std::vector<float> get_grads();
+  void refresh_compute_weights();  // compute copy from master (no-op on CPU)
+  void zero_grads();
+
+  // Runs the decoder on tokens (B, T) (host int32), keeping what backward needs.
+  // With accumulate_alpha, adds the column sums of alpha per (layer, head) to
+  // the running totals read by take_alpha_sums().
+  void forward(const int32_t* tokens, int64_t B, int64_t T, bool accumulate_alpha);
+  int64_t tokens_in_batch() const { return B_ * T_; }
+  const void* final_hidden() const;  // (B*T, C) after the final RMSNorm
+
+  // logits(n, V) = final_hidden[start : start+n] @ lm_head^T
+  void head_logits(void* logits, int64_t start, int64_t n);
+  // From dlogits(n, V): d final_hidden[start : start+n] (written) and d lm_head (+=).
+  void head_backward(const void* dlogits, int64_t start, int64_t n);
+  // Backpropagates d final_hidden through the decoder into grads().
+  void backward();
+
+  // Per (layer, head) sums of alpha and the token count since the last take;
+  // empty unless the variant is affine.
+  std::vector<double> take_alpha_sums(int64_t* tokens_counted);
+  // alpha_ma per (layer, head), read from / written to the master arena.
+  std::vector<float> alpha_ma();
+  void set_alpha_ma(const std::vector<float>& values);
+
+ private:
+  struct Activations;
+  void ensure_activations(int64_t B, int64_t T);
+  void* weight(int64_t offset) const;  // compute-copy pointer at an arena offset
+  void forward_layer(int64_t l, bool accumulate_alpha);
+  void backward_layer(int64_t l);
+
+  ModelConfig model_;
+  AttentionConfig attention_;
+  Backend& backend_;
+  ParamLayout layout_;
+  float* master_ = nullptr;
+  float* grads_ = nullptr;
+  void* weights_ = nullptr;  // == master_ when act dtype is fp32
+  float* alpha_sums_ = nullptr;  // (L, H) fp32
+  int64_t alpha_tokens_ = 0;
+  std::unique_ptr<Activations> acts_;
+  int64_t B_ = 0, T_ = 0;
+};
+
+}  // namespace kdtrain

@@ -1,0 +1,24 @@
+// The training loop (SPEC §3), top-down as torchtitan reads:
+//   load or resume → while steps remain: train_step → log → validate → checkpoint.
+// train_step: zero grads → micro-batches (teacher forward, student forward,
+// fused KD+CE loss, backward) → global grad norm → non-finite check → clip →
+// AdamW with the scheduled lr → alpha_ma update from the batch's mean alpha.
+#pragma once
+#include <string>
+
+#include "config/config.h"
+
+namespace kdtrain {
+
+struct TrainOptions {
+  std::string run_dir;      // where config.json, metrics.jsonl and checkpoints/ go
+  std::string resume;       // run dir or checkpoint dir to continue from ("" = fresh)
+  std::string config_path;  // for messages only
+};
+
+// Runs training to train.steps (or until SIGINT/SIGTERM, which checkpoint and
+// return normally). Throws kdtrain::Error on bad input or a non-finite step
+// under train.on_nonfinite=stop.
+void train(const Config& config, const TrainOptions& options);
+
+}  // namespace kdtrain
