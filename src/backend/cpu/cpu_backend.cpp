@@ -32,7 +32,7 @@ void check_variant_inputs(AttentionVariant v, const float* sinks, const void* al
                           const float* alpha_ma) {
   KD_CHECK(!has_sink(v) || sinks != nullptr, "attention (sink): sinks must be given");
   KD_CHECK(!has_affine(v) || (alpha != nullptr && alpha_ma != nullptr),
-           "attention (", to_string(v), "): alpha and alpha_ma must be given");
+           "attention (affine variants): alpha and alpha_ma must be given");
 }
 
 class CpuBackend final : public Backend {
