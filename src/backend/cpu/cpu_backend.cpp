@@ -1,0 +1,184 @@
+// CpuBackend: the fp32 reference implementation of the Backend interface.
+//
+// Numerics: act_dtype() is f32, so activations, the compute copy of the weights and
+// every statistic are plain float arrays and each method forwards to the float
+// instantiation of the op in cpu_ops.h. Memory is host memory, 256-byte aligned and
+// zeroed; to_host/to_device/copy are memcpy and the dtype conversions are copies.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+
+namespace kdtrain {
+
+namespace {
+
+constexpr size_t kAlignment = 256;
+
+float* F(void* p) { return static_cast<float*>(p); }
+const float* F(const void* p) { return static_cast<const float*>(p); }
+
+cpu::AttnDims dims_of(const AttentionShape& s) {
+  KD_CHECK(s.Hkv > 0 && s.H % s.Hkv == 0, "attention: n_kv_heads (", s.Hkv,
+           ") must divide n_heads (", s.H, ")");
+  return cpu::AttnDims{s.B, s.T, s.H, s.Hkv, s.D};
+}
+
+void check_variant_inputs(AttentionVariant v, const float* sinks, const void* alpha,
+                          const float* alpha_ma) {
+  KD_CHECK(!has_sink(v) || sinks != nullptr, "attention (sink): sinks must be given");
+  KD_CHECK(!has_affine(v) || (alpha != nullptr && alpha_ma != nullptr),
+           "attention (affine variants): alpha and alpha_ma must be given");
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int64_t threads) {
+    if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
+  }
+
+  std::string name() const override { return "cpu"; }
+  DType act_dtype() const override { return DType::f32; }
+
+  void* alloc(size_t bytes) override {
+    const size_t rounded = ((bytes + kAlignment - 1) / kAlignment) * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    KD_CHECK(p != nullptr, "cpu backend: out of memory allocating ", bytes, " bytes");
+    std::memset(p, 0, rounded == 0 ? kAlignment : rounded);
+    return p;
+  }
+  void release(void* ptr) override { std::free(ptr); }
+  void zero(void* ptr, size_t bytes) override {
+    if (bytes > 0) std::memset(ptr, 0, bytes);
+  }
+  void to_host(void* host, const void* device, size_t bytes) override {
+    if (bytes > 0) std::memcpy(host, device, bytes);
+  }
+  void to_device(void* device, const void* host, size_t bytes) override {
+    if (bytes > 0) std::memcpy(device, host, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+  }
+  void synchronize() override {}
+  void convert_from_f32(void* dst, const float* src, int64_t n) override {
+    copy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
+  void convert_to_f32(float* dst, const void* src, int64_t n) override {
+    copy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
+
+  void embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N,
+                         int64_t C) override {
+    cpu::embedding_forward(F(out), tokens, F(wte), N, C);
+  }
+  void embedding_backward(float* dwte, const void* dout, const int32_t* tokens, int64_t N,
+                          int64_t C, int64_t V) override {
+    cpu::embedding_backward(dwte, F(dout), tokens, N, C, V);
+  }
+
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N,
+                       int64_t C, float eps) override {
+    cpu::rmsnorm_forward(F(out), rstd, F(inp), F(weight), N, C, eps);
+  }
+  void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
+                        const void* weight, const float* rstd, int64_t N, int64_t C) override {
+    cpu::rmsnorm_backward(F(dinp), dweight, F(dout), F(inp), F(weight), rstd, N, C);
+  }
+
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
+                      int64_t N, int64_t IC, int64_t OC) override {
+    cpu::matmul_forward(F(out), F(inp), F(weight), F(bias), N, IC, OC);
+  }
+  void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                       const void* inp, const void* weight, int64_t N, int64_t IC, int64_t OC,
+                       bool accumulate_dinp) override {
+    cpu::matmul_backward(F(dinp), dweight, dbias, F(dout), F(inp), F(weight), N, IC, OC,
+                         accumulate_dinp);
+  }
+
+  void rope_forward(void* x, const float* cos, const float* sin, int64_t B, int64_t T,
+                    int64_t n_heads, int64_t n_rot, int64_t D) override {
+    KD_CHECK(D % 2 == 0 && n_rot <= n_heads, "rope: head dim ", D, " must be even and n_rot ",
+             n_rot, " <= n_heads ", n_heads);
+    cpu::rope_forward(F(x), cos, sin, B, T, n_heads, n_rot, D);
+  }
+  void rope_backward(void* dx, const float* cos, const float* sin, int64_t B, int64_t T,
+                     int64_t n_heads, int64_t n_rot, int64_t D) override {
+    KD_CHECK(D % 2 == 0 && n_rot <= n_heads, "rope: head dim ", D, " must be even and n_rot ",
+             n_rot, " <= n_heads ", n_heads);
+    cpu::rope_backward(F(dx), cos, sin, B, T, n_heads, n_rot, D);
+  }
+
+  void attention_forward(const AttentionForwardArgs& a) override {
+    check_variant_inputs(a.variant, a.sinks, a.alpha, a.alpha_ma);
+    cpu::attention_forward(F(a.out), a.lse, F(a.qkv), a.sinks, F(a.alpha), a.alpha_ma,
+                           dims_of(a.shape), a.scale, a.variant);
+  }
+  void attention_backward(const AttentionBackwardArgs& a) override {
+    check_variant_inputs(a.variant, a.sinks, a.alpha, a.alpha_ma);
+    KD_CHECK(!has_affine(a.variant) || a.dalpha != nullptr,
+             "attention backward (affine): dalpha must be given");
+    cpu::attention_backward(F(a.dqkv), a.dsinks, F(a.dalpha), F(a.dout), F(a.qkv), a.lse,
+                            a.sinks, F(a.alpha), a.alpha_ma, dims_of(a.shape), a.scale,
+                            a.variant);
+  }
+
+  void alpha_activation_forward(void* alpha, const void* z, int64_t n,
+                                AlphaActivation act) override {
+    cpu::alpha_activation_forward(F(alpha), F(z), n, act);
+  }
+  void alpha_activation_backward(void* dz, const void* dalpha, const void* z, int64_t n,
+                                 AlphaActivation act) override {
+    cpu::alpha_activation_backward(F(dz), F(dalpha), F(z), n, act);
+  }
+  void column_sum_accumulate(float* sums, const void* x, int64_t N, int64_t H) override {
+    cpu::column_sum_accumulate(sums, F(x), N, H);
+  }
+
+  void sigmoid_gate_forward(void* out, const void* inp, const void* gate, int64_t n) override {
+    cpu::sigmoid_gate_forward(F(out), F(inp), F(gate), n);
+  }
+  void sigmoid_gate_backward(void* dinp, void* dgate, const void* dout, const void* inp,
+                             const void* gate, int64_t n) override {
+    cpu::sigmoid_gate_backward(F(dinp), F(dgate), F(dout), F(inp), F(gate), n);
+  }
+
+  void swiglu_forward(void* out, const void* gate_up, int64_t N, int64_t F_) override {
+    cpu::swiglu_forward(F(out), F(gate_up), N, F_);
+  }
+  void swiglu_backward(void* dgate_up, const void* dout, const void* gate_up, int64_t N,
+                       int64_t F_) override {
+    cpu::swiglu_backward(F(dgate_up), F(dout), F(gate_up), N, F_);
+  }
+
+  void add(void* out, const void* a, const void* b, int64_t n) override {
+    cpu::add(F(out), F(a), F(b), n);
+  }
+  void accumulate(void* dst, const void* src, int64_t n) override {
+    cpu::accumulate(F(dst), F(src), n);
+  }
+
+  void loss_chunk(const LossChunkArgs& a) override {
+    cpu::loss_chunk(F(a.logits), F(a.teacher_logits), a.targets, a.ce, a.kd, a.n, a.V,
+                    a.kd_loss, a.temperature, a.kd_weight, a.grad_scale, a.compute_grad);
+  }
+
+  double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
+  void adamw_update(const AdamWArgs& a) override {
+    cpu::adamw_update(a.master, F(a.compute), a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2,
+                      a.eps, a.weight_decay, a.grad_scale, a.step);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int64_t threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace kdtrain

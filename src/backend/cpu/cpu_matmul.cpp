@@ -1,0 +1,95 @@
+// Linear layer: out = inp W^T + b and its backward, through BLAS.
+//
+// Numerics: cblas_sgemm (float) / cblas_dgemm (double), row-major. OpenBLAS splits
+// gemm over the output, not over the reduction dimension, so results do not
+// depend on its thread count. The bias gradient is a column sum of dout over rows,
+// in row order per column (threads own column blocks).
+#include <cblas.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace kdtrain::cpu {
+
+namespace {
+
+constexpr int64_t kColumnBlock = 64;
+
+// C(M,N) = alpha op(A) op(B) + beta C, row-major, leading dims as stored.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N),
+                static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
+                beta, C, static_cast<int>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N),
+                static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
+                beta, C, static_cast<int>(ldc));
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t IC,
+                    int64_t OC) {
+  if (N == 0 || OC == 0) return;
+  if (IC == 0) {
+    std::fill(out, out + N * OC, T(0));
+  } else {
+    gemm<T>(false, true, N, OC, IC, T(1), inp, IC, weight, IC, T(0), out, OC);
+  }
+  if (bias != nullptr) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      T* o = out + n * OC;
+      for (int64_t c = 0; c < OC; ++c) o[c] += bias[c];
+    }
+  }
+}
+
+template <typename T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int64_t N, int64_t IC, int64_t OC, bool accumulate_dinp) {
+  if (N == 0) return;
+  if (dinp != nullptr && IC > 0) {
+    if (OC == 0) {
+      if (!accumulate_dinp) std::fill(dinp, dinp + N * IC, T(0));
+    } else {
+      gemm<T>(false, false, N, IC, OC, T(1), dout, OC, weight, IC,
+              accumulate_dinp ? T(1) : T(0), dinp, IC);
+    }
+  }
+  if (dweight != nullptr && OC > 0 && IC > 0) {
+    gemm<T>(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dweight, IC);
+  }
+  if (dbias != nullptr) {
+    const int64_t nblocks = (OC + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const int64_t c0 = blk * kColumnBlock;
+      const int64_t c1 = std::min(OC, c0 + kColumnBlock);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* d = dout + n * OC;
+        for (int64_t c = c0; c < c1; ++c) dbias[c] += d[c];
+      }
+    }
+  }
+}
+
+template void matmul_forward<float>(float*, const float*, const float*, const float*, int64_t,
+                                    int64_t, int64_t);
+template void matmul_forward<double>(double*, const double*, const double*, const double*,
+                                     int64_t, int64_t, int64_t);
+template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
+                                     const float*, int64_t, int64_t, int64_t, bool);
+template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
+                                      const double*, int64_t, int64_t, int64_t, bool);
+
+}  // namespace kdtrain::cpu

@@ -1,0 +1,159 @@
+// The CPU reference ops as free function templates over the scalar type T.
+//
+// CpuBackend calls the float instantiations; the double instantiations exist so
+// tests can check gradients by finite differences to ~1e-8 and so other backends
+// can be compared against a float64 truth. Every function is instantiated for
+// float and double in the .cpp file of its op group.
+//
+// Conventions follow src/backend/backend.h (as llm.c): N = B*T tokens, row-major,
+// last dimension contiguous; parameter gradients accumulate (+=); activation
+// gradients are written (=) unless stated. All ops are deterministic and give the
+// same bits for any OpenMP thread count: parallel loops only split independent
+// outputs, and every reduction runs in a fixed order.
+#pragma once
+#include <cstdint>
+
+#include "config/config.h"
+
+namespace kdtrain::cpu {
+
+// ---- embedding (cpu_embedding.cpp) ----
+template <typename T>
+void embedding_forward(T* out,                 // (N, C)
+                       const int32_t* tokens,  // (N)
+                       const T* wte,           // (V, C)
+                       int64_t N, int64_t C);
+// dwte[tokens[n]] += dout[n]; threads own column blocks, rows summed in token order.
+template <typename T>
+void embedding_backward(T* dwte,                // (V, C), accumulated
+                        const T* dout,          // (N, C)
+                        const int32_t* tokens,  // (N)
+                        int64_t N, int64_t C, int64_t V);
+
+// ---- RMSNorm (cpu_rmsnorm.cpp) ----
+template <typename T>
+void rmsnorm_forward(T* out,           // (N, C)
+                     T* rstd,          // (N)
+                     const T* inp,     // (N, C)
+                     const T* weight,  // (C)
+                     int64_t N, int64_t C, T eps);
+template <typename T>
+void rmsnorm_backward(T* dinp,          // (N, C), accumulated
+                      T* dweight,       // (C), accumulated
+                      const T* dout,    // (N, C)
+                      const T* inp,     // (N, C)
+                      const T* weight,  // (C)
+                      const T* rstd,    // (N)
+                      int64_t N, int64_t C);
+
+// ---- matmul (cpu_matmul.cpp, BLAS) ----
+template <typename T>
+void matmul_forward(T* out,           // (N, OC)
+                    const T* inp,     // (N, IC)
+                    const T* weight,  // (OC, IC)
+                    const T* bias,    // (OC) or nullptr
+                    int64_t N, int64_t IC, int64_t OC);
+template <typename T>
+void matmul_backward(T* dinp,          // (N, IC), written or accumulated; may be null
+                     T* dweight,       // (OC, IC), accumulated; may be null
+                     T* dbias,         // (OC), accumulated; may be null
+                     const T* dout,    // (N, OC)
+                     const T* inp,     // (N, IC)
+                     const T* weight,  // (OC, IC)
+                     int64_t N, int64_t IC, int64_t OC, bool accumulate_dinp);
+
+// ---- RoPE (cpu_rope.cpp), in place, HF rotate_half convention ----
+template <typename T>
+void rope_forward(T* x,             // (B, T, n_heads, D)
+                  const T* cos,     // (T, D/2)
+                  const T* sin,     // (T, D/2)
+                  int64_t B, int64_t Tlen, int64_t n_heads, int64_t n_rot, int64_t D);
+template <typename T>
+void rope_backward(T* dx,           // (B, T, n_heads, D)
+                   const T* cos,    // (T, D/2)
+                   const T* sin,    // (T, D/2)
+                   int64_t B, int64_t Tlen, int64_t n_heads, int64_t n_rot, int64_t D);
+
+// ---- attention core (cpu_attention.cpp), every variant, causal, GQA ----
+struct AttnDims {
+  int64_t B = 0, T = 0, H = 0, Hkv = 0, D = 0;
+};
+template <typename T>
+void attention_forward(T* out,             // (B, T, H, D)
+                       T* lse,             // (B, H, T)
+                       const T* qkv,       // (B, T, H + 2*Hkv, D)
+                       const T* sinks,     // (H)        [sink]
+                       const T* alpha,     // (B, T, H)  [affine]
+                       const T* alpha_ma,  // (H)        [affine]
+                       AttnDims dims, T scale, AttentionVariant variant);
+template <typename T>
+void attention_backward(T* dqkv,            // (B, T, H + 2*Hkv, D), written
+                        T* dsinks,          // (H), accumulated     [sink]
+                        T* dalpha,          // (B, T, H), written   [affine]
+                        const T* dout,      // (B, T, H, D)
+                        const T* qkv,       // (B, T, H + 2*Hkv, D)
+                        const T* lse,       // (B, H, T)
+                        const T* sinks,     // (H)        [sink]
+                        const T* alpha,     // (B, T, H)  [affine]
+                        const T* alpha_ma,  // (H)        [affine]
+                        AttnDims dims, T scale, AttentionVariant variant);
+
+// ---- elementwise ops and small reductions (cpu_activations.cpp) ----
+template <typename T>
+void alpha_activation_forward(T* alpha, const T* z, int64_t n, AlphaActivation act);  // (n)
+template <typename T>
+void alpha_activation_backward(T* dz,            // (n), written
+                               const T* dalpha,  // (n)
+                               const T* z,       // (n)
+                               int64_t n, AlphaActivation act);
+// sums(H) += column sums of x(N, H), rows added in order.
+template <typename T>
+void column_sum_accumulate(T* sums, const T* x, int64_t N, int64_t H);
+template <typename T>
+void sigmoid_gate_forward(T* out, const T* inp, const T* gate, int64_t n);  // all (n)
+template <typename T>
+void sigmoid_gate_backward(T* dinp, T* dgate,  // (n), written
+                           const T* dout, const T* inp, const T* gate, int64_t n);
+template <typename T>
+void swiglu_forward(T* out,            // (N, F)
+                    const T* gate_up,  // (N, 2F): [gate | up]
+                    int64_t N, int64_t F);
+template <typename T>
+void swiglu_backward(T* dgate_up,        // (N, 2F), written
+                     const T* dout,      // (N, F)
+                     const T* gate_up,   // (N, 2F)
+                     int64_t N, int64_t F);
+template <typename T>
+void add(T* out, const T* a, const T* b, int64_t n);  // out may alias a or b
+template <typename T>
+void accumulate(T* dst, const T* src, int64_t n);
+
+// ---- fused classifier loss on a chunk (cpu_loss.cpp) ----
+// Per row: ce = logsumexp(s) - s[target]; kd = tau^2-scaled KD against the teacher
+// (0 without teacher). When compute_grad, logits are overwritten with
+// grad_scale * (w*dKD + (1-w)*dCE), w = kd_weight (0 without teacher).
+// A negative target masks the CE term of that row (ce = 0, no CE gradient).
+template <typename T>
+void loss_chunk(T* logits,                // (n, V) in: student logits, out: dlogits
+                const T* teacher_logits,  // (n, V) or nullptr
+                const int32_t* targets,   // (n)
+                T* ce,                    // (n), written
+                T* kd,                    // (n), written
+                int64_t n, int64_t V, KdLoss kd_loss, T temperature, T kd_weight,
+                T grad_scale, bool compute_grad);
+
+// ---- optimizer (cpu_optim.cpp) ----
+// Sum of x^2 in double, in fixed blocks added in order: identical for any thread count.
+template <typename T>
+double sum_squares(const T* x, int64_t n);
+// Decoupled AdamW, bias-corrected; writes master, m, v and, unless it aliases master
+// or is null, the compute copy.
+template <typename T>
+void adamw_update(T* master,      // (n)
+                  T* compute,     // (n) or nullptr
+                  const T* grad,  // (n)
+                  T* m, T* v,     // (n)
+                  int64_t n, T lr, T beta1, T beta2, T eps, T weight_decay, T grad_scale,
+                  int64_t step);
+
+}  // namespace kdtrain::cpu
