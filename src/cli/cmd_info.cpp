@@ -1,11 +1,184 @@
+// kdtrain info: architecture, parameter counts per component, the Δ over the
+// baseline of the same model (the paper's ΔParams column), and a training memory
+// estimate. Every count comes from the parameter table (make_param_layout), so
+// info can never disagree with what the trainer allocates.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
 #include "cli/commands.h"
+#include "config/config.h"
 #include "core/error.h"
+#include "model/param_layout.h"
 
 namespace kdtrain::cli {
 
+namespace {
+
+struct InfoOptions {
+  CommonOptions common;
+  int64_t micro_batch = 0;  // 0 = train.micro_batch
+  int64_t seq_len = 0;      // 0 = train.seq_len
+  bool json = false;
+};
+
+// Millions with one decimal, as the paper prints ΔParams.
+std::string millions(int64_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", double(n) / 1e6);
+  return buf;
+}
+
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// Training memory on the CUDA layout (bytes). Activations are what the backward
+// pass keeps per layer, for N = B*T tokens (bf16 = 2 bytes, fp32 = 4):
+//   input RMSNorm out 2NC + rstd 4N; q,k,v after RoPE 2N(H+2Hkv)D;
+//   attention out 2NHD; softmax log-sum-exp 4NH; residual after attention 2NC;
+//   post-attention RMSNorm out 2NC + rstd 4N; MLP gate and up 2N*2F; SwiGLU 2NF;
+//   layer output (residual) 2NC;
+//   affine: alpha pre-activation 4NH, P·V before the affine mix 2NHD, causal
+//           prefix sum of V 2N*Hkv*D;
+//   gated:  gate pre-activation 2NHD, output before the gate 2NHD;
+//   sink:   nothing beyond the log-sum-exp.
+// Outside the layers: embedding output 2NC, final RMSNorm out 2NC + rstd 4N.
+// The fused loss holds one chunk of min(kd.chunk_tokens, N) rows of fp32 logits
+// for the student (overwritten by their gradient) and one for the teacher.
+struct MemoryEstimate {
+  double params_bf16 = 0, master_fp32 = 0, grads_fp32 = 0, adamw = 0;
+  double activations_per_layer = 0, activations = 0, loss_chunk = 0;
+  double total() const { return params_bf16 + master_fp32 + grads_fp32 + adamw + activations + loss_chunk; }
+};
+
+MemoryEstimate estimate_memory(const Config& c, int64_t trainable, int64_t B, int64_t T) {
+  const ModelConfig& m = c.model;
+  const double N = double(B) * double(T);
+  const double C = double(m.hidden_size), H = double(m.num_attention_heads),
+               Hkv = double(m.num_key_value_heads), D = double(m.head_dim),
+               F = double(m.intermediate_size), V = double(m.vocab_size);
+  MemoryEstimate e;
+  e.params_bf16 = 2.0 * double(trainable);
+  e.master_fp32 = 4.0 * double(trainable);
+  e.grads_fp32 = 4.0 * double(trainable);
+  e.adamw = 8.0 * double(trainable);
+  double layer = 2 * N * C + 4 * N            // input norm
+                 + 2 * N * (H + 2 * Hkv) * D  // q, k, v
+                 + 2 * N * H * D + 4 * N * H  // attention out, lse
+                 + 2 * N * C                  // residual after attention
+                 + 2 * N * C + 4 * N          // post-attention norm
+                 + 2 * N * 2 * F + 2 * N * F  // gate/up, swiglu
+                 + 2 * N * C;                 // layer output
+  const AttentionVariant v = c.attention.variant;
+  if (has_affine(v)) layer += 4 * N * H + 2 * N * H * D + 2 * N * Hkv * D;
+  if (has_gate(v)) layer += 2 * N * H * D + 2 * N * H * D;
+  e.activations_per_layer = layer;
+  e.activations = layer * double(m.num_hidden_layers) + 2 * N * C + 2 * N * C + 4 * N;
+  const double rows = std::min(double(c.kd.chunk_tokens), N);
+  e.loss_chunk = 2.0 * rows * V * 4.0;
+  return e;
+}
+
+void run_info(const InfoOptions& o) {
+  const CommonOptions& co = o.common;
+  const Config c = load_config(co.config_path, co.preset, co.attention, co.overrides);
+  KD_CHECK(o.micro_batch >= 0, "--micro-batch must be >= 1, got ", o.micro_batch);
+  KD_CHECK(o.seq_len >= 0, "--seq-len must be >= 1, got ", o.seq_len);
+  const int64_t B = o.micro_batch > 0 ? o.micro_batch : c.train.micro_batch;
+  const int64_t T = o.seq_len > 0 ? o.seq_len : c.train.seq_len;
+
+  const ParamLayout layout = make_param_layout(c.model, c.attention);
+  const ParamBreakdown p = count_params(layout);
+  AttentionConfig base_attention = c.attention;
+  base_attention.variant = AttentionVariant::baseline;
+  const ParamBreakdown base = count_params(make_param_layout(c.model, base_attention));
+  const int64_t delta = p.total - base.total;
+  const MemoryEstimate mem = estimate_memory(c, p.total, B, T);
+  const std::string name = c.model.preset.empty() ? "(custom)" : c.model.preset;
+
+  if (o.json) {
+    nlohmann::json j;
+    j["preset"] = c.model.preset;
+    j["attention"] = to_string(c.attention.variant);
+    j["architecture"] = to_json(c)["model"];
+    j["components"] = {{"embedding", p.embedding}, {"attention", p.attention},
+                       {"variant", p.variant},     {"mlp", p.mlp},
+                       {"norms", p.norms},         {"lm_head", p.lm_head}};
+    j["total_params"] = p.total;
+    j["total_params_m"] = std::stod(millions(p.total));
+    j["baseline_params"] = base.total;
+    j["delta_params"] = delta;
+    j["delta_params_m"] = std::stod(millions(delta));
+    j["memory"] = {{"micro_batch", B},
+                   {"seq_len", T},
+                   {"params_bf16_mib", mib(mem.params_bf16)},
+                   {"master_fp32_mib", mib(mem.master_fp32)},
+                   {"grads_fp32_mib", mib(mem.grads_fp32)},
+                   {"adamw_mib", mib(mem.adamw)},
+                   {"activations_per_layer_mib", mib(mem.activations_per_layer)},
+                   {"activations_mib", mib(mem.activations)},
+                   {"loss_chunk_mib", mib(mem.loss_chunk)},
+                   {"total_mib", mib(mem.total())}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+
+  const ModelConfig& m = c.model;
+  std::printf("model %s (%s), attention %s\n", name.c_str(), m.family.c_str(),
+              to_string(c.attention.variant));
+  std::printf("  hidden %lld, layers %lld, heads %lld, kv heads %lld, head dim %lld, MLP %lld\n",
+              (long long)m.hidden_size, (long long)m.num_hidden_layers,
+              (long long)m.num_attention_heads, (long long)m.num_key_value_heads,
+              (long long)m.head_dim, (long long)m.intermediate_size);
+  std::printf("  vocab %lld, max positions %lld, rope theta %g, rope scaling %s", (long long)m.vocab_size,
+              (long long)m.max_position_embeddings, m.rope_theta, m.rope_scaling.type.c_str());
+  if (m.rope_scaling.type == "llama3")
+    std::printf(" (factor %g, low %g, high %g, original %lld)", m.rope_scaling.factor,
+                m.rope_scaling.low_freq_factor, m.rope_scaling.high_freq_factor,
+                (long long)m.rope_scaling.original_max_position_embeddings);
+  std::printf("\n  %s embeddings, %s q/k/v bias, rms eps %g\n",
+              m.tie_word_embeddings ? "tied" : "untied", m.attention_bias ? "with" : "no",
+              m.rms_norm_eps);
+  std::printf("parameters\n");
+  auto row = [](const char* label, int64_t n) {
+    std::printf("  %-16s %14lld  %9s M\n", label, (long long)n, millions(n).c_str());
+  };
+  row("embedding", p.embedding);
+  row("attention", p.attention);
+  row("variant extras", p.variant);
+  row("mlp", p.mlp);
+  row("norms", p.norms);
+  row("lm_head", p.lm_head);
+  row("total", p.total);
+  std::printf("Δparams %s M (%lld over baseline %lld)\n", millions(delta).c_str(), (long long)delta,
+              (long long)base.total);
+  std::printf("memory estimate, training on CUDA, micro-batch %lld x seq %lld (MiB)\n", (long long)B,
+              (long long)T);
+  auto mrow = [](const char* label, double bytes) { std::printf("  %-28s %12.1f\n", label, mib(bytes)); };
+  mrow("params bf16", mem.params_bf16);
+  mrow("master weights fp32", mem.master_fp32);
+  mrow("gradients fp32", mem.grads_fp32);
+  mrow("AdamW m, v fp32", mem.adamw);
+  mrow("activations (all layers)", mem.activations);
+  mrow("  per layer", mem.activations_per_layer);
+  mrow("fused loss chunk", mem.loss_chunk);
+  mrow("total", mem.total());
+}
+
+}  // namespace
+
 void register_info(CLI::App& app) {
-  auto* command = app.add_subcommand("info", "(not yet implemented)");
-  command->callback([] { fail("kdtrain info: not implemented yet"); });
+  auto options = std::make_shared<InfoOptions>();
+  auto* command = app.add_subcommand(
+      "info", "print the architecture, parameter counts, ΔParams over baseline and a memory estimate");
+  add_common_options(*command, options->common);
+  command->add_option("--micro-batch", options->micro_batch,
+                      "sequences per micro-batch for the memory estimate (default train.micro_batch)");
+  command->add_option("--seq-len", options->seq_len,
+                      "sequence length for the memory estimate (default train.seq_len)");
+  command->add_flag("--json", options->json, "print JSON instead of text");
+  command->callback([options] { run_info(*options); });
 }
 
 }  // namespace kdtrain::cli

@@ -23,8 +23,13 @@ AttentionVariant parse_attention_variant(const std::string& name);  // throws na
 const char* to_string(AlphaActivation a);
 AlphaActivation parse_alpha_activation(const std::string& name);
 const char* to_string(KdLoss k);
+KdLoss parse_kd_loss(const std::string& name);
 const char* to_string(ScheduleKind s);
+ScheduleKind parse_schedule_kind(const std::string& name);
 const char* to_string(DecayShape s);
+DecayShape parse_decay_shape(const std::string& name);
+const char* to_string(NonFinitePolicy p);
+NonFinitePolicy parse_nonfinite_policy(const std::string& name);
 
 inline bool has_sink(AttentionVariant v) { return v == AttentionVariant::sink; }
 inline bool has_affine(AttentionVariant v) {

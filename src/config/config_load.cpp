@@ -1,0 +1,112 @@
+// Resolving the final config (defaults -> preset -> file -> --attention -> --set)
+// and the cross-field checks no single key can make on its own.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/error.h"
+
+namespace kdtrain {
+
+using nlohmann::json;
+
+void validate(const Config& c, int world_size) {
+  const ModelConfig& m = c.model;
+  const char* hint = " (set model.preset or give the size)";
+  KD_CHECK(m.hidden_size > 0, "model.hidden_size is not set", hint);
+  KD_CHECK(m.intermediate_size > 0, "model.intermediate_size is not set", hint);
+  KD_CHECK(m.num_hidden_layers > 0, "model.num_hidden_layers is not set", hint);
+  KD_CHECK(m.num_attention_heads > 0, "model.num_attention_heads is not set", hint);
+  KD_CHECK(m.num_key_value_heads > 0, "model.num_key_value_heads is not set", hint);
+  KD_CHECK(m.head_dim > 0, "model.head_dim is not set", hint);
+  KD_CHECK(m.vocab_size > 0, "model.vocab_size is not set", hint);
+  KD_CHECK(m.num_attention_heads % m.num_key_value_heads == 0,
+           "model.num_attention_heads (", m.num_attention_heads,
+           ") must be a multiple of model.num_key_value_heads (", m.num_key_value_heads, ")");
+  KD_CHECK(m.head_dim % 2 == 0, "model.head_dim (", m.head_dim, ") must be even for RoPE");
+  KD_CHECK(m.family == "llama" || m.family == "qwen2", "model.family must be llama or qwen2, got '",
+           m.family, "'");
+  if (m.rope_scaling.type == "llama3") {
+    KD_CHECK(m.rope_scaling.high_freq_factor > m.rope_scaling.low_freq_factor,
+             "model.rope_scaling.high_freq_factor (", m.rope_scaling.high_freq_factor,
+             ") must exceed model.rope_scaling.low_freq_factor (", m.rope_scaling.low_freq_factor,
+             ")");
+  } else {
+    KD_CHECK(m.rope_scaling.type == "default", "model.rope_scaling.type must be default or llama3, got '",
+             m.rope_scaling.type, "'");
+  }
+
+  const TrainConfig& t = c.train;
+  KD_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
+  KD_CHECK(t.steps >= 1, "train.steps must be >= 1, got ", t.steps);
+  KD_CHECK(t.micro_batch >= 1, "train.micro_batch must be >= 1, got ", t.micro_batch);
+  KD_CHECK(t.seq_len >= 1, "train.seq_len must be >= 1, got ", t.seq_len);
+  const int64_t per_step = t.micro_batch * world_size;
+  KD_CHECK(t.global_batch % per_step == 0, "train.global_batch (", t.global_batch,
+           ") must be a multiple of train.micro_batch (", t.micro_batch, ") x world size (",
+           world_size, ") = ", per_step);
+  KD_CHECK(t.device == "cpu" || t.device == "cuda", "train.device must be cpu or cuda, got '",
+           t.device, "'");
+  if (c.schedule.kind == ScheduleKind::wsd)
+    KD_CHECK(c.schedule.warmup <= t.steps, "schedule.warmup (", c.schedule.warmup,
+             ") must not exceed train.steps (", t.steps, ") for the wsd schedule");
+
+  KD_CHECK(c.kd.teacher.empty() || c.kd.teacher_cache.empty(),
+           "kd.teacher and kd.teacher_cache are both set; choose one");
+  KD_CHECK(c.kd.cache_tail == "renormalize" || c.kd.cache_tail == "bucket",
+           "kd.cache_tail must be renormalize or bucket, got '", c.kd.cache_tail, "'");
+}
+
+namespace {
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  KD_CHECK(in.good(), path, ": cannot open config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    fail(path, ": invalid JSON: ", e.what());  // nlohmann names line and column
+  }
+}
+
+}  // namespace
+
+Config load_config(const std::string& config_path, const std::string& preset,
+                   const std::string& attention, const std::vector<std::string>& overrides) {
+  Config c;
+  if (!preset.empty()) {
+    try {
+      c.model = model_preset(preset);
+    } catch (const Error& e) {
+      fail("--preset: ", e.what());
+    }
+  }
+  if (!config_path.empty()) {
+    json doc = read_json_file(config_path);
+    // --preset wins over the file's model.preset; the file's other model keys still apply.
+    if (!preset.empty() && doc.is_object() && doc.contains("model") && doc["model"].is_object())
+      doc["model"].erase("preset");
+    apply_json(c, doc, config_path);
+  }
+  if (!attention.empty()) {
+    try {
+      c.attention.variant = parse_attention_variant(attention);
+    } catch (const Error& e) {
+      fail("--attention: ", e.what());
+    }
+  }
+  for (const std::string& assignment : overrides) apply_override(c, assignment);
+  try {
+    validate(c, 1);
+  } catch (const Error& e) {
+    const std::string where = config_path.empty() ? "config" : config_path;
+    fail(where, " (after presets and overrides): ", e.what());
+  }
+  return c;
+}
+
+}  // namespace kdtrain
