@@ -19,5 +19,7 @@ void add_common_options(CLI::App& command, CommonOptions& options);
 void register_info(CLI::App& app);
 void register_init(CLI::App& app);
 void register_dump(CLI::App& app);
+void register_train(CLI::App& app);
+void register_data(CLI::App& app);
 
 }  // namespace kdtrain::cli
