@@ -386,12 +386,12 @@ void Model::backward_layer(int64_t l) {
 
 std::vector<double> Model::take_alpha_sums(int64_t* tokens_counted) {
   if (tokens_counted) *tokens_counted = alpha_tokens_;
+  alpha_tokens_ = 0;
   if (!has_affine(attention_.variant)) return {};
   const int64_t LH = model_.num_hidden_layers * model_.num_attention_heads;
   std::vector<float> sums(LH);
   backend_.to_host(sums.data(), alpha_sums_, LH * sizeof(float));
   backend_.zero(alpha_sums_, LH * sizeof(float));
-  alpha_tokens_ = 0;
   return std::vector<double>(sums.begin(), sums.end());
 }
 
