@@ -1,0 +1,87 @@
+#include "data/dataset.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace kdtrain::data {
+
+std::vector<std::string> expand_shard_patterns(const std::vector<std::string>& patterns) {
+  KD_CHECK(!patterns.empty(), "no data shards given (empty list of paths / globs)");
+  std::vector<std::string> paths;
+  for (const std::string& pattern : patterns) {
+    glob_t g{};
+    // GLOB_NOCHECK is not used: a pattern (or plain path) matching nothing must
+    // be an error, not a literal filename that fails later with a vaguer message.
+    int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+      ::globfree(&g);
+      fail("data pattern '", pattern, "' matches no files");
+    }
+    if (rc != 0) {
+      ::globfree(&g);
+      fail("data pattern '", pattern, "': glob failed (", rc == GLOB_ABORTED ? "read error" : "out of memory", ")");
+    }
+    for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
+    ::globfree(&g);
+  }
+  std::sort(paths.begin(), paths.end());
+  paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+  return paths;
+}
+
+TokenDataset::TokenDataset(const std::vector<std::string>& patterns, int64_t seq_len,
+                           int64_t vocab_size)
+    : seq_len_(seq_len) {
+  KD_CHECK(seq_len > 0, "data: seq_len must be positive, got ", seq_len);
+  first_window_.push_back(0);
+  for (const std::string& path : expand_shard_patterns(patterns)) {
+    TokenShard shard(path);
+    if (vocab_size > 0) shard.validate_vocab(vocab_size);
+    KD_CHECK(shard.size() >= seq_len + 1, path, ": token shard has ", shard.size(),
+             " tokens, fewer than one window of seq_len + 1 = ", seq_len + 1);
+    // Window k covers [k*T, k*T + T]; the last one must end before the shard does.
+    const int64_t windows = (shard.size() - 1) / seq_len;
+    first_window_.push_back(first_window_.back() + windows);
+    shards_.push_back(std::move(shard));
+  }
+  total_windows_ = first_window_.back();
+}
+
+TokenDataset::WindowLocation TokenDataset::locate(int64_t window) const {
+  KD_CHECK(window >= 0 && window < total_windows_, "data: window ", window, " out of range [0, ",
+           total_windows_, ")");
+  // first_window_ is increasing; the shard is the last entry <= window.
+  auto it = std::upper_bound(first_window_.begin(), first_window_.end(), window);
+  WindowLocation loc;
+  loc.shard = (it - first_window_.begin()) - 1;
+  loc.start = (window - first_window_[loc.shard]) * seq_len_;
+  return loc;
+}
+
+void TokenDataset::read_window(int64_t window, int32_t* out) const {
+  WindowLocation loc = locate(window);
+  shards_[loc.shard].copy_tokens(loc.start, seq_len_ + 1, out);
+}
+
+void TokenDataset::fill_batch(const std::vector<int64_t>& windows, int32_t* inputs,
+                              int32_t* targets) const {
+  std::vector<int32_t> buffer(seq_len_ + 1);
+  for (size_t b = 0; b < windows.size(); ++b) {
+    read_window(windows[b], buffer.data());
+    std::copy(buffer.begin(), buffer.end() - 1, inputs + b * seq_len_);
+    std::copy(buffer.begin() + 1, buffer.end(), targets + b * seq_len_);
+  }
+}
+
+uint64_t TokenDataset::fingerprint() const {
+  std::vector<uint64_t> words;
+  words.push_back(static_cast<uint64_t>(seq_len_));
+  for (const TokenShard& s : shards_) words.push_back(s.fingerprint());
+  return token_fingerprint(reinterpret_cast<const uint8_t*>(words.data()), words.size() * 8, 8);
+}
+
+}  // namespace kdtrain::data

@@ -1,0 +1,286 @@
+#include "io/checkpoint_format.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/atomic_dir.h"
+#include "io/file_util.h"
+#include "io/safetensors.h"
+#include "model/param_layout.h"
+
+namespace kdtrain::io {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kWeightsFile = "model.safetensors";
+constexpr const char* kWeightsIndex = "model.safetensors.index.json";
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << "(";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ")";
+  return out.str();
+}
+
+// Typed key lookups that name the file and key on failure.
+const json& require(const json& doc, const char* key, const std::string& source) {
+  KD_CHECK(doc.contains(key), source, ": missing key '", key, "'");
+  return doc[key];
+}
+
+int64_t get_int(const json& v, const char* key, const std::string& source) {
+  KD_CHECK(v.is_number_integer(), source, ": key '", key, "' must be an integer, got ", v.dump());
+  return v.get<int64_t>();
+}
+
+double get_number(const json& v, const char* key, const std::string& source) {
+  KD_CHECK(v.is_number(), source, ": key '", key, "' must be a number, got ", v.dump());
+  return v.get<double>();
+}
+
+bool get_bool(const json& v, const char* key, const std::string& source) {
+  KD_CHECK(v.is_boolean(), source, ": key '", key, "' must be true or false, got ", v.dump());
+  return v.get<bool>();
+}
+
+std::string get_string(const json& v, const char* key, const std::string& source) {
+  KD_CHECK(v.is_string(), source, ": key '", key, "' must be a string, got ", v.dump());
+  return v.get<std::string>();
+}
+
+// Files holding the weights of a checkpoint directory: model.safetensors, or
+// the shards an HF index lists.
+std::vector<std::string> weight_files(const std::string& dir) {
+  const fs::path single = fs::path(dir) / kWeightsFile;
+  if (fs::exists(single)) return {single.string()};
+  const fs::path index = fs::path(dir) / kWeightsIndex;
+  KD_CHECK(fs::exists(index), dir, ": no ", kWeightsFile, " or ", kWeightsIndex, " in the directory");
+  std::ifstream in(index);
+  json doc = json::parse(in, nullptr, false);
+  KD_CHECK(!doc.is_discarded() && doc.is_object(), index.string(), ": not a valid JSON object");
+  const json& map = require(doc, "weight_map", index.string());
+  KD_CHECK(map.is_object(), index.string(), ": 'weight_map' must be an object");
+  std::vector<std::string> files;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    KD_CHECK(it.value().is_string(), index.string(), ": weight_map entry '", it.key(),
+             "' must be a file name");
+    files.push_back((fs::path(dir) / it.value().get<std::string>()).string());
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
+}
+
+// All weight files opened, with a name -> file lookup that refuses duplicates.
+struct WeightSet {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, const SafetensorsFile*> owner;
+
+  explicit WeightSet(const std::string& dir) {
+    for (const std::string& path : weight_files(dir)) {
+      files.push_back(std::make_unique<SafetensorsFile>(path));
+      const SafetensorsFile* f = files.back().get();
+      for (const std::string& name : f->names()) {
+        auto [it, inserted] = owner.emplace(name, f);
+        KD_CHECK(inserted, path, ": tensor '", name, "' also appears in ", it->second->path());
+      }
+    }
+  }
+};
+
+}  // namespace
+
+json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
+  KD_CHECK(m.family == "llama" || m.family == "qwen2", "model.family '", m.family,
+           "' is not exportable (expected llama or qwen2)");
+  json rope = nullptr;
+  if (m.rope_scaling.type == "llama3") {
+    rope = {{"rope_type", "llama3"},
+            {"factor", m.rope_scaling.factor},
+            {"low_freq_factor", m.rope_scaling.low_freq_factor},
+            {"high_freq_factor", m.rope_scaling.high_freq_factor},
+            {"original_max_position_embeddings", m.rope_scaling.original_max_position_embeddings}};
+  } else {
+    KD_CHECK(m.rope_scaling.type == "default", "model.rope_scaling.type '", m.rope_scaling.type,
+             "' is not supported (expected default or llama3)");
+  }
+  const bool qwen = m.family == "qwen2";
+  return {
+      {"architectures", {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", m.family},
+      {"hidden_size", m.hidden_size},
+      {"intermediate_size", m.intermediate_size},
+      {"num_hidden_layers", m.num_hidden_layers},
+      {"num_attention_heads", m.num_attention_heads},
+      {"num_key_value_heads", m.num_key_value_heads},
+      {"head_dim", m.head_dim},
+      {"vocab_size", m.vocab_size},
+      {"max_position_embeddings", m.max_position_embeddings},
+      {"rms_norm_eps", m.rms_norm_eps},
+      {"rope_theta", m.rope_theta},
+      {"rope_scaling", rope},
+      {"tie_word_embeddings", m.tie_word_embeddings},
+      {"attention_bias", m.attention_bias},
+      {"initializer_range", m.initializer_range},
+      {"hidden_act", "silu"},
+      {"torch_dtype", "float32"},
+      {"attention_variant", to_string(a.variant)},
+      {"alpha_activation", to_string(a.alpha_activation)},
+      {"alpha_momentum", a.alpha_momentum},
+  };
+}
+
+void parse_hf_config(const json& doc, const std::string& source, ModelConfig* model,
+                     AttentionConfig* attention) {
+  KD_CHECK(doc.is_object(), source, ": config must be a JSON object");
+  ModelConfig m;
+  AttentionConfig a;
+  m.family = get_string(require(doc, "model_type", source), "model_type", source);
+  KD_CHECK(m.family == "llama" || m.family == "qwen2", source, ": key 'model_type' is '", m.family,
+           "'; supported: llama, qwen2");
+  m.hidden_size = get_int(require(doc, "hidden_size", source), "hidden_size", source);
+  m.intermediate_size = get_int(require(doc, "intermediate_size", source), "intermediate_size", source);
+  m.num_hidden_layers = get_int(require(doc, "num_hidden_layers", source), "num_hidden_layers", source);
+  m.num_attention_heads =
+      get_int(require(doc, "num_attention_heads", source), "num_attention_heads", source);
+  m.vocab_size = get_int(require(doc, "vocab_size", source), "vocab_size", source);
+  m.max_position_embeddings =
+      get_int(require(doc, "max_position_embeddings", source), "max_position_embeddings", source);
+  m.rms_norm_eps = get_number(require(doc, "rms_norm_eps", source), "rms_norm_eps", source);
+  m.rope_theta = get_number(require(doc, "rope_theta", source), "rope_theta", source);
+  KD_CHECK(m.hidden_size > 0 && m.num_attention_heads > 0, source,
+           ": hidden_size and num_attention_heads must be positive");
+
+  // Keys HF configs may omit, with the defaults transformers applies.
+  auto optional = [&](const char* key) -> const json* {
+    return doc.contains(key) && !doc[key].is_null() ? &doc[key] : nullptr;
+  };
+  m.num_key_value_heads = optional("num_key_value_heads")
+                              ? get_int(doc["num_key_value_heads"], "num_key_value_heads", source)
+                              : m.num_attention_heads;
+  m.head_dim = optional("head_dim") ? get_int(doc["head_dim"], "head_dim", source)
+                                    : m.hidden_size / m.num_attention_heads;
+  m.tie_word_embeddings = optional("tie_word_embeddings")
+                              ? get_bool(doc["tie_word_embeddings"], "tie_word_embeddings", source)
+                              : false;
+  // Qwen2 always has q/k/v biases (its HF config has no key for it).
+  m.attention_bias = optional("attention_bias")
+                         ? get_bool(doc["attention_bias"], "attention_bias", source)
+                         : m.family == "qwen2";
+  if (optional("initializer_range"))
+    m.initializer_range = get_number(doc["initializer_range"], "initializer_range", source);
+  if (const json* rope = optional("rope_scaling")) {
+    KD_CHECK(rope->is_object(), source, ": key 'rope_scaling' must be null or an object");
+    // Older HF configs spell rope_type as "type".
+    const char* type_key = rope->contains("rope_type") ? "rope_type" : "type";
+    const std::string type = get_string(require(*rope, type_key, source + " rope_scaling"),
+                                        "rope_scaling.rope_type", source);
+    if (type == "llama3") {
+      const std::string where = source + " rope_scaling";
+      m.rope_scaling.type = "llama3";
+      m.rope_scaling.factor = get_number(require(*rope, "factor", where), "rope_scaling.factor", source);
+      m.rope_scaling.low_freq_factor = get_number(require(*rope, "low_freq_factor", where),
+                                                  "rope_scaling.low_freq_factor", source);
+      m.rope_scaling.high_freq_factor = get_number(require(*rope, "high_freq_factor", where),
+                                                   "rope_scaling.high_freq_factor", source);
+      m.rope_scaling.original_max_position_embeddings =
+          get_int(require(*rope, "original_max_position_embeddings", where),
+                  "rope_scaling.original_max_position_embeddings", source);
+    } else {
+      KD_CHECK(type == "default", source, ": rope_scaling type '", type,
+               "' is not supported (expected llama3 or default)");
+    }
+  }
+  if (optional("attention_variant"))
+    a.variant = parse_attention_variant(get_string(doc["attention_variant"], "attention_variant", source));
+  if (optional("alpha_activation"))
+    a.alpha_activation =
+        parse_alpha_activation(get_string(doc["alpha_activation"], "alpha_activation", source));
+  if (optional("alpha_momentum"))
+    a.alpha_momentum = get_number(doc["alpha_momentum"], "alpha_momentum", source);
+  *model = m;
+  *attention = a;
+}
+
+void read_hf_config(const std::string& config_path, ModelConfig* model, AttentionConfig* attention) {
+  std::ifstream in(config_path);
+  KD_CHECK(in.good(), config_path, ": cannot open: ", errno_text());
+  json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  KD_CHECK(!doc.is_discarded(), config_path, ": not valid JSON");
+  parse_hf_config(doc, config_path, model, attention);
+}
+
+void write_model_files(const std::string& dir, const ModelConfig& model,
+                       const AttentionConfig& attention, const std::vector<TensorRef>& tensors) {
+  SafetensorsWriter writer;
+  for (const TensorRef& t : tensors) writer.add_f32(t.name, t.shape, t.data);
+  // transformers refuses safetensors files without format metadata.
+  writer.set_metadata("format", "pt");
+  writer.write((fs::path(dir) / kWeightsFile).string());
+
+  const std::string text = hf_config_json(model, attention).dump(2) + "\n";
+  AtomicFileWriter config((fs::path(dir) / kConfigFile).string());
+  config.write(text.data(), text.size());
+  config.commit();
+}
+
+void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
+                            const AttentionConfig& attention, const std::vector<TensorRef>& tensors) {
+  StagedDir stage(dir);
+  write_model_files(stage.staging_path(), model, attention, tensors);
+  stage.commit();
+}
+
+std::vector<TensorRef> layout_tensors(const ParamLayout& layout, const float* arena) {
+  std::vector<TensorRef> refs;
+  refs.reserve(layout.specs.size());
+  for (const ParamSpec& s : layout.specs) refs.push_back(TensorRef{s.name, s.shape, arena + s.offset});
+  return refs;
+}
+
+void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
+                            const AttentionConfig& attention, const ParamLayout& layout,
+                            const float* arena) {
+  write_model_checkpoint(dir, model, attention, layout_tensors(layout, arena));
+}
+
+ModelCheckpoint read_model_checkpoint(const std::string& dir) {
+  ModelCheckpoint ckpt;
+  read_hf_config((fs::path(dir) / kConfigFile).string(), &ckpt.model, &ckpt.attention);
+  WeightSet weights(dir);
+  for (const auto& [name, file] : weights.owner) {
+    LoadedTensor& t = ckpt.tensors[name];
+    t.shape = file->tensor(name).shape;
+    t.values = file->read_f32(name);
+  }
+  return ckpt;
+}
+
+void load_model_weights(const std::string& dir, const ParamLayout& layout, float* arena) {
+  WeightSet weights(dir);
+  const std::string where = weights.files.size() == 1 ? weights.files[0]->path() : dir;
+  for (const ParamSpec& s : layout.specs) {
+    auto it = weights.owner.find(s.name);
+    KD_CHECK(it != weights.owner.end(), where, ": missing tensor '", s.name, "' of shape ",
+             shape_text(s.shape));
+    const TensorView& view = it->second->tensor(s.name);
+    KD_CHECK(view.shape == s.shape, it->second->path(), ": tensor '", s.name, "' has shape ",
+             shape_text(view.shape), ", expected ", shape_text(s.shape));
+    std::vector<float> values = it->second->read_f32(s.name);
+    std::copy(values.begin(), values.end(), arena + s.offset);
+  }
+  for (const auto& [name, file] : weights.owner)
+    KD_CHECK(layout.find(name) != nullptr, file->path(), ": unexpected tensor '", name,
+             "' (not a parameter of the configured model; check attention variant and tie_word_embeddings)");
+}
+
+}  // namespace kdtrain::io

@@ -1,0 +1,69 @@
+// Model checkpoint directories, in Hugging Face layout so other tools read them:
+//   <dir>/config.json        HF keys (LlamaForCausalLM / Qwen2ForCausalLM) plus
+//                            kdtrain's attention_variant, alpha_activation, alpha_momentum
+//   <dir>/model.safetensors  fp32 tensors under their HF names (alpha_ma buffers included)
+// Readers also accept HF's sharded form (model.safetensors.index.json + shards)
+// and bf16/f16 weights, converted to fp32. docs/formats.md has the details.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace kdtrain {
+struct ParamLayout;
+}
+
+namespace kdtrain::io {
+
+// A tensor to write, borrowed from the caller.
+struct TensorRef {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+};
+
+struct LoadedTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+struct ModelCheckpoint {
+  ModelConfig model;
+  AttentionConfig attention;
+  std::map<std::string, LoadedTensor> tensors;
+};
+
+// config.json <-> configs. parse_hf_config names `source` and the key on errors;
+// keys Hugging Face itself treats as optional get HF's defaults (docs/formats.md).
+nlohmann::json hf_config_json(const ModelConfig& model, const AttentionConfig& attention);
+void parse_hf_config(const nlohmann::json& doc, const std::string& source, ModelConfig* model,
+                     AttentionConfig* attention);
+void read_hf_config(const std::string& config_path, ModelConfig* model, AttentionConfig* attention);
+
+// Writes config.json and model.safetensors into an existing directory, e.g. a
+// StagedDir that also receives optimizer state. Not atomic by itself.
+void write_model_files(const std::string& dir, const ModelConfig& model,
+                       const AttentionConfig& attention, const std::vector<TensorRef>& tensors);
+
+// Atomic: stages "<dir>.tmp.<pid>", fsyncs, renames to dir (replacing it).
+void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
+                            const AttentionConfig& attention, const std::vector<TensorRef>& tensors);
+void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
+                            const AttentionConfig& attention, const ParamLayout& layout,
+                            const float* arena);
+
+// Every tensor of a layout as a TensorRef into the arena.
+std::vector<TensorRef> layout_tensors(const ParamLayout& layout, const float* arena);
+
+ModelCheckpoint read_model_checkpoint(const std::string& dir);
+
+// Fills arena (layout.total floats) from dir's weights: every spec must be present
+// with its exact shape, and the files may hold no other tensor. Errors name the
+// tensor and the file.
+void load_model_weights(const std::string& dir, const ParamLayout& layout, float* arena);
+
+}  // namespace kdtrain::io

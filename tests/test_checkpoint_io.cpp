@@ -1,0 +1,184 @@
+// Checkpoint directories. The config.json round trip spells the attention
+// variant through to_string/parse_attention_variant (src/config/enums.cpp).
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/checkpoint_format.h"
+#include "model/param_layout.h"
+
+using namespace kdtrain;
+using namespace kdtrain::io;
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("kdtrain_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+ModelConfig tiny_model() {
+  ModelConfig m;
+  m.family = "llama";
+  m.hidden_size = 16;
+  m.intermediate_size = 24;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 4;
+  m.vocab_size = 32;
+  m.max_position_embeddings = 64;
+  m.rms_norm_eps = 1e-6;
+  m.rope_theta = 500000.0;
+  m.rope_scaling.type = "llama3";
+  m.rope_scaling.factor = 32.0;
+  m.tie_word_embeddings = true;
+  return m;
+}
+
+std::vector<float> arena_for(const ParamLayout& layout) {
+  std::vector<float> arena(static_cast<size_t>(layout.total));
+  for (size_t i = 0; i < arena.size(); ++i) arena[i] = 0.001f * static_cast<float>(i) - 1.0f;
+  return arena;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: config.json and weights round trip", "[checkpoint]") {
+  TempDir tmp;
+  ModelConfig m = tiny_model();
+  AttentionConfig a;
+  a.variant = AttentionVariant::affine;
+  a.alpha_activation = AlphaActivation::sigmoid;
+  a.alpha_momentum = 0.8;
+  ParamLayout layout = make_param_layout(m, a);
+  std::vector<float> arena = arena_for(layout);
+  const std::string dir = tmp.file("ckpt");
+  write_model_checkpoint(dir, m, a, layout, arena.data());
+
+  ModelCheckpoint c = read_model_checkpoint(dir);
+  REQUIRE(c.model.family == "llama");
+  REQUIRE(c.model.hidden_size == 16);
+  REQUIRE(c.model.num_key_value_heads == 2);
+  REQUIRE(c.model.head_dim == 4);
+  REQUIRE(c.model.rope_theta == 500000.0);
+  REQUIRE(c.model.rope_scaling.type == "llama3");
+  REQUIRE(c.model.rope_scaling.factor == 32.0);
+  REQUIRE(c.model.tie_word_embeddings);
+  REQUIRE_FALSE(c.model.attention_bias);
+  REQUIRE(c.attention.variant == AttentionVariant::affine);
+  REQUIRE(c.attention.alpha_activation == AlphaActivation::sigmoid);
+  REQUIRE(c.attention.alpha_momentum == 0.8);
+  REQUIRE(c.tensors.size() == layout.specs.size());
+  for (const ParamSpec& s : layout.specs) {
+    const LoadedTensor& t = c.tensors.at(s.name);
+    REQUIRE(t.shape == s.shape);
+    REQUIRE(std::equal(t.values.begin(), t.values.end(), arena.begin() + s.offset));
+  }
+  std::vector<float> loaded(arena.size(), 0.0f);
+  load_model_weights(dir, layout, loaded.data());
+  REQUIRE(loaded == arena);
+
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  REQUIRE(config["architectures"] == nlohmann::json::array({"LlamaForCausalLM"}));
+  REQUIRE(config["rope_scaling"]["rope_type"] == "llama3");
+  REQUIRE(config["attention_variant"] == "affine");
+
+  // Rewriting replaces the directory and leaves no staging copies.
+  m.family = "qwen2";
+  m.rope_scaling.type = "default";
+  a.variant = AttentionVariant::baseline;
+  write_model_checkpoint(dir, m, a, make_param_layout(m, a), arena.data());
+  config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  REQUIRE(config["architectures"] == nlohmann::json::array({"Qwen2ForCausalLM"}));
+  REQUIRE(config["rope_scaling"].is_null());
+  REQUIRE(std::distance(fs::directory_iterator(tmp.path), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("checkpoint: loader names the tensor and file on mismatches", "[checkpoint]") {
+  TempDir tmp;
+  ModelConfig m = tiny_model();
+  AttentionConfig a;
+  ParamLayout layout = make_param_layout(m, a);
+  std::vector<float> arena = arena_for(layout);
+  std::vector<float> out(arena.size());
+  std::vector<TensorRef> refs = layout_tensors(layout, arena.data());
+  const std::string dir = tmp.file("bad");
+
+  SECTION("missing tensor") {
+    refs.erase(refs.begin() + 1);
+    const std::string missing = layout.specs[1].name;
+    write_model_checkpoint(dir, m, a, refs);
+    REQUIRE_THROWS_WITH(load_model_weights(dir, layout, out.data()),
+                        Contains("model.safetensors") && Contains("missing tensor '" + missing + "'"));
+  }
+  SECTION("wrong shape") {
+    refs[0].shape = {refs[0].shape[1], refs[0].shape[0]};
+    write_model_checkpoint(dir, m, a, refs);
+    REQUIRE_THROWS_WITH(load_model_weights(dir, layout, out.data()),
+                        Contains("model.safetensors") && Contains(refs[0].name) && Contains("expected"));
+  }
+  SECTION("unexpected tensor") {
+    float extra[2] = {1, 2};
+    refs.push_back(TensorRef{"lm_head.weight.extra", {2}, extra});
+    write_model_checkpoint(dir, m, a, refs);
+    REQUIRE_THROWS_WITH(load_model_weights(dir, layout, out.data()),
+                        Contains("model.safetensors") && Contains("unexpected tensor 'lm_head.weight.extra'"));
+  }
+  SECTION("no weights at all") {
+    REQUIRE_THROWS_WITH(load_model_weights(tmp.path.string(), layout, out.data()),
+                        Contains(tmp.path.string()) && Contains("model.safetensors"));
+  }
+}
+
+TEST_CASE("checkpoint: config.json errors and Hugging Face defaults", "[checkpoint]") {
+  ModelConfig m;
+  AttentionConfig a;
+  nlohmann::json qwen = {{"model_type", "qwen2"},       {"hidden_size", 32},
+                         {"intermediate_size", 64},     {"num_hidden_layers", 2},
+                         {"num_attention_heads", 4},    {"vocab_size", 100},
+                         {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-6},
+                         {"rope_theta", 1000000}};
+  parse_hf_config(qwen, "q/config.json", &m, &a);
+  REQUIRE(m.family == "qwen2");
+  REQUIRE(m.head_dim == 8);               // hidden / heads
+  REQUIRE(m.num_key_value_heads == 4);    // = heads
+  REQUIRE(m.attention_bias);              // Qwen2 always has q/k/v bias
+  REQUIRE_FALSE(m.tie_word_embeddings);   // transformers' default
+  REQUIRE(m.rope_scaling.type == "default");
+  REQUIRE(a.variant == AttentionVariant::baseline);
+
+  nlohmann::json missing = qwen;
+  missing.erase("vocab_size");
+  REQUIRE_THROWS_WITH(parse_hf_config(missing, "q/config.json", &m, &a),
+                      Contains("q/config.json") && Contains("'vocab_size'"));
+  nlohmann::json wrong = qwen;
+  wrong["num_hidden_layers"] = "two";
+  REQUIRE_THROWS_WITH(parse_hf_config(wrong, "q/config.json", &m, &a),
+                      Contains("q/config.json") && Contains("'num_hidden_layers'"));
+  nlohmann::json family = qwen;
+  family["model_type"] = "gpt2";
+  REQUIRE_THROWS_WITH(parse_hf_config(family, "q/config.json", &m, &a), Contains("gpt2"));
+  nlohmann::json rope = qwen;
+  rope["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  REQUIRE_THROWS_WITH(parse_hf_config(rope, "q/config.json", &m, &a),
+                      Contains("q/config.json") && Contains("low_freq_factor"));
+  rope["rope_scaling"] = {{"type", "yarn"}};
+  REQUIRE_THROWS_WITH(parse_hf_config(rope, "q/config.json", &m, &a), Contains("yarn"));
+}
