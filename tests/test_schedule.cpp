@@ -4,7 +4,6 @@
 #include "train/schedule.h"
 
 using namespace kdtrain;
-using Catch::Approx;
 
 namespace {
 ScheduleConfig wsd(DecayShape shape, int64_t warmup = 10, double fraction = 0.2, double min_ratio = 0.1) {
