@@ -88,8 +88,15 @@ Config load_config(const std::string& config_path, const std::string& preset,
   if (!config_path.empty()) {
     json doc = read_json_file(config_path);
     // --preset wins over the file's model.preset; the file's other model keys still apply.
-    if (!preset.empty() && doc.is_object() && doc.contains("model") && doc["model"].is_object())
-      doc["model"].erase("preset");
+    // The file's preset is still checked, so a typo there is reported even when overridden.
+    if (!preset.empty() && doc.is_object() && doc.contains("model") && doc["model"].is_object()) {
+      json& model = doc["model"];
+      if (model.contains("preset")) {
+        Config scratch;
+        apply_json(scratch, json{{"model", {{"preset", model["preset"]}}}}, config_path);
+        model.erase("preset");
+      }
+    }
     apply_json(c, doc, config_path);
   }
   if (!attention.empty()) {
