@@ -1,7 +1,7 @@
 // Fused CE + KD loss on a chunk: direct CE, KL(p||p) = 0, finite-difference
 // gradients of CE, every KD loss and the mixed loss in double, float vs double.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
