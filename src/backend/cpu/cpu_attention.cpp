@@ -12,6 +12,8 @@
 //   Pass 2 runs one task per (b, kv head, j) and sums over its query heads and
 //   over i >= j in a fixed order, so dk/dv need no atomics and the result does not
 //   depend on the thread count. dsinks is reduced serially from the D_i.
+// - Tasks are scheduled dynamically (causal rows have unequal cost); each task owns
+//   its outputs, so the schedule never changes the result.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -54,7 +56,7 @@ void attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* al
   {
     std::vector<T> x(static_cast<size_t>(Tn));
     std::vector<T> pv(static_cast<size_t>(D)), vsum(static_cast<size_t>(D));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 8)
     for (int64_t task = 0; task < B * H * Tn; ++task) {
       const int64_t i = task % Tn;
       const int64_t h = (task / Tn) % H;
@@ -118,7 +120,7 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
     std::vector<T> p(static_cast<size_t>(Tn));
     std::vector<T> pv(static_cast<size_t>(D)), vsum(static_cast<size_t>(D));
     std::vector<T> dop(static_cast<size_t>(D));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 8)
     for (int64_t task = 0; task < B * H * Tn; ++task) {
       const int64_t i = task % Tn;
       const int64_t h = (task / Tn) % H;
@@ -165,7 +167,7 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
 #pragma omp parallel
   {
     std::vector<T> dop(static_cast<size_t>(D));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 8)
     for (int64_t task = 0; task < B * Hkv * Tn; ++task) {
       const int64_t j = task % Tn;
       const int64_t g = (task / Tn) % Hkv;

@@ -17,6 +17,9 @@ constexpr int64_t kColumnBlock = 64;
 
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C) {
+  for (int64_t n = 0; n < N; ++n) {
+    KD_CHECK(tokens[n] >= 0, "embedding_forward: negative token ", tokens[n], " at position ", n);
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     std::memcpy(out + n * C, wte + static_cast<int64_t>(tokens[n]) * C,

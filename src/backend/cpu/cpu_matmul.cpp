@@ -1,8 +1,8 @@
 // Linear layer: out = inp W^T + b and its backward, through BLAS.
 //
-// Numerics: cblas_sgemm (float) / cblas_dgemm (double), row-major. OpenBLAS splits
-// gemm over the output, not over the reduction dimension, so results do not
-// depend on its thread count. The bias gradient is a column sum of dout over rows,
+// Numerics: cblas_sgemm (float) / cblas_dgemm (double), row-major. OpenBLAS
+// partitions gemm over output rows/columns and never splits the reduction
+// dimension across threads, so each output is summed in one fixed order. The bias gradient is a column sum of dout over rows,
 // in row order per column (threads own column blocks).
 #include <cblas.h>
 
