@@ -1,0 +1,64 @@
+// kdtrain train: resolve the config, pick the run directory, run the loop.
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace kdtrain::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TrainFlags {
+  CommonOptions common;
+  std::string run_dir;
+  std::string resume;
+};
+
+std::string default_run_dir(const Config& config, const std::string& config_path) {
+  std::string stem = !config_path.empty() ? fs::path(config_path).stem().string()
+                     : !config.model.preset.empty() ? config.model.preset : "run";
+  return (fs::path("runs") / (stem + "-" + to_string(config.attention.variant))).string();
+}
+
+void run_train(const TrainFlags& flags) {
+  TrainOptions options;
+  options.resume = flags.resume;
+  options.config_path = flags.common.config_path;
+  std::string config_path = flags.common.config_path;
+  if (!flags.resume.empty()) {
+    // A resumed run reads its own resolved config unless one is given.
+    options.run_dir = flags.run_dir.empty() ? run_dir_of(flags.resume) : flags.run_dir;
+    if (config_path.empty()) config_path = (fs::path(options.run_dir) / "config.json").string();
+  }
+  Config config = load_config(config_path, flags.common.preset, flags.common.attention,
+                              flags.common.overrides);
+  if (flags.resume.empty()) {
+    options.run_dir = flags.run_dir.empty() ? default_run_dir(config, config_path) : flags.run_dir;
+    KD_CHECK(!fs::exists(fs::path(options.run_dir) / "checkpoints" / "latest"), "--run-dir ",
+             options.run_dir, " already holds a run with checkpoints; pass --resume ",
+             options.run_dir, " to continue it or choose another --run-dir");
+  }
+  train(config, options);
+}
+
+}  // namespace
+
+void register_train(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  auto* command = app.add_subcommand(
+      "train", "Train a student (optionally distilled from a teacher) from a JSON config");
+  add_common_options(*command, flags->common);
+  command->add_option("--run-dir", flags->run_dir,
+                      "run directory (default runs/<config or preset>-<variant>)");
+  command->add_option("--resume", flags->resume,
+                      "continue a run: its directory or one of its checkpoint directories");
+  command->callback([flags] { run_train(*flags); });
+}
+
+}  // namespace kdtrain::cli

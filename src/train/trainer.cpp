@@ -1,0 +1,307 @@
+#include "train/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "model/init.h"
+#include "model/loss.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+#include "train/signals.h"
+
+namespace kdtrain {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct StepResult {
+  LossSums sums;
+  double grad_norm = 0.0;
+  double lr = 0.0;
+  bool applied = true;
+  std::vector<double> alpha_mean;  // (L*H) batch mean of alpha, affine only
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, const TrainOptions& options)
+      : config_(config), options_(options) {}
+
+  void run() {
+    setup();
+    install_stop_handlers();
+    const int64_t total = config_.train.steps;
+    MetricsLog metrics((fs::path(options_.run_dir) / "metrics.jsonl").string(), step_);
+    const auto started = Clock::now();
+    const int64_t first_step = step_;
+    while (step_ < total) {
+      const auto t0 = Clock::now();
+      StepResult r = train_step();
+      ++step_;
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      nlohmann::json record = step_record(r, seconds);
+      if (config_.eval.interval > 0 && step_ % config_.eval.interval == 0) add_validation(record);
+      else if (step_ == total) add_validation(record);
+      metrics.write(record);
+      if (step_ % config_.log.interval == 0 || step_ == total || step_ == first_step + 1) {
+        const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+        const double eta = elapsed / (step_ - first_step) * (total - step_);
+        spdlog::info("{}", progress_line(record, total, eta));
+      }
+      const bool interval_hit =
+          config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0;
+      if (interval_hit || step_ == total || stop_requested()) save();
+      if (stop_requested()) {
+        spdlog::warn("signal {} received: checkpoint written at step {}, exiting", stop_signal(),
+                     step_);
+        return;
+      }
+    }
+  }
+
+ private:
+  void setup() {
+    const TrainConfig& t = config_.train;
+    backend_ = make_backend(t.device, t.threads);
+    const ModelConfig& m = config_.model;
+    student_ = std::make_unique<Model>(m, config_.attention, *backend_, true);
+    loss_ = std::make_unique<FusedLoss>(*backend_);
+
+    KD_CHECK(!config_.data.train.empty(), "data.train: no training shards given");
+    train_data_ = std::make_unique<data::TokenDataset>(config_.data.train, t.seq_len, m.vocab_size);
+    if (!config_.data.val.empty())
+      val_data_ = std::make_unique<data::TokenDataset>(config_.data.val, t.seq_len, m.vocab_size);
+    KD_CHECK(train_data_->num_windows() >= t.global_batch, "data.train: only ",
+             train_data_->num_windows(), " windows of train.seq_len+1 = ", t.seq_len + 1,
+             " tokens, fewer than one global batch (", t.global_batch, " sequences)");
+    sampler_ = std::make_unique<data::Sampler>(train_data_->num_windows(), t.seed);
+
+    if (!config_.kd.teacher.empty()) {
+      LoadedModel teacher = load_model_dir(config_.kd.teacher);
+      KD_CHECK(teacher.model.vocab_size == m.vocab_size, "kd.teacher: ", config_.kd.teacher,
+               " has vocab_size ", teacher.model.vocab_size, " but the student has ",
+               m.vocab_size, "; student and teacher must share the vocabulary");
+      teacher_ = std::make_unique<Model>(teacher.model, teacher.attention, *backend_, false);
+      teacher_->set_params(teacher.params);
+    }
+
+    if (!options_.resume.empty()) {
+      resume();
+    } else {
+      if (!config_.model.init.empty()) {
+        LoadedModel init = load_model_dir(config_.model.init);
+        student_->set_params(params_for(init, *student_, config_.model.init));
+      } else {
+        student_->set_params(init_params(student_->layout(), m, config_.attention, t.seed));
+      }
+      optimizer_ = std::make_unique<AdamW>(*student_, config_.optimizer);
+      fs::create_directories(options_.run_dir);
+      write_resolved_config(config_, options_.run_dir);
+    }
+    log_setup();
+  }
+
+  void resume() {
+    TrainingState state = load_training_checkpoint(options_.resume, config_, *student_);
+    optimizer_ = std::make_unique<AdamW>(*student_, config_.optimizer);
+    optimizer_->set_state(state.adam_m, state.adam_v, state.step);
+    KD_CHECK(state.data_fingerprint == train_data_->fingerprint(), "--resume ", options_.resume,
+             ": the training data differs from the checkpoint's (fingerprint ",
+             state.data_fingerprint, " vs ", train_data_->fingerprint(), ")");
+    sampler_->from_json(state.sampler, state.directory);
+    step_ = state.step;
+    skipped_ = state.skipped_steps;
+    spdlog::info("resumed from {} at step {}", state.directory, step_);
+  }
+
+  void log_setup() {
+    const ParamBreakdown counts = count_params(student_->layout());
+    spdlog::info("student: {} ({}), {:.2f}M params, backend {}", config_.model.preset.empty() ? "custom" : config_.model.preset,
+                 to_string(config_.attention.variant), counts.total / 1e6, backend_->name());
+    if (teacher_)
+      spdlog::info("teacher: {} ({:.2f}M params), kd.loss {}, tau {}, weight {}", config_.kd.teacher,
+                   count_params(teacher_->layout()).total / 1e6, to_string(config_.kd.loss),
+                   config_.kd.temperature, config_.kd.weight);
+    spdlog::info("data: {} train windows of {} tokens; global batch {} = {} micro-batches of {}",
+                 train_data_->num_windows(), config_.train.seq_len, config_.train.global_batch,
+                 accumulation_steps(), config_.train.micro_batch);
+  }
+
+  int64_t accumulation_steps() const {
+    return config_.train.global_batch / config_.train.micro_batch;
+  }
+
+  LossSettings loss_settings() const {
+    LossSettings s;
+    s.kd_loss = config_.kd.loss;
+    s.temperature = static_cast<float>(config_.kd.temperature);
+    s.kd_weight = static_cast<float>(config_.kd.weight);
+    s.chunk_tokens = config_.kd.chunk_tokens;
+    return s;
+  }
+
+  StepResult train_step() {
+    const int64_t b = config_.train.micro_batch, T = config_.train.seq_len;
+    const int64_t G = config_.train.global_batch;
+    const float grad_scale = 1.f / static_cast<float>(G * T);
+    std::vector<int64_t> windows = sampler_->next_global_batch(G);
+    std::vector<int32_t> inputs(b * T), targets(b * T);
+    StepResult r;
+    student_->zero_grads();
+    for (int64_t micro = 0; micro < accumulation_steps(); ++micro) {
+      std::vector<int64_t> ids(windows.begin() + micro * b, windows.begin() + (micro + 1) * b);
+      train_data_->fill_batch(ids, inputs.data(), targets.data());
+      if (teacher_) teacher_->forward(inputs.data(), b, T, false);
+      student_->forward(inputs.data(), b, T, true);
+      LossSums s = loss_->run(*student_, teacher_.get(), targets.data(), loss_settings(),
+                              grad_scale, true);
+      student_->backward();
+      r.sums.ce += s.ce;
+      r.sums.kd += s.kd;
+      r.sums.tokens += s.tokens;
+    }
+    int64_t alpha_tokens = 0;
+    std::vector<double> alpha_sums = student_->take_alpha_sums(&alpha_tokens);
+    r.grad_norm = std::sqrt(optimizer_->grad_sum_squares());
+    r.lr = learning_rate(config_.schedule, config_.optimizer.lr, step_, config_.train.steps);
+    const double loss = r.sums.mixed(static_cast<float>(config_.kd.weight), teacher_ != nullptr);
+    if (!std::isfinite(loss) || !std::isfinite(r.grad_norm)) {
+      r.applied = false;
+      if (config_.train.on_nonfinite == NonFinitePolicy::stop)
+        fail("step ", step_ + 1, ": non-finite ", std::isfinite(loss) ? "gradient norm" : "loss",
+             " (loss ", loss, ", grad norm ", r.grad_norm,
+             "); the update was not applied and the last checkpoint is intact. Set "
+             "train.on_nonfinite=skip to skip such steps.");
+      ++skipped_;
+      return r;
+    }
+    optimizer_->step(static_cast<float>(r.lr), clip_scale(r.grad_norm, config_.optimizer.grad_clip));
+    if (!alpha_sums.empty()) update_alpha_ma(alpha_sums, alpha_tokens, r);
+    return r;
+  }
+
+  // alpha_ma <- rho*alpha_ma + (1-rho)*mean(alpha) per (layer, head), after the update,
+  // so every forward of this step used the value from before it (SPEC §2).
+  void update_alpha_ma(const std::vector<double>& sums, int64_t tokens, StepResult& r) {
+    const double rho = config_.attention.alpha_momentum;
+    std::vector<float> ma = student_->alpha_ma();
+    r.alpha_mean.resize(sums.size());
+    for (size_t i = 0; i < ma.size(); ++i) {
+      r.alpha_mean[i] = sums[i] / static_cast<double>(tokens);
+      ma[i] = static_cast<float>(rho * ma[i] + (1.0 - rho) * r.alpha_mean[i]);
+    }
+    student_->set_alpha_ma(ma);
+  }
+
+  nlohmann::json step_record(const StepResult& r, double seconds) {
+    const double tokens = static_cast<double>(config_.train.global_batch * config_.train.seq_len);
+    nlohmann::json rec;
+    rec["step"] = step_;
+    rec["lr"] = r.lr;
+    rec["loss"] = r.sums.mixed(static_cast<float>(config_.kd.weight), teacher_ != nullptr);
+    rec["kd"] = r.sums.tokens ? r.sums.kd / r.sums.tokens : 0.0;
+    rec["ce"] = r.sums.tokens ? r.sums.ce / r.sums.tokens : 0.0;
+    rec["grad_norm"] = r.grad_norm;
+    rec["tokens_per_s"] = seconds > 0 ? tokens / seconds : 0.0;
+    rec["step_time_s"] = seconds;
+    rec["applied"] = r.applied;
+    rec["skipped_steps"] = skipped_;
+    const int64_t L = config_.model.num_hidden_layers, H = config_.model.num_attention_heads;
+    if (has_affine(config_.attention.variant)) {
+      std::vector<float> ma = student_->alpha_ma();
+      nlohmann::json mean = nlohmann::json::array(), ma_json = nlohmann::json::array();
+      for (int64_t l = 0; l < L; ++l) {
+        double layer_mean = 0.0;
+        nlohmann::json heads = nlohmann::json::array();
+        for (int64_t h = 0; h < H; ++h) {
+          if (!r.alpha_mean.empty()) layer_mean += r.alpha_mean[l * H + h] / H;
+          heads.push_back(ma[l * H + h]);
+        }
+        mean.push_back(layer_mean);
+        ma_json.push_back(heads);
+      }
+      rec["alpha_mean"] = mean;
+      rec["alpha_ma"] = ma_json;
+    }
+    if (has_sink(config_.attention.variant)) {
+      std::vector<float> params = student_->get_params();
+      nlohmann::json sinks = nlohmann::json::array();
+      for (int64_t l = 0; l < L; ++l) {
+        const int64_t off = student_->layout().layers[l].sinks;
+        sinks.push_back(std::vector<float>(params.begin() + off, params.begin() + off + H));
+      }
+      rec["sinks"] = sinks;
+    }
+    return rec;
+  }
+
+  // Mean loss over the first eval.batches micro-batches of data.val, in order.
+  void add_validation(nlohmann::json& record) {
+    if (!val_data_) return;
+    const int64_t b = config_.train.micro_batch, T = config_.train.seq_len;
+    const int64_t batches = std::min<int64_t>(config_.eval.batches, val_data_->num_windows() / b);
+    if (batches <= 0) return;
+    std::vector<int32_t> inputs(b * T), targets(b * T);
+    LossSums total;
+    for (int64_t i = 0; i < batches; ++i) {
+      std::vector<int64_t> ids(b);
+      for (int64_t j = 0; j < b; ++j) ids[j] = i * b + j;
+      val_data_->fill_batch(ids, inputs.data(), targets.data());
+      if (teacher_) teacher_->forward(inputs.data(), b, T, false);
+      student_->forward(inputs.data(), b, T, false);
+      LossSums s = loss_->run(*student_, teacher_.get(), targets.data(), loss_settings(), 1.f, false);
+      total.ce += s.ce;
+      total.kd += s.kd;
+      total.tokens += s.tokens;
+    }
+    record["val_ce"] = total.ce / total.tokens;
+    record["val_kd"] = total.kd / total.tokens;
+    record["val_loss"] = total.mixed(static_cast<float>(config_.kd.weight), teacher_ != nullptr);
+  }
+
+  void save() {
+    TrainingState state;
+    state.step = step_;
+    state.skipped_steps = skipped_;
+    state.adam_m = optimizer_->first_moment();
+    state.adam_v = optimizer_->second_moment();
+    state.sampler = sampler_->to_json();
+    state.data_fingerprint = train_data_->fingerprint();
+    const std::string dir = save_training_checkpoint(options_.run_dir, config_, *student_, state,
+                                                     config_.checkpoint.keep);
+    spdlog::info("checkpoint: {}", dir);
+  }
+
+  Config config_;
+  TrainOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> student_, teacher_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<FusedLoss> loss_;
+  std::unique_ptr<data::TokenDataset> train_data_, val_data_;
+  std::unique_ptr<data::Sampler> sampler_;
+  int64_t step_ = 0;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace
+
+void train(const Config& config, const TrainOptions& options) {
+  Trainer trainer(config, options);
+  trainer.run();
+}
+
+}  // namespace kdtrain
