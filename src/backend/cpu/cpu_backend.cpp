@@ -39,6 +39,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int64_t threads) {
     if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
+    cpu::set_blas_single_threaded();
   }
 
   std::string name() const override { return "cpu"; }

@@ -47,6 +47,9 @@ void rmsnorm_backward(T* dinp,          // (N, C), accumulated
                       int64_t N, int64_t C);
 
 // ---- matmul (cpu_matmul.cpp, BLAS) ----
+// OpenBLAS must not start its own threads: the ops parallelise with OpenMP.
+void set_blas_single_threaded();
+
 template <typename T>
 void matmul_forward(T* out,           // (N, OC)
                     const T* inp,     // (N, IC)
