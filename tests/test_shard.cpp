@@ -112,6 +112,11 @@ TEST_CASE("shard: fingerprint depends on content and width", "[shard]") {
   uint8_t x[3] = {1, 2, 3}, y[3] = {1, 2, 4};
   REQUIRE(token_fingerprint(x, 3, 1) != token_fingerprint(y, 3, 1));
   REQUIRE(token_fingerprint(x, 2, 1) != token_fingerprint(x, 3, 1));
+  // Pinned against an independent Python transcription of docs/formats.md, so the
+  // definition cannot drift (checkpoints store it to detect changed data).
+  const uint32_t five[5] = {1, 2, 3, 4, 5};
+  REQUIRE(token_fingerprint(reinterpret_cast<const uint8_t*>(five), 20, 4) == 0x72bc2007e2f9f435ULL);
+  REQUIRE(token_fingerprint(nullptr, 0, 4) == 0x111f075d047568a4ULL);
 }
 
 TEST_CASE("shard: corrupt files are rejected naming the file", "[shard]") {
