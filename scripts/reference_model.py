@@ -432,7 +432,8 @@ def main(argv=None) -> int:
         tensors["grad." + name] = g.detach().numpy()
     out_dir = os.path.dirname(os.path.abspath(args.out))
     tmp = os.path.join(out_dir, "." + os.path.basename(args.out) + ".tmp")
-    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp,
+    # np.ascontiguousarray would turn the 0-d loss into shape (1,); keep it a scalar.
+    save_file({k: v if v.ndim == 0 else np.ascontiguousarray(v) for k, v in tensors.items()}, tmp,
               metadata={"dtype": "float64", "source": "scripts/reference_model.py"})
     os.replace(tmp, args.out)  # never leave a half-written output
     print(f"reference: loss {loss.item():.10f}, wrote {len(tensors)} tensors to {args.out}")
