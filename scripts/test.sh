@@ -47,10 +47,12 @@ if ((pytest_rc == 5)); then pytest_rc=0; fi
 
 echo "=== summary ==="
 ctest_summary="$(grep -E "tests passed|No tests were found" "$LOG_DIR/ctest.log" | tail -1 || true)"
-pytest_summary="$(grep -E "(passed|failed|skipped|error|no tests ran)" "$LOG_DIR/pytest.log" | tail -1 || true)"
-skipped_cuda="$(grep -c "SKIPPED: no CUDA device" "$LOG_DIR/ctest.log" || true)"
+pytest_summary="$(grep -E "(passed|failed|skipped|deselected|error|no tests ran)" "$LOG_DIR/pytest.log" | tail -1 || true)"
+# ctest hides the output of passing tests; its LastTest.log keeps every test's output,
+# which is where the CUDA tests' skip message is.
+skipped_cuda="$(grep -c "SKIPPED: no CUDA device" "$BUILD_DIR/Testing/Temporary/LastTest.log" 2>/dev/null || true)"
 echo "ctest:  rc=$ctest_rc  ${ctest_summary:-(no summary)}"
-if ((skipped_cuda > 0)); then echo "        CUDA test cases skipped (no device): $skipped_cuda"; fi
+if ((${skipped_cuda:-0} > 0)); then echo "        CUDA test cases skipped (no device): $skipped_cuda"; fi
 echo "pytest: rc=$pytest_rc  ${pytest_summary:-(no summary)}"
 if ((ctest_rc != 0 || pytest_rc != 0)); then
   echo "FAILED"
