@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   kdtrain::cli::register_init(app);
   kdtrain::cli::register_dump(app);
   kdtrain::cli::register_train(app);
+  kdtrain::cli::register_data(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
