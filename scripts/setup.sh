@@ -19,7 +19,7 @@ for arg in "$@"; do
     --no-python) WITH_PYTHON=0 ;;
     --no-build) WITH_BUILD=0 ;;
     --cuda=*) CUDA_MODE="${arg#--cuda=}" ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -44,7 +44,8 @@ class TokenShard {
   // One pass over the tokens; throws naming the file, the first position with an
   // id >= vocab_size and its value.
   void validate_vocab(int64_t vocab_size) const;
-  // 64-bit hash of width + token bytes (docs/formats.md); computed once, cached.
+  // 64-bit hash of width + token bytes (docs/formats.md); computed once and cached,
+  // so the first call is not thread-safe (call it at start-up; reads are).
   uint64_t fingerprint() const;
   // Min / max id and fingerprint in one pass (for `kdtrain data info`).
   ShardStats stats() const;
