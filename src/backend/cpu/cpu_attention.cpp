@@ -7,13 +7,15 @@
 // - affine: out_i = alpha_i (PV)_i + beta_i S_i with beta_i = (alpha_ma - alpha_i)/N_i,
 //   S_i = sum_{j<=i} v_j, N_i = i + 1. `gated` and `affine_gated` share the core of
 //   baseline and affine (the gate is a separate op).
-// - Backward stores nothing extra: P is recomputed from lse. Pass 1 runs one
-//   independent task per (b, h, i) and writes dq_i, D_i = dO'_i.(PV)_i and dalpha_i.
-//   Pass 2 runs one task per (b, kv head, j) and sums over its query heads and
-//   over i >= j in a fixed order, so dk/dv need no atomics and the result does not
-//   depend on the thread count. dsinks is reduced serially from the D_i.
-// - Tasks are scheduled dynamically (causal rows have unequal cost); each task owns
-//   its outputs, so the schedule never changes the result.
+// - Products are single-threaded BLAS calls on strided views of the packed qkv
+//   buffer, one (b, h) [forward] or (b, kv head) [backward] task per thread, so
+//   every output is computed by one thread in one fixed order: deterministic and
+//   independent of the thread count. The T x T scores are materialised per task
+//   (this is the reference backend; the fused kernels live in kernels/).
+// - Backward stores nothing extra: P is recomputed from lse. A task owns its kv
+//   head's dk/dv and walks the group's query heads in order (no atomics); dq of
+//   each query head is written once. dsinks is reduced serially from
+//   D_i = dO'_i.(PV)_i = sum_j P_ij dP_ij.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,21 +27,37 @@ namespace kdtrain::cpu {
 
 namespace {
 
-template <typename T>
-T dot(const T* a, const T* b, int64_t D) {
-  T s = 0;
-  for (int64_t d = 0; d < D; ++d) s += a[d] * b[d];
-  return s;
-}
-
 // Offsets into the packed qkv row of token (b, t): q heads, then k heads, then v heads.
 struct QkvIndex {
   int64_t T, H, Hkv, D;
-  int64_t row(int64_t b, int64_t t) const { return ((b * T + t) * (H + 2 * Hkv)) * D; }
+  int64_t ld() const { return (H + 2 * Hkv) * D; }  // row stride of every q/k/v view
+  int64_t row(int64_t b, int64_t t) const { return (b * T + t) * ld(); }
   int64_t q(int64_t b, int64_t t, int64_t h) const { return row(b, t) + h * D; }
   int64_t k(int64_t b, int64_t t, int64_t g) const { return row(b, t) + (H + g) * D; }
   int64_t v(int64_t b, int64_t t, int64_t g) const { return row(b, t) + (H + Hkv + g) * D; }
 };
+
+// P (T, T) from the scores in place: rows softmax-normalised over j <= i with the
+// sink in the denominator, zero above the diagonal; returns lse per row.
+template <typename T>
+void causal_softmax(T* S, T* lse, int64_t Tn, const T* sink) {
+  for (int64_t i = 0; i < Tn; ++i) {
+    T* x = S + i * Tn;
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, x[j]);
+    if (sink) mx = std::max(mx, *sink);
+    T denom = 0;
+    for (int64_t j = 0; j <= i; ++j) {
+      x[j] = std::exp(x[j] - mx);
+      denom += x[j];
+    }
+    if (sink) denom += std::exp(*sink - mx);
+    const T inv = T(1) / denom;
+    for (int64_t j = 0; j <= i; ++j) x[j] *= inv;
+    std::fill(x + i + 1, x + Tn, T(0));
+    lse[i] = mx + std::log(denom);
+  }
+}
 
 }  // namespace
 
@@ -48,55 +66,34 @@ void attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* al
                        const T* alpha_ma, AttnDims dims, T scale, AttentionVariant variant) {
   const int64_t B = dims.B, Tn = dims.T, H = dims.H, Hkv = dims.Hkv, D = dims.D;
   const QkvIndex ix{Tn, H, Hkv, D};
-  const int64_t group = H / Hkv;
+  const int64_t group = H / Hkv, ld = ix.ld(), ldo = H * D;
   const bool sink = has_sink(variant);
   const bool affine = has_affine(variant);
 
 #pragma omp parallel
   {
-    std::vector<T> x(static_cast<size_t>(Tn));
-    std::vector<T> pv(static_cast<size_t>(D)), vsum(static_cast<size_t>(D));
-#pragma omp for schedule(dynamic, 8)
-    for (int64_t task = 0; task < B * H * Tn; ++task) {
-      const int64_t i = task % Tn;
-      const int64_t h = (task / Tn) % H;
-      const int64_t b = task / (Tn * H);
-      const int64_t g = h / group;
-      const T* q = qkv + ix.q(b, i, h);
-
-      T mx = -std::numeric_limits<T>::infinity();
-      for (int64_t j = 0; j <= i; ++j) {
-        x[j] = scale * dot(q, qkv + ix.k(b, j, g), D);
-        mx = std::max(mx, x[j]);
+    std::vector<T> S(static_cast<size_t>(Tn * Tn));
+    std::vector<T> pv(static_cast<size_t>(affine ? Tn * D : 0)), vsum(static_cast<size_t>(D));
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < B * H; ++task) {
+      const int64_t b = task / H, h = task % H, g = h / group;
+      gemm_serial<T>(false, true, Tn, Tn, D, scale, qkv + ix.q(b, 0, h), ld, qkv + ix.k(b, 0, g), ld,
+                     T(0), S.data(), Tn);
+      causal_softmax(S.data(), lse + task * Tn, Tn, sink ? sinks + h : nullptr);
+      T* o = out + (b * Tn * H + h) * D;  // rows of head h, stride H*D
+      if (!affine) {
+        gemm_serial<T>(false, false, Tn, D, Tn, T(1), S.data(), Tn, qkv + ix.v(b, 0, g), ld, T(0), o, ldo);
+        continue;
       }
-      if (sink) mx = std::max(mx, sinks[h]);
-      T denom = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        x[j] = std::exp(x[j] - mx);
-        denom += x[j];
-      }
-      if (sink) denom += std::exp(sinks[h] - mx);
-      lse[(b * H + h) * Tn + i] = mx + std::log(denom);
-
-      std::fill(pv.begin(), pv.end(), T(0));
+      gemm_serial<T>(false, false, Tn, D, Tn, T(1), S.data(), Tn, qkv + ix.v(b, 0, g), ld, T(0),
+                     pv.data(), D);
       std::fill(vsum.begin(), vsum.end(), T(0));
-      const T inv = T(1) / denom;
-      for (int64_t j = 0; j <= i; ++j) {
-        const T* v = qkv + ix.v(b, j, g);
-        const T p = x[j] * inv;
-        for (int64_t d = 0; d < D; ++d) pv[d] += p * v[d];
-        if (affine) {
-          for (int64_t d = 0; d < D; ++d) vsum[d] += v[d];
-        }
-      }
-
-      T* o = out + ((b * Tn + i) * H + h) * D;
-      if (affine) {
+      for (int64_t i = 0; i < Tn; ++i) {
+        const T* v = qkv + ix.v(b, i, g);
+        for (int64_t d = 0; d < D; ++d) vsum[d] += v[d];
         const T a = alpha[(b * Tn + i) * H + h];
         const T beta = (alpha_ma[h] - a) / static_cast<T>(i + 1);
-        for (int64_t d = 0; d < D; ++d) o[d] = a * pv[d] + beta * vsum[d];
-      } else {
-        for (int64_t d = 0; d < D; ++d) o[d] = pv[d];
+        for (int64_t d = 0; d < D; ++d) o[i * ldo + d] = a * pv[i * D + d] + beta * vsum[d];
       }
     }
   }
@@ -108,99 +105,83 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
                         AttnDims dims, T scale, AttentionVariant variant) {
   const int64_t B = dims.B, Tn = dims.T, H = dims.H, Hkv = dims.Hkv, D = dims.D;
   const QkvIndex ix{Tn, H, Hkv, D};
-  const int64_t group = H / Hkv;
+  const int64_t group = H / Hkv, ld = ix.ld(), ldo = H * D;
   const bool sink = has_sink(variant);
   const bool affine = has_affine(variant);
-  // Drow(b, h, i) = dO'_i . (PV)_i, shared between the two passes.
+  // Drow(b, h, i) = dO'_i . (PV)_i, for the sink gradient.
   std::vector<T> Drow(static_cast<size_t>(B * H * Tn));
 
-  // Pass 1: per query row, dq_i, D_i and dalpha_i.
 #pragma omp parallel
   {
-    std::vector<T> p(static_cast<size_t>(Tn));
-    std::vector<T> pv(static_cast<size_t>(D)), vsum(static_cast<size_t>(D));
-    std::vector<T> dop(static_cast<size_t>(D));
-#pragma omp for schedule(dynamic, 8)
-    for (int64_t task = 0; task < B * H * Tn; ++task) {
-      const int64_t i = task % Tn;
-      const int64_t h = (task / Tn) % H;
-      const int64_t b = task / (Tn * H);
-      const int64_t g = h / group;
-      const T* q = qkv + ix.q(b, i, h);
-      const T* dO = dout + ((b * Tn + i) * H + h) * D;
-      const T l = lse[(b * H + h) * Tn + i];
-      const T a = affine ? alpha[(b * Tn + i) * H + h] : T(1);
-      for (int64_t d = 0; d < D; ++d) dop[d] = a * dO[d];
-
-      std::fill(pv.begin(), pv.end(), T(0));
-      std::fill(vsum.begin(), vsum.end(), T(0));
-      for (int64_t j = 0; j <= i; ++j) {
-        p[j] = std::exp(scale * dot(q, qkv + ix.k(b, j, g), D) - l);
-        const T* v = qkv + ix.v(b, j, g);
-        for (int64_t d = 0; d < D; ++d) pv[d] += p[j] * v[d];
-        if (affine) {
-          for (int64_t d = 0; d < D; ++d) vsum[d] += v[d];
-        }
+    std::vector<T> P(static_cast<size_t>(Tn * Tn)), dP(static_cast<size_t>(Tn * Tn));
+    std::vector<T> dop(static_cast<size_t>(Tn * D)), pv(static_cast<size_t>(affine ? Tn * D : 0));
+    std::vector<T> run(static_cast<size_t>(D));
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < B * Hkv; ++task) {
+      const int64_t b = task / Hkv, g = task % Hkv;
+      const T* K = qkv + ix.k(b, 0, g);
+      const T* V = qkv + ix.v(b, 0, g);
+      T* dK = dqkv + ix.k(b, 0, g);
+      T* dV = dqkv + ix.v(b, 0, g);
+      for (int64_t j = 0; j < Tn; ++j) {
+        std::fill(dK + j * ld, dK + j * ld + D, T(0));
+        std::fill(dV + j * ld, dV + j * ld + D, T(0));
       }
-      const T Di = dot(dop.data(), pv.data(), D);
-      Drow[task] = Di;  // task == (b*H + h)*T + i
-
-      T* dq = dqkv + ix.q(b, i, h);
-      std::fill(dq, dq + D, T(0));
-      for (int64_t j = 0; j <= i; ++j) {
-        const T dx = p[j] * (dot(dop.data(), qkv + ix.v(b, j, g), D) - Di);
-        const T* k = qkv + ix.k(b, j, g);
-        for (int64_t d = 0; d < D; ++d) dq[d] += dx * k[d];
-      }
-      for (int64_t d = 0; d < D; ++d) dq[d] *= scale;
-
-      if (affine) {
-        const T invN = T(1) / static_cast<T>(i + 1);
-        T da = 0;
-        for (int64_t d = 0; d < D; ++d) da += dO[d] * (pv[d] - vsum[d] * invN);
-        dalpha[(b * Tn + i) * H + h] = da;
-      }
-    }
-  }
-
-  // Pass 2: per key row j of kv head g, dk_j and dv_j over the group's query heads.
-#pragma omp parallel
-  {
-    std::vector<T> dop(static_cast<size_t>(D));
-#pragma omp for schedule(dynamic, 8)
-    for (int64_t task = 0; task < B * Hkv * Tn; ++task) {
-      const int64_t j = task % Tn;
-      const int64_t g = (task / Tn) % Hkv;
-      const int64_t b = task / (Tn * Hkv);
-      const T* k = qkv + ix.k(b, j, g);
-      const T* v = qkv + ix.v(b, j, g);
-      T* dk = dqkv + ix.k(b, j, g);
-      T* dv = dqkv + ix.v(b, j, g);
-      std::fill(dk, dk + D, T(0));
-      std::fill(dv, dv + D, T(0));
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        const T hm = affine ? alpha_ma[h] : T(0);
-        for (int64_t i = j; i < Tn; ++i) {
-          const T* q = qkv + ix.q(b, i, h);
-          const T* dO = dout + ((b * Tn + i) * H + h) * D;
+        const T* Q = qkv + ix.q(b, 0, h);
+        const T* dO = dout + (b * Tn * H + h) * D;  // stride H*D
+        const T* L = lse + (b * H + h) * Tn;
+        // P from the saved statistics.
+        gemm_serial<T>(false, true, Tn, Tn, D, scale, Q, ld, K, ld, T(0), P.data(), Tn);
+        for (int64_t i = 0; i < Tn; ++i) {
+          T* p = P.data() + i * Tn;
+          for (int64_t j = 0; j <= i; ++j) p[j] = std::exp(p[j] - L[i]);
+          std::fill(p + i + 1, p + Tn, T(0));
+        }
+        // dO' = alpha * dO (the softmax path sees the alpha-scaled gradient).
+        for (int64_t i = 0; i < Tn; ++i) {
           const T a = affine ? alpha[(b * Tn + i) * H + h] : T(1);
-          for (int64_t d = 0; d < D; ++d) dop[d] = a * dO[d];
-          const T p = std::exp(scale * dot(q, k, D) - lse[(b * H + h) * Tn + i]);
-          const T dx = p * (dot(dop.data(), v, D) - Drow[(b * H + h) * Tn + i]);
-          for (int64_t d = 0; d < D; ++d) dk[d] += scale * dx * q[d];
-          for (int64_t d = 0; d < D; ++d) dv[d] += p * dop[d];
-          if (affine) {
-            // the prefix-sum term: out_i gets beta_i v_j for every i >= j
-            const T beta = (hm - a) / static_cast<T>(i + 1);
-            for (int64_t d = 0; d < D; ++d) dv[d] += beta * dO[d];
-          }
+          for (int64_t d = 0; d < D; ++d) dop[i * D + d] = a * dO[i * ldo + d];
+        }
+        gemm_serial<T>(false, true, Tn, Tn, D, T(1), dop.data(), D, V, ld, T(0), dP.data(), Tn);
+        for (int64_t i = 0; i < Tn; ++i) {
+          const T* p = P.data() + i * Tn;
+          T* dp = dP.data() + i * Tn;
+          T Di = 0;
+          for (int64_t j = 0; j <= i; ++j) Di += p[j] * dp[j];
+          Drow[(b * H + h) * Tn + i] = Di;
+          for (int64_t j = 0; j <= i; ++j) dp[j] = p[j] * (dp[j] - Di);
+          std::fill(dp + i + 1, dp + Tn, T(0));
+        }
+        gemm_serial<T>(false, false, Tn, D, Tn, scale, dP.data(), Tn, K, ld, T(0), dqkv + ix.q(b, 0, h), ld);
+        gemm_serial<T>(true, false, Tn, D, Tn, scale, dP.data(), Tn, Q, ld, T(1), dK, ld);
+        gemm_serial<T>(true, false, Tn, D, Tn, T(1), P.data(), Tn, dop.data(), D, T(1), dV, ld);
+        if (!affine) continue;
+        // dalpha_i = dO_i . ((PV)_i - S_i / N_i), S_i the prefix sum of v.
+        gemm_serial<T>(false, false, Tn, D, Tn, T(1), P.data(), Tn, V, ld, T(0), pv.data(), D);
+        std::fill(run.begin(), run.end(), T(0));
+        for (int64_t i = 0; i < Tn; ++i) {
+          const T* v = V + i * ld;
+          for (int64_t d = 0; d < D; ++d) run[d] += v[d];
+          const T invN = T(1) / static_cast<T>(i + 1);
+          T da = 0;
+          for (int64_t d = 0; d < D; ++d) da += dO[i * ldo + d] * (pv[i * D + d] - run[d] * invN);
+          dalpha[(b * Tn + i) * H + h] = da;
+        }
+        // dv_j += sum_{i >= j} beta_i dO_i: a reverse prefix sum.
+        std::fill(run.begin(), run.end(), T(0));
+        for (int64_t i = Tn - 1; i >= 0; --i) {
+          const T a = alpha[(b * Tn + i) * H + h];
+          const T beta = (alpha_ma[h] - a) / static_cast<T>(i + 1);
+          for (int64_t d = 0; d < D; ++d) run[d] += beta * dO[i * ldo + d];
+          for (int64_t d = 0; d < D; ++d) dV[i * ld + d] += run[d];
         }
       }
     }
   }
 
   if (sink && dsinks != nullptr) {
-    // d lse-normalised sink prob: dL/ds_h = -sum_{b,i} p_sink,i D_i, serial fixed order.
+    // dL/ds_h = -sum_{b,i} p_sink,i D_i, reduced serially in a fixed order.
     for (int64_t h = 0; h < H; ++h) {
       T acc = 0;
       for (int64_t b = 0; b < B; ++b) {

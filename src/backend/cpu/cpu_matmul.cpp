@@ -21,9 +21,10 @@ namespace {
 constexpr int64_t kColumnBlock = 64;
 constexpr int64_t kRowBlock = 64;
 
-// C(M,N) = alpha op(A) op(B) + beta C, row-major, leading dims as stored.
+}  // namespace
+
 template <typename T>
-void gemm_block(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   const auto ta = trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = trans_b ? CblasTrans : CblasNoTrans;
@@ -38,7 +39,14 @@ void gemm_block(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T a
   }
 }
 
-// gemm_block over fixed row blocks of C, in parallel.
+template void gemm_serial<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*,
+                                 int64_t, const float*, int64_t, float, float*, int64_t);
+template void gemm_serial<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*,
+                                  int64_t, const double*, int64_t, double, double*, int64_t);
+
+namespace {
+
+// gemm_serial over fixed row blocks of C, in parallel.
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
@@ -48,7 +56,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
     const int64_t m0 = blk * kRowBlock, rows = std::min(kRowBlock, M - m0);
     // Rows m0.. of op(A): row offset in A, or column offset when A is transposed.
     const T* a = trans_a ? A + m0 : A + m0 * lda;
-    gemm_block<T>(trans_a, trans_b, rows, N, K, alpha, a, lda, B, ldb, beta, C + m0 * ldc, ldc);
+    gemm_serial<T>(trans_a, trans_b, rows, N, K, alpha, a, lda, B, ldb, beta, C + m0 * ldc, ldc);
   }
 }
 

@@ -49,6 +49,11 @@ void rmsnorm_backward(T* dinp,          // (N, C), accumulated
 // ---- matmul (cpu_matmul.cpp, BLAS) ----
 // OpenBLAS must not start its own threads: the ops parallelise with OpenMP.
 void set_blas_single_threaded();
+// C(M,N) = alpha op(A) op(B) + beta C on the calling thread; row-major, leading
+// dimensions as stored (so strided views of packed buffers need no copies).
+template <typename T>
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                 int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
 template <typename T>
 void matmul_forward(T* out,           // (N, OC)
