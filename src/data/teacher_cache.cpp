@@ -354,6 +354,12 @@ void bucket_teacher_entropy(const float* logp, const float* log_tail, int64_t n,
   }
 }
 
+void check_cached_loss_kind(KdLoss kd_loss, CacheTail tail) {
+  KD_CHECK(!(tail == CacheTail::renormalize && kd_loss == KdLoss::reverse_kl),
+           "kd.loss=reverse_kl with kd.teacher_cache needs kd.cache_tail=bucket: the "
+           "renormalised top-k teacher gives zero probability to the student's other tokens");
+}
+
 LossSums run_cached_loss(FusedLoss& loss, Model& student, const CachedRows& rows, CacheTail tail,
                          const int32_t* targets, const LossSettings& settings, float grad_scale,
                          bool compute_grad) {
@@ -361,9 +367,7 @@ LossSums run_cached_loss(FusedLoss& loss, Model& student, const CachedRows& rows
   KD_CHECK(static_cast<int64_t>(rows.log_tail.size()) == N &&
                static_cast<int64_t>(rows.ids.size()) == N * K,
            "kd.teacher_cache: ", rows.log_tail.size(), " cached rows for ", N, " student tokens");
-  KD_CHECK(!(tail == CacheTail::renormalize && settings.kd_loss == KdLoss::reverse_kl),
-           "kd.loss=reverse_kl with kd.teacher_cache needs kd.cache_tail=bucket: the "
-           "renormalised top-k teacher gives zero probability to the student's other tokens");
+  check_cached_loss_kind(settings.kd_loss, tail);
   Backend& backend = student.backend();
   const bool f32 = backend.act_dtype() == DType::f32;
   std::vector<float> host_teacher, host_student;

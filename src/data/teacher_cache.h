@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "data/dataset.h"
 #include "io/file_util.h"
 
@@ -130,6 +131,10 @@ void dense_cached_teacher(const int32_t* ids, const float* logp, const float* lo
 // each row's (K+1)-bucket teacher is added to its KD value. Writes it per row.
 void bucket_teacher_entropy(const float* logp, const float* log_tail, int64_t n, int64_t K,
                             double tau, double* out);
+
+// Refuses kd.loss=reverse_kl with kd.cache_tail=renormalize (infinite: the teacher is
+// zero outside its top K).
+void check_cached_loss_kind(KdLoss kd_loss, CacheTail tail);
 
 // The fused loss against cached rows [0, N) (N = the student's tokens in batch,
 // rows in the order of the student's tokens). reverse_kl needs kd.cache_tail=bucket.

@@ -106,6 +106,7 @@ class Trainer {
       cache_ = std::make_unique<data::TeacherCache>(config_.kd.teacher_cache);
       cache_->require_match(*train_data_, m.vocab_size, "kd.teacher_cache");
       cache_tail_ = data::parse_cache_tail(config_.kd.cache_tail);
+      data::check_cached_loss_kind(config_.kd.loss, cache_tail_);
     }
     // ---- end data-cache ----
 
