@@ -415,6 +415,14 @@ TEST_CASE("teacher cache: the trainer trains from a cache", "[teacher_cache][tra
   CHECK(rec["kd"].get<double>() > 0.0);
   CHECK(std::isfinite(rec["loss"].get<double>()));
 
+  CHECK(fs::exists(f.dir.file("cache") + "/cache.json"));
+
+  // A manifest from another tokenizer next to the shards is refused.
+  std::ofstream(f.dir.file("manifest.json")) << R"({"vocab_size": 128256})";
+  options.run_dir = f.dir.file("run_manifest");
+  CHECK_THROWS_WITH(train(c, options), Contains("data.train") && Contains("128256"));
+  fs::remove(f.dir.file("manifest.json"));
+
   c.train.seq_len = 8;  // the cache was made with seq_len 9
   options.run_dir = f.dir.file("run2");
   CHECK_THROWS_WITH(train(c, options), Contains("kd.teacher_cache") && Contains("seq_len 9"));

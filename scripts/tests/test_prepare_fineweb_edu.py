@@ -241,3 +241,24 @@ def test_bad_inputs(tmp_path):
     r = run_script("prepare_fineweb_edu.py", "--tokenizer", tmp_path, "--input", src,
                    "--out", tmp_path / "o3")
     assert r.returncode == 1 and "neither tokenizer.json" in r.stderr
+
+
+@needs_data
+def test_parquet_input_matches_csv(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    texts = fineweb_texts()
+    src = tmp_path / "fw.parquet"
+    table = pa.table({"id": list(range(len(texts))), "text": texts})
+    pq.write_table(table, src, row_group_size=7)  # many row groups, streamed in batches
+    out = tmp_path / "pq"
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", LLAMA3, "--input", src,
+                   "--out", out, "--val-tokens", 10000, "--shard-tokens", 20000)
+    assert r.returncode == 0, r.stderr
+    expected, _, _ = reference_stream(LLAMA3, texts, 128000, before=True)
+    manifest, stream = read_output(out)
+    assert np.array_equal(stream, expected)
+    assert manifest["documents"] == 100
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", LLAMA3, "--input", src,
+                   "--out", tmp_path / "bad", "--text-field", "body")
+    assert r.returncode == 1 and "no column 'body'" in r.stderr

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "backend/backend.h"
@@ -437,6 +438,28 @@ uint64_t teacher_hash(const LoadedModel& teacher) {
   return sum.value();
 }
 
+// <out>/cache.json: what the cache was made from, for people (the binary header
+// is what the trainer checks).
+void write_cache_info(const TeacherCacheOptions& o, const CacheHeader& h) {
+  nlohmann::json doc;
+  doc["format"] = "kdtrain.teacher_cache/1";
+  doc["file"] = kCacheFileName;
+  doc["teacher"] = o.teacher;
+  doc["data"] = o.data;
+  doc["seq_len"] = h.seq_len;
+  doc["top_k"] = h.K;
+  doc["vocab_size"] = h.V;
+  doc["windows"] = h.windows;
+  doc["value_dtype"] = h.value_type == CacheValueType::bf16 ? "bf16" : "f32";
+  doc["data_fingerprint"] = h.data_fingerprint;
+  doc["teacher_hash"] = h.teacher_hash;
+  doc["record_bytes"] = h.record_bytes();
+  const std::string text = doc.dump(2) + "\n";
+  io::AtomicFileWriter out((std::filesystem::path(o.out) / "cache.json").string());
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
 }  // namespace
 
 CacheHeader build_teacher_cache(const TeacherCacheOptions& o) {
@@ -513,6 +536,7 @@ CacheHeader build_teacher_cache(const TeacherCacheOptions& o) {
       }
     }
     writer.commit();
+    write_cache_info(o, header);
   } catch (...) {
     backend->release(logits);
     if (logits_f32) backend->release(logits_f32);
