@@ -186,14 +186,14 @@ struct TeacherCacheWriter::Impl {
 
 TeacherCacheWriter::TeacherCacheWriter(const std::string& dir, const CacheHeader& header) {
   std::filesystem::create_directories(dir);
-  impl_ = new Impl(dir, header);
+  impl_ = std::make_unique<Impl>(dir, header);
   const std::vector<uint8_t> h = encode_header(header);
   impl_->out.write(h.data(), h.size());
   impl_->sum.update(h.data(), h.size());
   impl_->record.assign(header.record_bytes(), 0);
 }
 
-TeacherCacheWriter::~TeacherCacheWriter() { delete impl_; }
+TeacherCacheWriter::~TeacherCacheWriter() = default;
 
 void TeacherCacheWriter::add_window(const int32_t* ids, const float* logp, const float* log_tail) {
   const CacheHeader& h = impl_->header;

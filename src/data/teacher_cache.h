@@ -17,6 +17,7 @@
 // or a bad field is refused with an error naming the file.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -94,13 +95,15 @@ class TeacherCacheWriter {
  public:
   TeacherCacheWriter(const std::string& dir, const CacheHeader& header);
   ~TeacherCacheWriter();
+  TeacherCacheWriter(const TeacherCacheWriter&) = delete;
+  TeacherCacheWriter& operator=(const TeacherCacheWriter&) = delete;
   // ids (T, K), logp (T, K) fp32 (rounded to the header's value type), log_tail (T).
   void add_window(const int32_t* ids, const float* logp, const float* log_tail);
   void commit();
 
  private:
   struct Impl;
-  Impl* impl_;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Top-K of one row of logits (V): ids by descending logit (ties: lower id first),
