@@ -40,7 +40,8 @@ LossSums FusedLoss::run(Model& student, Model* teacher, const int32_t* targets,
                         const LossSettings& settings, float grad_scale, bool compute_grad,
                         const LogitsObserver& observer) {
   const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size;
-  if (!teacher) return run_chunks(student, nullptr, targets, settings, grad_scale, compute_grad, observer);
+  if (!teacher)
+    return run_chunks(student, nullptr, targets, settings, grad_scale, compute_grad, observer);
   KD_CHECK(teacher->config().vocab_size == V, "kd.teacher: vocabulary size ",
            teacher->config().vocab_size, " differs from the student's ", V);
   KD_CHECK(teacher->tokens_in_batch() == N, "kd.teacher: teacher ran on ",

@@ -85,9 +85,10 @@ class Trainer {
     KD_CHECK(!config_.data.train.empty(), "data.train: no training shards given");
     data::check_manifest_vocab(config_.data.train, m.vocab_size, "data.train");  // data-cache
     train_data_ = std::make_unique<data::TokenDataset>(config_.data.train, t.seq_len, m.vocab_size);
-    if (!config_.data.val.empty()) data::check_manifest_vocab(config_.data.val, m.vocab_size, "data.val");  // data-cache
-    if (!config_.data.val.empty())
+    if (!config_.data.val.empty()) {
+      data::check_manifest_vocab(config_.data.val, m.vocab_size, "data.val");  // data-cache
       val_data_ = std::make_unique<data::TokenDataset>(config_.data.val, t.seq_len, m.vocab_size);
+    }
     KD_CHECK(train_data_->num_windows() >= t.global_batch, "data.train: only ",
              train_data_->num_windows(), " windows of train.seq_len+1 = ", t.seq_len + 1,
              " tokens, fewer than one global batch (", t.global_batch, " sequences)");
