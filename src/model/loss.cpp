@@ -40,12 +40,28 @@ LossSums FusedLoss::run(Model& student, Model* teacher, const int32_t* targets,
                         const LossSettings& settings, float grad_scale, bool compute_grad,
                         const LogitsObserver& observer) {
   const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size;
-  if (teacher) {
-    KD_CHECK(teacher->config().vocab_size == V, "kd.teacher: vocabulary size ",
-             teacher->config().vocab_size, " differs from the student's ", V);
-    KD_CHECK(teacher->tokens_in_batch() == N, "kd.teacher: teacher ran on ",
-             teacher->tokens_in_batch(), " tokens, student on ", N);
-  }
+  if (!teacher)
+    return run_chunks(student, nullptr, targets, settings, grad_scale, compute_grad, observer);
+  KD_CHECK(teacher->config().vocab_size == V, "kd.teacher: vocabulary size ",
+           teacher->config().vocab_size, " differs from the student's ", V);
+  KD_CHECK(teacher->tokens_in_batch() == N, "kd.teacher: teacher ran on ",
+           teacher->tokens_in_batch(), " tokens, student on ", N);
+  const TeacherChunkFn online = [teacher](int64_t start, int64_t n, const void*, void* out) {
+    teacher->head_logits(out, start, n);
+  };
+  return run_chunks(student, &online, targets, settings, grad_scale, compute_grad, observer);
+}
+
+LossSums FusedLoss::run(Model& student, const TeacherChunkFn& teacher, const int32_t* targets,
+                        const LossSettings& settings, float grad_scale, bool compute_grad) {
+  return run_chunks(student, &teacher, targets, settings, grad_scale, compute_grad, {});
+}
+
+LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
+                               const int32_t* targets, const LossSettings& settings,
+                               float grad_scale, bool compute_grad,
+                               const LogitsObserver& observer) {
+  const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size;
   for (int64_t i = 0; i < N; ++i)
     KD_CHECK(targets[i] >= 0 && targets[i] < V, "target id ", targets[i], " at position ", i,
              " is outside the vocabulary (", V, ")");
@@ -66,7 +82,7 @@ LossSums FusedLoss::run(Model& student, Model* teacher, const int32_t* targets,
       }
       observer(start, n, host.data());
     }
-    if (teacher) teacher->head_logits(teacher_logits_, start, n);
+    if (teacher) (*teacher)(start, n, logits_, teacher_logits_);
     LossChunkArgs args;
     args.n = n;
     args.V = V;

@@ -44,7 +44,19 @@ class FusedLoss {
                const LossSettings& settings, float grad_scale, bool compute_grad,
                const LogitsObserver& observer = {});
 
+  // ---- teacher from a callback (the teacher logit cache, data/teacher_cache.h) ----
+  // Before each chunk's loss, fills teacher_logits (n, V; backend memory, act dtype)
+  // for rows [start, start + n); student_logits then holds the student's chunk logits.
+  using TeacherChunkFn = std::function<void(int64_t start, int64_t n, const void* student_logits,
+                                            void* teacher_logits)>;
+  LossSums run(Model& student, const TeacherChunkFn& teacher, const int32_t* targets,
+               const LossSettings& settings, float grad_scale, bool compute_grad);
+  // ---- end teacher from a callback ----
+
  private:
+  LossSums run_chunks(Model& student, const TeacherChunkFn* teacher, const int32_t* targets,
+                      const LossSettings& settings, float grad_scale, bool compute_grad,
+                      const LogitsObserver& observer);
   void reserve(int64_t chunk, int64_t V, int64_t N);
   Backend& backend_;
   void* logits_ = nullptr;          // (chunk, V)

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "data/shard_manifest.h"  // data-cache
+#include "data/teacher_cache.h"   // data-cache
 #include "model/init.h"
 #include "model/loss.h"
 #include "model/model.h"
@@ -81,9 +83,12 @@ class Trainer {
     loss_ = std::make_unique<FusedLoss>(*backend_);
 
     KD_CHECK(!config_.data.train.empty(), "data.train: no training shards given");
+    data::check_manifest_vocab(config_.data.train, m.vocab_size, "data.train");  // data-cache
     train_data_ = std::make_unique<data::TokenDataset>(config_.data.train, t.seq_len, m.vocab_size);
-    if (!config_.data.val.empty())
+    if (!config_.data.val.empty()) {
+      data::check_manifest_vocab(config_.data.val, m.vocab_size, "data.val");  // data-cache
       val_data_ = std::make_unique<data::TokenDataset>(config_.data.val, t.seq_len, m.vocab_size);
+    }
     KD_CHECK(train_data_->num_windows() >= t.global_batch, "data.train: only ",
              train_data_->num_windows(), " windows of train.seq_len+1 = ", t.seq_len + 1,
              " tokens, fewer than one global batch (", t.global_batch, " sequences)");
@@ -97,6 +102,14 @@ class Trainer {
       teacher_ = std::make_unique<Model>(teacher.model, teacher.attention, *backend_, false);
       teacher_->set_params(teacher.params);
     }
+    // ---- data-cache: cached teacher (kd.teacher_cache) ----
+    if (!config_.kd.teacher_cache.empty()) {
+      cache_ = std::make_unique<data::TeacherCache>(config_.kd.teacher_cache);
+      cache_->require_match(*train_data_, m.vocab_size, "kd.teacher_cache");
+      cache_tail_ = data::parse_cache_tail(config_.kd.cache_tail);
+      data::check_cached_loss_kind(config_.kd.loss, cache_tail_);
+    }
+    // ---- end data-cache ----
 
     if (!options_.resume.empty()) {
       resume();
@@ -135,6 +148,10 @@ class Trainer {
       spdlog::info("teacher: {} ({:.2f}M params), kd.loss {}, tau {}, weight {}", config_.kd.teacher,
                    count_params(teacher_->layout()).total / 1e6, to_string(config_.kd.loss),
                    config_.kd.temperature, config_.kd.weight);
+    if (cache_)  // data-cache
+      spdlog::info("teacher cache: {} (top-{}, tail {}), kd.loss {}, tau {}, weight {}; validation is CE only",
+                   cache_->path(), cache_->header().K, config_.kd.cache_tail,
+                   to_string(config_.kd.loss), config_.kd.temperature, config_.kd.weight);
     spdlog::info("data: {} train windows of {} tokens; global batch {} = {} micro-batches of {}",
                  train_data_->num_windows(), config_.train.seq_len, config_.train.global_batch,
                  accumulation_steps(), config_.train.micro_batch);
@@ -166,8 +183,9 @@ class Trainer {
       train_data_->fill_batch(ids, inputs.data(), targets.data());
       if (teacher_) teacher_->forward(inputs.data(), b, T, false);
       student_->forward(inputs.data(), b, T, true);
-      LossSums s = loss_->run(*student_, teacher_.get(), targets.data(), loss_settings(),
-                              grad_scale, true);
+      LossSums s = cache_ ? cached_loss(ids, targets.data(), grad_scale)  // data-cache
+                          : loss_->run(*student_, teacher_.get(), targets.data(), loss_settings(),
+                                       grad_scale, true);
       student_->backward();
       r.sums.ce += s.ce;
       r.sums.kd += s.kd;
@@ -177,7 +195,7 @@ class Trainer {
     std::vector<double> alpha_sums = student_->take_alpha_sums(&alpha_tokens);
     r.grad_norm = std::sqrt(optimizer_->grad_sum_squares());
     r.lr = learning_rate(config_.schedule, config_.optimizer.lr, step_, config_.train.steps);
-    const double loss = r.sums.mixed(static_cast<float>(config_.kd.weight), teacher_ != nullptr);
+    const double loss = r.sums.mixed(static_cast<float>(config_.kd.weight), has_teacher());
     if (!std::isfinite(loss) || !std::isfinite(r.grad_norm)) {
       r.applied = false;
       if (config_.train.on_nonfinite == NonFinitePolicy::stop)
@@ -192,6 +210,16 @@ class Trainer {
     if (!alpha_sums.empty()) update_alpha_ma(alpha_sums, alpha_tokens, r);
     return r;
   }
+
+  // ---- data-cache: the fused loss against the cached teacher rows of `windows` ----
+  bool has_teacher() const { return teacher_ != nullptr || cache_ != nullptr; }
+  LossSums cached_loss(const std::vector<int64_t>& windows, const int32_t* targets, float grad_scale) {
+    data::CachedRows rows;
+    for (int64_t w : windows) cache_->append_window(w, rows);
+    return data::run_cached_loss(*loss_, *student_, rows, cache_tail_, targets, loss_settings(),
+                                 grad_scale, true);
+  }
+  // ---- end data-cache ----
 
   // alpha_ma <- rho*alpha_ma + (1-rho)*mean(alpha) per (layer, head), after the update,
   // so every forward of this step used the value from before it (SPEC §2).
@@ -211,7 +239,7 @@ class Trainer {
     nlohmann::json rec;
     rec["step"] = step_;
     rec["lr"] = r.lr;
-    rec["loss"] = r.sums.mixed(static_cast<float>(config_.kd.weight), teacher_ != nullptr);
+    rec["loss"] = r.sums.mixed(static_cast<float>(config_.kd.weight), has_teacher());
     rec["kd"] = r.sums.tokens ? r.sums.kd / r.sums.tokens : 0.0;
     rec["ce"] = r.sums.tokens ? r.sums.ce / r.sums.tokens : 0.0;
     rec["grad_norm"] = r.grad_norm;
@@ -293,6 +321,8 @@ class Trainer {
   std::unique_ptr<FusedLoss> loss_;
   std::unique_ptr<data::TokenDataset> train_data_, val_data_;
   std::unique_ptr<data::Sampler> sampler_;
+  std::unique_ptr<data::TeacherCache> cache_;                     // data-cache
+  data::CacheTail cache_tail_ = data::CacheTail::renormalize;     // data-cache
   int64_t step_ = 0;
   int64_t skipped_ = 0;
 };

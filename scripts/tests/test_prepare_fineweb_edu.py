@@ -1,0 +1,264 @@
+"""Tests for scripts/prepare_fineweb_edu.py and prepare_c4.py on the real
+FineWeb-Edu / C4 samples and the real Llama-3 and Qwen tokenizers in
+../shared/data (skipped when those files or `tokenizers` are absent)."""
+import csv
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+tokenizers = pytest.importorskip("tokenizers")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.dirname(HERE)
+REPO = os.path.dirname(SCRIPTS)
+DATA = os.environ.get("KDTRAIN_SHARED_DATA",
+                      os.path.join(os.path.dirname(REPO), "shared", "data"))
+if not os.path.isdir(DATA):
+    DATA = "/work/shared/data"
+FINEWEB = os.path.join(DATA, "text", "fineweb_edu_sample10BT.rows000-099.csv")
+C4 = os.path.join(DATA, "text", "c4_validation_2k.rows0000-0999.jsonl")
+LLAMA3 = os.path.join(DATA, "tokenizers", "llama3", "tokenizer.json")
+QWEN3 = os.path.join(DATA, "tokenizers", "qwen3", "tokenizer.json")
+QWEN2_DIR = os.path.join(DATA, "tokenizers", "qwen2")
+
+needs_data = pytest.mark.skipif(not (os.path.isfile(FINEWEB) and os.path.isfile(LLAMA3)),
+                                reason="../shared/data (FineWeb-Edu sample, tokenizers) absent")
+
+sys.path.insert(0, SCRIPTS)
+import prepare_fineweb_edu as prep  # noqa: E402
+
+
+def run_script(name, *args):
+    cmd = [sys.executable, os.path.join(SCRIPTS, name), "--quiet", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def read_shard(path):
+    """Independent llm.c shard reader: header checks and the tokens."""
+    raw = open(path, "rb").read()
+    header = np.frombuffer(raw[:1024], dtype="<i4")
+    magic, version, count = int(header[0]), int(header[1]), int(header[2])
+    assert (magic, version) in ((20240520, 1), (20240801, 7)), (magic, version)
+    assert not header[3:].any()
+    width = 2 if version == 1 else 4
+    assert len(raw) == 1024 + count * width
+    return np.frombuffer(raw[1024:], dtype="<u2" if width == 2 else "<u4").astype(np.int64), width
+
+
+def fineweb_texts():
+    with open(FINEWEB, newline="", encoding="utf-8") as f:
+        return [row["text"] for row in csv.DictReader(f)]
+
+
+def c4_texts():
+    with open(C4, encoding="utf-8") as f:
+        return [json.loads(line)["text"] for line in f if line.strip()]
+
+
+def reference_stream(tokenizer_path, texts, sep_id, before):
+    """The tokenizer's own encoding of each document plus the separator."""
+    tok = tokenizers.Tokenizer.from_file(tokenizer_path)
+    tok.encode_special_tokens = True
+    out, docs = [], []
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        docs.append(ids)
+        out.extend([sep_id] + ids if before else ids + [sep_id])
+    return np.array(out, dtype=np.int64), docs, tok
+
+
+def read_output(out):
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    parts = []
+    for shard in manifest["shards"]:
+        tokens, width = read_shard(os.path.join(out, shard["file"]))
+        assert width == (4 if manifest["dtype"] == "uint32" else 2)
+        assert len(tokens) == shard["tokens"]
+        assert os.path.getsize(os.path.join(out, shard["file"])) == shard["bytes"]
+        parts.append(tokens)
+    return manifest, np.concatenate(parts)
+
+
+def sha256(path):
+    import hashlib
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@needs_data
+@pytest.mark.parametrize("workers", [0, 2])
+def test_llama3_fineweb(tmp_path, workers):
+    out = tmp_path / "llama3"
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", LLAMA3, "--input", FINEWEB,
+                   "--out", out, "--val-tokens", 10000, "--shard-tokens", 20000,
+                   "--workers", workers)
+    assert r.returncode == 0, r.stderr
+    texts = fineweb_texts()
+    expected, docs, tok = reference_stream(LLAMA3, texts, 128000, before=True)
+    manifest, stream = read_output(out)
+    assert np.array_equal(stream, expected)
+    # Shard 0 is the validation shard with exactly --val-tokens, then train shards.
+    names = [s["file"] for s in manifest["shards"]]
+    assert names[0] == "fineweb_edu_val_000000.bin" and manifest["shards"][0]["tokens"] == 10000
+    assert names[1:] == [f"fineweb_edu_train_{i:06d}.bin" for i in range(1, len(names))]
+    assert all(s["tokens"] == 20000 for s in manifest["shards"][1:-1])
+    assert manifest["vocab_size"] == 128256 and manifest["dtype"] == "uint32"
+    assert manifest["shard_version"] == 7
+    assert manifest["separator"] == {"token": "<|begin_of_text|>", "id": 128000,
+                                     "position": "before"}
+    assert manifest["documents"] == len(texts) == 100
+    assert manifest["tokens"] == len(expected) == sum(len(d) + 1 for d in docs)
+    assert manifest["val_tokens"] + manifest["train_tokens"] == manifest["tokens"]
+    assert sum(s["separators"] for s in manifest["shards"]) == 100
+    assert manifest["tokenizer"]["sha256"] == sha256(LLAMA3)
+    assert "--val-tokens" in manifest["command"]
+    # The first document decodes back to the original text.
+    first, _ = read_shard(out / names[0])
+    assert first[0] == 128000
+    end = int(np.argmax(first[1:] == 128000)) + 1
+    assert tok.decode(first[1:end].tolist(), skip_special_tokens=False) == texts[0]
+    assert not [f for f in os.listdir(out) if ".tmp." in f]
+
+
+@needs_data
+@pytest.mark.skipif(not os.path.isfile(QWEN3), reason="Qwen3 tokenizer absent")
+def test_qwen_fineweb(tmp_path):
+    out = tmp_path / "qwen"
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", QWEN3, "--input", FINEWEB,
+                   "--out", out, "--val-tokens", 5000, "--shard-tokens", 1 << 20)
+    assert r.returncode == 0, r.stderr
+    texts = fineweb_texts()
+    expected, docs, tok = reference_stream(QWEN3, texts, 151643, before=False)
+    manifest, stream = read_output(out)
+    assert np.array_equal(stream, expected)
+    assert manifest["vocab_size"] == 151669 and manifest["dtype"] == "uint32"
+    assert manifest["separator"] == {"token": "<|endoftext|>", "id": 151643, "position": "after"}
+    assert [s["split"] for s in manifest["shards"]] == ["val", "train"]
+    first, _ = read_shard(out / manifest["shards"][0]["file"])
+    end = int(np.argmax(first == 151643))
+    assert tok.decode(first[:end].tolist()) == texts[0]
+
+
+@needs_data
+@pytest.mark.skipif(not os.path.isfile(os.path.join(QWEN2_DIR, "merges.txt")) or
+                    not os.path.isfile(QWEN3), reason="Qwen2 vocab/merges absent")
+def test_qwen2_vocab_merges_dir_matches_qwen3_json(tmp_path):
+    # Same BPE vocabulary and merges (MANIFEST.md): identical tokens, smaller vocab.
+    out = tmp_path / "qwen2"
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", QWEN2_DIR, "--input", FINEWEB,
+                   "--out", out, "--val-tokens", 0, "--workers", 2)
+    assert r.returncode == 0, r.stderr
+    expected, _, _ = reference_stream(QWEN3, fineweb_texts(), 151643, before=False)
+    manifest, stream = read_output(out)
+    assert np.array_equal(stream, expected)
+    assert manifest["vocab_size"] == 151646
+    assert [s["split"] for s in manifest["shards"]] == ["train"]
+    assert set(manifest["tokenizer"]["files"]) >= {"vocab.json", "merges.txt"}
+
+
+@needs_data
+@pytest.mark.skipif(not os.path.isfile(C4), reason="C4 sample absent")
+def test_c4_validation_shards(tmp_path):
+    out = tmp_path / "c4"
+    r = run_script("prepare_c4.py", "--tokenizer", LLAMA3, "--input", C4, "--out", out)
+    assert r.returncode == 0, r.stderr
+    texts = c4_texts()
+    expected, _, _ = reference_stream(LLAMA3, texts, 128000, before=True)
+    manifest, stream = read_output(out)
+    assert np.array_equal(stream, expected)
+    assert [s["file"] for s in manifest["shards"]] == ["c4_val_000000.bin"]
+    assert manifest["documents"] == 1000 and manifest["train_tokens"] == 0
+
+
+@needs_data
+def test_gzip_jsonl_max_tokens_and_overwrite(tmp_path):
+    texts = fineweb_texts()[:20]
+    src = tmp_path / "docs.jsonl.gz"
+    with gzip.open(src, "wt", encoding="utf-8") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"text": t, "url": f"u{i}", "timestamp": "t"}) + "\n")
+            if i == 3:
+                f.write(json.dumps({"text": "", "url": "empty"}) + "\n")
+    out = tmp_path / "o"
+    args = ["--tokenizer", LLAMA3, "--input", src, "--out", out, "--val-tokens", 1000,
+            "--shard-tokens", 3000, "--max-tokens", 7000]
+    r = run_script("prepare_fineweb_edu.py", *args)
+    assert r.returncode == 0, r.stderr
+    expected, _, _ = reference_stream(LLAMA3, texts, 128000, before=True)
+    manifest, stream = read_output(out)
+    assert np.array_equal(stream, expected[:7000])
+    assert [s["tokens"] for s in manifest["shards"]] == [1000, 3000, 3000]
+    assert manifest["stopped_at_max_tokens"] is True
+    # An existing output is refused without --overwrite ...
+    r = run_script("prepare_fineweb_edu.py", *args)
+    assert r.returncode == 1 and "--overwrite" in r.stderr
+    # ... and a shorter rerun with it leaves no stale shard behind.
+    r = run_script("prepare_fineweb_edu.py", *args[:-2], "--max-tokens", 2000, "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(out)) == ["fineweb_edu_train_000001.bin",
+                                       "fineweb_edu_val_000000.bin", "manifest.json"]
+
+
+def test_small_vocab_writes_uint16_shards(tmp_path):
+    # A tiny word-level tokenizer built here: vocab < 65536 gives version-1 shards.
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    vocab = {"<unk>": 0, "<|endoftext|>": 1, "hello": 2, "world": 3, "again": 4}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok_path = tmp_path / "tokenizer.json"
+    tok.save(str(tok_path))
+    src = tmp_path / "d.jsonl"
+    src.write_text("\n".join(json.dumps({"body": t}) for t in
+                             ["hello world", "world again hello", "<|endoftext|> x"]) + "\n")
+    out = tmp_path / "o"
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", tok_path, "--input", src,
+                   "--out", out, "--text-field", "body", "--val-tokens", 3)
+    assert r.returncode == 0, r.stderr
+    manifest, stream = read_output(out)
+    assert manifest["dtype"] == "uint16" and manifest["shard_version"] == 1
+    # The literal "<|endoftext|>" in text is not the separator (encoded as text: <unk>s).
+    assert stream.tolist()[:7] == [2, 3, 1, 3, 4, 2, 1]
+    assert np.count_nonzero(stream == 1) == 3
+
+
+def test_bad_inputs(tmp_path):
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "a"}\nnot json\n')
+    if not os.path.isfile(LLAMA3):
+        pytest.skip("Llama-3 tokenizer absent")
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", LLAMA3, "--input", src,
+                   "--out", tmp_path / "o")
+    assert r.returncode == 1 and f"{src}:2: not valid JSON" in r.stderr
+    assert not os.path.exists(tmp_path / "o" / "manifest.json")
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", LLAMA3, "--input", src,
+                   "--out", tmp_path / "o2", "--text-field", "body")
+    assert r.returncode == 1 and "no field 'body'" in r.stderr
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", tmp_path, "--input", src,
+                   "--out", tmp_path / "o3")
+    assert r.returncode == 1 and "neither tokenizer.json" in r.stderr
+
+
+@needs_data
+def test_parquet_input_matches_csv(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    texts = fineweb_texts()
+    src = tmp_path / "fw.parquet"
+    table = pa.table({"id": list(range(len(texts))), "text": texts})
+    pq.write_table(table, src, row_group_size=7)  # many row groups, streamed in batches
+    out = tmp_path / "pq"
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", LLAMA3, "--input", src,
+                   "--out", out, "--val-tokens", 10000, "--shard-tokens", 20000)
+    assert r.returncode == 0, r.stderr
+    expected, _, _ = reference_stream(LLAMA3, texts, 128000, before=True)
+    manifest, stream = read_output(out)
+    assert np.array_equal(stream, expected)
+    assert manifest["documents"] == 100
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", LLAMA3, "--input", src,
+                   "--out", tmp_path / "bad", "--text-field", "body")
+    assert r.returncode == 1 and "no column 'body'" in r.stderr
