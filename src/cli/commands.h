@@ -21,5 +21,6 @@ void register_init(CLI::App& app);
 void register_dump(CLI::App& app);
 void register_train(CLI::App& app);
 void register_data(CLI::App& app);
+void register_teacher_cache(CLI::App& app);
 
 }  // namespace kdtrain::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   kdtrain::cli::register_dump(app);
   kdtrain::cli::register_train(app);
   kdtrain::cli::register_data(app);
+  kdtrain::cli::register_teacher_cache(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
