@@ -274,3 +274,23 @@ TEST_CASE("analysis: a map layer outside the model is refused", "[analysis]") {
   CHECK_THROWS_WITH(eval::AttentionAnalyzer(*f.model, options),
                     Catch::Matchers::Contains("map layer 3"));
 }
+
+TEST_CASE("analysis: the training probe on a causal prefix equals a forward of that prefix",
+          "[analysis]") {
+  for (AttentionVariant variant : {AttentionVariant::baseline, AttentionVariant::affine_gated}) {
+    DYNAMIC_SECTION(to_string(variant)) {
+      Fixture f(variant, 51);
+      const int64_t B = 3, T = 12, P = 5;
+      const std::vector<int32_t> tokens = random_tokens(B * T, f.config.vocab_size, 12);
+      f.model->forward(tokens.data(), B, T, false);
+      const double probe = eval::probe_mean_abs_attention_logit(*f.model, P);
+      // positions < P of sequence 0 depend only on its first P tokens
+      const double direct = eval::mean_abs_attention_logit(*f.model, tokens.data(), 1, P);
+      CHECK(probe == Approx(direct).epsilon(1e-5));
+      // a prefix longer than the sequence is the whole first sequence
+      f.model->forward(tokens.data(), B, T, false);
+      const double whole = eval::probe_mean_abs_attention_logit(*f.model, 1000);
+      CHECK(whole == Approx(eval::mean_abs_attention_logit(*f.model, tokens.data(), 1, T)).epsilon(1e-5));
+    }
+  }
+}

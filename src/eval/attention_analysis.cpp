@@ -50,7 +50,10 @@ struct LayerView {
   }
 };
 
-LayerView read_layer(Model& model, int64_t l, bool with_stats) {
+// q/k only (with_stats false) may be restricted to the first `sequences` sequences
+// and `positions` tokens; statistics need whole rows of the last forward.
+LayerView read_layer(Model& model, int64_t l, bool with_stats, int64_t sequences = 0,
+                     int64_t positions = 0) {
   const ModelConfig& m = model.config();
   Backend& backend = model.backend();
   LayerView v;
@@ -60,7 +63,22 @@ LayerView read_layer(Model& model, int64_t l, bool with_stats) {
   v.Hkv = m.num_key_value_heads;
   v.D = m.head_dim;
   v.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v.D)));
-  v.qkv = host_f32(backend, model.layer_qkv(l), v.B * v.T * (v.H + 2 * v.Hkv) * v.D);
+  const int64_t row = (v.H + 2 * v.Hkv) * v.D;
+  if (!with_stats && ((sequences > 0 && sequences < v.B) || (positions > 0 && positions < v.T))) {
+    const int64_t B = sequences > 0 ? std::min(sequences, v.B) : v.B;
+    const int64_t T = positions > 0 ? std::min(positions, v.T) : v.T;
+    const size_t a = dtype_size(backend.act_dtype());
+    v.qkv.resize(B * T * row);
+    for (int64_t b = 0; b < B; ++b) {  // rows (b, 0..T) are contiguous in (B, T, heads, D)
+      const void* src = static_cast<const char*>(model.layer_qkv(l)) + b * v.T * row * a;
+      const std::vector<float> part = host_f32(backend, src, T * row);
+      std::copy(part.begin(), part.end(), v.qkv.begin() + b * T * row);
+    }
+    v.B = B;
+    v.T = T;
+    return v;
+  }
+  v.qkv = host_f32(backend, model.layer_qkv(l), v.B * v.T * row);
   if (!with_stats) return v;
   v.lse.resize(v.B * v.H * v.T);
   backend.to_host(v.lse.data(), model.layer_lse(l), v.lse.size() * sizeof(float));
@@ -354,11 +372,12 @@ nlohmann::json AttentionAnalyzer::to_json() const {
   return j;
 }
 
-std::vector<double> abs_attention_logit_per_layer(Model& model) {
+std::vector<double> abs_attention_logit_per_layer(Model& model, int64_t sequences,
+                                                  int64_t positions) {
   const int64_t L = model.config().num_hidden_layers;
   std::vector<double> out(L);
   for (int64_t l = 0; l < L; ++l) {
-    const LayerView v = read_layer(model, l, false);
+    const LayerView v = read_layer(model, l, false, sequences, positions);
     int64_t pairs = 0;
     out[l] = abs_logit_sum(v, &pairs) / static_cast<double>(pairs);
   }
@@ -370,6 +389,14 @@ double mean_abs_attention_logit(Model& model, const int32_t* tokens, int64_t B, 
   // Every layer has the same number of causal pairs, so the mean of layer means is
   // the mean over all (layer, sequence, head, pair).
   const std::vector<double> per_layer = abs_attention_logit_per_layer(model);
+  double s = 0.0;
+  for (double x : per_layer) s += x;
+  return s / static_cast<double>(per_layer.size());
+}
+
+double probe_mean_abs_attention_logit(Model& model, int64_t positions) {
+  KD_CHECK(model.batch_size() > 0, "attention-logit probe: the model has not run forward");
+  const std::vector<double> per_layer = abs_attention_logit_per_layer(model, 1, positions);
   double s = 0.0;
   for (double x : per_layer) s += x;
   return s / static_cast<double>(per_layer.size());

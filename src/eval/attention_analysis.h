@@ -68,7 +68,16 @@ class AttentionAnalyzer {
 // accumulate_alpha off so alpha_ma is untouched).
 double mean_abs_attention_logit(Model& model, const int32_t* tokens, int64_t B, int64_t T);
 
-// The same quantity per layer for the activations already in `model`.
-std::vector<double> abs_attention_logit_per_layer(Model& model);
+// The same quantity per layer for the activations already in `model`, over its
+// first `sequences` sequences and first `positions` tokens (<= 0: all). A causal
+// prefix is a valid probe on its own: positions < P depend only on tokens < P.
+std::vector<double> abs_attention_logit_per_layer(Model& model, int64_t sequences = 0,
+                                                  int64_t positions = 0);
+
+// The training-time probe (Fig. 2), with no extra forward: the mean |QK^T/sqrt(d)|
+// over every layer and head on the first `positions` tokens of the first sequence
+// of the model's last forward (the last micro-batch of a step). Copies only that
+// prefix of q/k to the host, so the training kernels stay fused and untouched.
+double probe_mean_abs_attention_logit(Model& model, int64_t positions = 128);
 
 }  // namespace kdtrain::eval
