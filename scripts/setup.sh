@@ -64,11 +64,12 @@ fi
 if ((WITH_PYTHON)); then
   # Compare installed versions with the pins without starting pip (pip's resolver takes
   # seconds even when nothing changes).
-  if python3 - "$ROOT/requirements.txt" <<'EOF'
+  REQUIREMENTS=("$ROOT/requirements.txt" "$ROOT/requirements-eval.txt")
+  if python3 - "${REQUIREMENTS[@]}" <<'EOF'
 import sys
 from importlib import metadata
 ok = True
-for line in open(sys.argv[1]):
+for line in (l for path in sys.argv[1:] for l in open(path)):
     line = line.split("#", 1)[0].strip()
     if not line:
         continue
@@ -87,7 +88,7 @@ EOF
     log "python requirements satisfied"
   else
     log "installing python requirements"
-    python3 -m pip install --no-input -r "$ROOT/requirements.txt"
+    python3 -m pip install --no-input -r "$ROOT/requirements.txt" -r "$ROOT/requirements-eval.txt"
   fi
 fi
 

@@ -171,7 +171,7 @@ void run_info(const InfoOptions& o) {
 void register_info(CLI::App& app) {
   auto options = std::make_shared<InfoOptions>();
   auto* command = app.add_subcommand(
-      "info", "print the architecture, parameter counts, ΔParams over baseline and a memory estimate");
+      "info", "Print the architecture, parameter counts, ΔParams over baseline and a memory estimate");
   add_common_options(*command, options->common);
   command->add_option("--micro-batch", options->micro_batch,
                       "sequences per micro-batch for the memory estimate (default train.micro_batch)");

@@ -22,5 +22,7 @@ void register_dump(CLI::App& app);
 void register_train(CLI::App& app);
 void register_data(CLI::App& app);
 void register_teacher_cache(CLI::App& app);
+void register_eval(CLI::App& app);
+void register_analyze(CLI::App& app);
 
 }  // namespace kdtrain::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   kdtrain::cli::register_train(app);
   kdtrain::cli::register_data(app);
   kdtrain::cli::register_teacher_cache(app);
+  kdtrain::cli::register_eval(app);
+  kdtrain::cli::register_analyze(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -413,4 +413,23 @@ void Model::set_alpha_ma(const std::vector<float>& values) {
   refresh_compute_weights();
 }
 
+// --- read-only views for analysis ---
+const void* Model::layer_qkv(int64_t l) const {
+  KD_CHECK(acts_ && l >= 0 && l < model_.num_hidden_layers, "layer_qkv: layer ", l,
+           " out of range or forward has not run");
+  return acts_->qkv[l];
+}
+
+const void* Model::layer_alpha(int64_t l) const {
+  KD_CHECK(acts_ && l >= 0 && l < model_.num_hidden_layers, "layer_alpha: layer ", l,
+           " out of range or forward has not run");
+  return acts_->alpha[l];
+}
+
+const float* Model::layer_lse(int64_t l) const {
+  KD_CHECK(acts_ && l >= 0 && l < model_.num_hidden_layers, "layer_lse: layer ", l,
+           " out of range or forward has not run");
+  return acts_->lse[l];
+}
+
 }  // namespace kdtrain

@@ -65,6 +65,15 @@ class Model {
   std::vector<float> alpha_ma();
   void set_alpha_ma(const std::vector<float>& values);
 
+  // --- read-only views for analysis (src/eval/attention_analysis.h) ---
+  // Layer l's activations from the last forward, in backend memory and act_dtype();
+  // valid until the next forward with a different (B, T).
+  int64_t batch_size() const { return B_; }
+  int64_t seq_len() const { return T_; }
+  const void* layer_qkv(int64_t l) const;    // (B, T, H + 2*Hkv, D), RoPE applied
+  const void* layer_alpha(int64_t l) const;  // (B, T, H) activated alpha; null unless affine
+  const float* layer_lse(int64_t l) const;   // (B, H, T) fp32 log softmax denominator
+
  private:
   struct Activations;
   void ensure_activations(int64_t B, int64_t T);

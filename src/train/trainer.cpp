@@ -11,8 +11,9 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "data/shard_manifest.h"  // data-cache
-#include "data/teacher_cache.h"   // data-cache
+#include "data/shard_manifest.h"
+#include "data/teacher_cache.h"
+#include "eval/attention_analysis.h"
 #include "model/init.h"
 #include "model/loss.h"
 #include "model/model.h"
@@ -55,6 +56,11 @@ class Trainer {
       ++step_;
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       nlohmann::json record = step_record(r, seconds);
+      // --- attention-logit probe (paper Fig. 2; src/eval/attention_analysis.h) ---
+      // Reads the last micro-batch's q/k prefix before validation overwrites them.
+      if (step_ % config_.log.interval == 0 || step_ == total || step_ == first_step + 1)
+        record["attn_logit_mean_abs"] = eval::probe_mean_abs_attention_logit(*student_, 128);
+      // --- end probe ---
       if (config_.eval.interval > 0 && step_ % config_.eval.interval == 0) add_validation(record);
       else if (step_ == total) add_validation(record);
       metrics.write(record);

@@ -1,0 +1,155 @@
+"""scripts/report.py on synthetic run directories, statistics checked by hand."""
+import csv
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "report.py"
+spec = importlib.util.spec_from_file_location("kdtrain_report", SCRIPT)
+report = importlib.util.module_from_spec(spec)
+sys.modules["kdtrain_report"] = report
+spec.loader.exec_module(report)
+
+LLAMA_1B = {"preset": "llama3.2-1b", "num_hidden_layers": 16, "hidden_size": 2048,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64}
+# Steps 1..9 and one step past 500 that Tables 4/5 must ignore.
+GRAD = [10, 11, 9, 10, 12, 8, 10, 17, 30]
+
+
+def write_run(root: Path, name: str, variant: str, losses, grads, extra_steps=None, analysis=None,
+              zero_shot=True, ppl=61.9):
+    run = root / name
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"model": LLAMA_1B, "attention": {"variant": variant}}))
+    rows = []
+    for i, (loss, g) in enumerate(zip(losses, grads), 1):
+        rows.append({"step": i, "loss": loss, "kd": loss - 0.1, "grad_norm": g,
+                     report.LOGIT_KEY: 3.0 - 0.1 * i})
+    for step, loss, g in extra_steps or []:
+        rows.append({"step": step, "loss": loss, "kd": loss, "grad_norm": g})
+    with open(run / "metrics.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+        f.write("\n")
+    if ppl is not None:
+        (run / "eval_c4.json").write_text(json.dumps({"perplexity": ppl, "mean_ce": math.log(ppl)}))
+    if zero_shot:
+        tasks = {"winogrande": 0.556, "piqa": 0.724, "hellaswag": 0.531, "arc_challenge": 0.352,
+                 "arc_easy": 0.625, "boolq": 0.615}
+        (run / "zero_shot.json").write_text(json.dumps(
+            {"tasks": {k: {"value": v} for k, v in tasks.items()},
+             "average": sum(tasks.values()) / 6}))
+    if analysis:
+        (run / "analysis").mkdir()
+        (run / "analysis" / "analysis.json").write_text(json.dumps(analysis))
+    return run
+
+
+def synthetic_analysis(L=2, H=3):
+    return {"attention": "affine", "num_layers": L, "num_heads": H,
+            "first_token_weight": [0.5, 0.3], "entropy": [1.2, 1.9],
+            "query_mass": {"edges": [0, 0.25, 0.5, 0.75, 1.0], "counts": [1, 5, 3, 2],
+                           "mean": 0.5, "median": 0.45},
+            "head_mass": [[0.1, 0.5, 0.9], [0.3, 0.7, 1.0]],
+            "attention_map": {"layer": 2, "size": 3,
+                              "weights": [[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]}}
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_statistics_by_hand():
+    s = report.grad_norm_stats(GRAD)
+    # sum 117, mean 13; squared deviations 9+4+16+9+1+25+9+16+289 = 378 -> variance 42
+    assert s["mean"] == pytest.approx(13.0)
+    assert s["variance"] == pytest.approx(42.0)
+    assert s["std"] == pytest.approx(math.sqrt(42.0))
+    assert s["cv"] == pytest.approx(math.sqrt(42.0) / 13.0)
+    # median 10; |g - 10| sorted 0,0,0,1,1,2,2,7,20 -> MAD 1; tau6 = 16, tau9 = 19
+    assert report.spike_count(GRAD, 6) == (2, 16.0)   # 17 and 30
+    assert report.spike_count(GRAD, 9) == (1, 19.0)   # 30
+    assert report.spike_count([1.0, 1.0, 1.0], 6) == (0, 1.0)
+    assert report.grad_norm_stats([])["mean"] is None
+
+
+def test_delta_params_from_config_matches_paper_1b():
+    assert report.delta_params_from_config(LLAMA_1B, "affine") / 1e6 == pytest.approx(1.048576)
+    assert report.delta_params_from_config(LLAMA_1B, "gated") / 1e6 == pytest.approx(67.108864)
+    assert report.delta_params_from_config(LLAMA_1B, "affine-gated") / 1e6 == pytest.approx(68.15744)
+    assert report.delta_params_from_config(LLAMA_1B, "sink") == 16 * 32
+    assert report.delta_params_from_config(LLAMA_1B, "baseline") == 0
+
+
+def test_report_tables_and_figures(tmp_path):
+    losses = [3.0, 2.9, 2.8, 2.75, 2.7, 2.71, 2.69, 2.74, 2.72]
+    base = write_run(tmp_path, "base", "baseline", losses, GRAD,
+                     extra_steps=[(600, 2.70, 1000.0)])
+    aff = write_run(tmp_path, "aff", "affine", losses, [1.0] * 9, analysis=synthetic_analysis(),
+                    ppl=58.9)
+    gated = write_run(tmp_path, "gated", "gated", losses, [2.0] * 9, zero_shot=False, ppl=None)
+    # info.json overrides the computed ΔParams
+    (gated / "info.json").write_text(json.dumps({"delta_params": 67100000}))
+    out = tmp_path / "report"
+    assert report.main([str(aff), str(gated), str(base), "--out", str(out), "--loss-steps", "2"]) == 0
+
+    t1 = read_csv(out / "table1.csv")
+    assert t1[0] == report.MAIN_COLUMNS
+    assert [r[1] for r in t1[1:]] == ["Baseline", "Affine-Scaled"]  # variant order, gated excluded
+    b = t1[1]
+    assert b[0] == "1B"
+    assert b[2] == "0.0"
+    assert b[3] == "2.71"          # mean of the last two logged losses: 2.72 (step 9) and 2.70 (step 600)
+    assert b[4] == "61.9"
+    assert b[5:11] == ["55.6", "72.4", "53.1", "35.2", "62.5", "61.5"]
+    assert b[11] == "56.7"         # (55.6+72.4+53.1+35.2+62.5+61.5)/6 = 56.72
+    assert t1[2][2] == "1.0" and t1[2][4] == "58.9"
+
+    t2 = read_csv(out / "table2.csv")
+    assert [r[1] for r in t2[1:]] == ["Baseline", "Gated"]
+    assert t2[2][2] == "67.1"
+    assert t2[2][4] == "" and t2[2][11] == ""   # no eval, no zero-shot: empty cells
+
+    t4 = {r[1]: r for r in read_csv(out / "table4.csv")[1:]}
+    assert t4["Baseline"][2:] == ["9", "13.000", f"{math.sqrt(42):.3f}", "42.000",
+                                  f"{math.sqrt(42) / 13:.2f}"]
+    assert t4["Affine-Scaled"][3:6] == ["1.000", "0.000", "0.000"]
+    t5 = {r[1]: r for r in read_csv(out / "table5.csv")[1:]}
+    assert t5["Baseline"][2:5] == ["9", "2", "1"]
+    assert t5["Affine-Scaled"][3:5] == ["0", "0"]
+
+    md = (out / "table1.md").read_text()
+    assert "| 1B | Baseline | 0.0 | 2.71 | 61.9 |" in md
+    assert (out / "report.md").exists()
+
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib not installed: figures not checked")
+    pngs = {p.name for p in out.glob("*.png")}
+    for name in ["fig2_logit_magnitude_1B.png", "fig7_loss_1B.png", "fig8_grad_norm_1B.png",
+                 "fig10_loss_late_1B.png", "fig4_first_token_1B.png", "fig6_entropy_1B.png",
+                 "fig3_query_mass_1B_aff.png", "fig5_head_heatmap_1B_aff.png",
+                 "fig9_attention_map_1B_aff.png"]:
+        assert name in pngs, name
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resumed_run_keeps_the_last_record_of_a_step(tmp_path):
+    run = write_run(tmp_path, "r", "baseline", [3.0, 2.0], [1.0, 2.0], zero_shot=False, ppl=None)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2, "loss": 1.5, "grad_norm": 5.0}) + "\n")
+    r = report.Run(run)
+    assert r.series("loss") == ([1, 2], [3.0, 1.5])
+    assert r.final_loss(1) == 1.5
+
+
+def test_bad_metrics_line_names_the_file(tmp_path):
+    run = write_run(tmp_path, "r", "baseline", [3.0], [1.0], zero_shot=False, ppl=None)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write("{not json\n")
+    with pytest.raises(SystemExit, match="metrics.jsonl:3"):
+        report.Run(run)

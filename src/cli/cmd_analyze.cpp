@@ -1,0 +1,105 @@
+// kdtrain analyze: attention statistics of a checkpoint on the first --num-seqs
+// windows of held-out shards, written to <out>/analysis.json (docs/analysis.md).
+// The defaults are the paper's App. A.1 settings: 10 sequences of 1024 tokens,
+// the attention map of the 8th layer. Figures are drawn by scripts/report.py.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "eval/attention_analysis.h"
+#include "eval/perplexity.h"
+
+namespace kdtrain::cli {
+
+namespace {
+
+struct AnalyzeFlags {
+  std::string checkpoint, out, device = "cpu";
+  std::vector<std::string> data;
+  int64_t seq_len = 1024, num_seqs = 10, layer_map = 8, map_size = 30, bins = 50;
+};
+
+void run_analyze(const AnalyzeFlags& f) {
+  KD_CHECK(f.seq_len >= 2, "--seq-len must be at least 2, got ", f.seq_len);
+  KD_CHECK(f.num_seqs >= 1, "--num-seqs must be at least 1, got ", f.num_seqs);
+  KD_CHECK(f.layer_map >= 1, "--layer-map is a 1-based layer number, got ", f.layer_map);
+  auto backend = make_backend(f.device, 0);
+  const std::string model_dir = eval::resolve_model_dir(f.checkpoint);
+  std::unique_ptr<Model> model = eval::load_model_for_eval(model_dir, *backend);
+  const ModelConfig& m = model->config();
+  KD_CHECK(m.max_position_embeddings <= 0 || f.seq_len <= m.max_position_embeddings, "--seq-len ",
+           f.seq_len, " exceeds the model's max_position_embeddings ", m.max_position_embeddings);
+  const data::TokenDataset dataset(f.data, f.seq_len, m.vocab_size);
+  KD_CHECK(dataset.num_windows() >= f.num_seqs, "--num-seqs ", f.num_seqs, ": the data holds only ",
+           dataset.num_windows(), " windows of ", f.seq_len + 1, " tokens");
+
+  eval::AnalysisOptions options;
+  int64_t layer = f.layer_map;
+  if (layer > m.num_hidden_layers) {
+    spdlog::warn("--layer-map {}: the model has {} layers; mapping layer {}", layer,
+                 m.num_hidden_layers, m.num_hidden_layers);
+    layer = m.num_hidden_layers;
+  }
+  options.map_layer = layer - 1;
+  options.map_size = f.map_size;
+  options.hist_bins = f.bins;
+  eval::AttentionAnalyzer analyzer(*model, options);
+
+  // One sequence per forward keeps the activations to one window.
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> inputs(f.seq_len), targets(f.seq_len);
+  for (int64_t s = 0; s < f.num_seqs; ++s) {
+    dataset.fill_batch({s}, inputs.data(), targets.data());
+    model->forward(inputs.data(), 1, f.seq_len, false);
+    analyzer.add(*model);
+    spdlog::info("analyze: sequence {}/{}", s + 1, f.num_seqs);
+  }
+  nlohmann::json j = analyzer.to_json();
+  j["checkpoint"] = model_dir;
+  j["data"] = f.data;
+  j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::filesystem::create_directories(f.out);
+  const std::string path = (std::filesystem::path(f.out) / "analysis.json").string();
+  eval::write_text_file(path, j.dump(1) + "\n");
+  std::printf("wrote %s: %s, %lld sequences x %lld tokens, mean |QK^T/sqrt(d)| %.4f, "
+              "first-token weight (mean over layers) %.4f\n",
+              path.c_str(), to_string(model->attention().variant),
+              static_cast<long long>(f.num_seqs), static_cast<long long>(f.seq_len),
+              j["mean_abs_logit"].get<double>(), [&] {
+                double s = 0.0;
+                for (double x : j["first_token_weight"]) s += x;
+                return s / static_cast<double>(j["first_token_weight"].size());
+              }());
+}
+
+}  // namespace
+
+void register_analyze(CLI::App& app) {
+  auto flags = std::make_shared<AnalyzeFlags>();
+  auto* command = app.add_subcommand(
+      "analyze", "Attention statistics (paper §4, App. A) of a checkpoint, written as analysis.json");
+  command->add_option("--checkpoint", flags->checkpoint,
+                      "model checkpoint directory, or a run directory (its latest checkpoint)")
+      ->required();
+  command->add_option("--data", flags->data, "token shards (paths or glob patterns)")->required();
+  command->add_option("--seq-len", flags->seq_len, "tokens per sequence (default 1024)");
+  command->add_option("--num-seqs", flags->num_seqs, "the first N windows are analysed (default 10)");
+  command->add_option("--layer-map", flags->layer_map,
+                      "1-based layer whose attention map is kept (default 8, clamped to the depth)");
+  command->add_option("--map-size", flags->map_size, "attention map of the first N tokens (default 30)");
+  command->add_option("--bins", flags->bins, "per-query mass histogram bins over [0, 1] (default 50)");
+  command->add_option("--out", flags->out, "output directory (analysis.json)")->required();
+  command->add_option("--device", flags->device, "cpu or cuda (statistics are computed on the host)");
+  command->callback([flags] { run_analyze(*flags); });
+}
+
+}  // namespace kdtrain::cli

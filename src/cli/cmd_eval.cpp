@@ -1,0 +1,98 @@
+// kdtrain eval: mean cross-entropy and token perplexity of a checkpoint over every
+// window of held-out shards (docs/evaluation.md). Deterministic: the same number
+// for any --batch-size and thread count up to fp32 summation order inside a batch.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "eval/perplexity.h"
+
+namespace kdtrain::cli {
+
+namespace {
+
+struct EvalFlags {
+  std::string checkpoint, out, device = "cpu";
+  std::vector<std::string> data;
+  int64_t seq_len = 1024, batch_size = 4, max_windows = 0, chunk_tokens = 1024;
+  bool json = false;
+};
+
+void run_eval(const EvalFlags& f) {
+  KD_CHECK(f.seq_len >= 1, "--seq-len must be at least 1, got ", f.seq_len);
+  KD_CHECK(f.batch_size >= 1, "--batch-size must be at least 1, got ", f.batch_size);
+  auto backend = make_backend(f.device, 0);
+  const std::string model_dir = eval::resolve_model_dir(f.checkpoint);
+  std::unique_ptr<Model> model = eval::load_model_for_eval(model_dir, *backend);
+  const ModelConfig& m = model->config();
+  KD_CHECK(m.max_position_embeddings <= 0 || f.seq_len <= m.max_position_embeddings, "--seq-len ",
+           f.seq_len, " exceeds the model's max_position_embeddings ", m.max_position_embeddings);
+  const data::TokenDataset dataset(f.data, f.seq_len, m.vocab_size);
+
+  const auto start = std::chrono::steady_clock::now();
+  auto last_report = start;
+  const eval::PerplexityResult r = eval::evaluate_perplexity(
+      *model, dataset, f.batch_size, f.max_windows, f.chunk_tokens, [&](int64_t done, int64_t total) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_report > std::chrono::seconds(10) && done < total) {
+          spdlog::info("eval: {}/{} windows", done, total);
+          last_report = now;
+        }
+      });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  nlohmann::json j;
+  j["checkpoint"] = model_dir;
+  j["data"] = f.data;
+  j["attention"] = to_string(model->attention().variant);
+  j["seq_len"] = f.seq_len;
+  j["windows"] = r.windows;
+  j["windows_available"] = dataset.num_windows();
+  j["tokens"] = r.tokens;
+  j["ce_sum"] = r.ce_sum;
+  j["mean_ce"] = r.mean_ce();
+  j["perplexity"] = r.perplexity();
+  j["bits_per_token"] = r.bits_per_token();
+  j["seconds"] = seconds;
+  if (!f.out.empty()) eval::write_text_file(f.out, j.dump(2) + "\n");
+  if (f.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("eval %s: %lld windows x %lld tokens = %lld tokens, mean CE %.6f nats, "
+                "token perplexity %.4f (%.1f s)\n",
+                model_dir.c_str(), static_cast<long long>(r.windows),
+                static_cast<long long>(f.seq_len), static_cast<long long>(r.tokens), r.mean_ce(),
+                r.perplexity(), seconds);
+  }
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app) {
+  auto flags = std::make_shared<EvalFlags>();
+  auto* command = app.add_subcommand(
+      "eval", "Mean cross-entropy and token perplexity of a checkpoint on held-out shards");
+  command->add_option("--checkpoint", flags->checkpoint,
+                      "model checkpoint directory, or a run directory (its latest checkpoint)")
+      ->required();
+  command->add_option("--data", flags->data, "token shards (paths or glob patterns)")->required();
+  command->add_option("--seq-len", flags->seq_len, "T: tokens per window (default 1024)");
+  command->add_option("--batch-size", flags->batch_size, "windows per forward (default 4)");
+  command->add_option("--max-windows", flags->max_windows,
+                      "score only the first N windows (default: all)");
+  command->add_option("--chunk-tokens", flags->chunk_tokens, "rows of logits at once (default 1024)");
+  command->add_option("--out", flags->out, "also write the JSON result to this file");
+  command->add_flag("--json", flags->json, "print the result as JSON");
+  command->add_option("--device", flags->device, "cpu or cuda");
+  command->callback([flags] { run_eval(*flags); });
+}
+
+}  // namespace kdtrain::cli

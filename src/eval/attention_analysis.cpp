@@ -1,0 +1,405 @@
+#include "eval/attention_analysis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace kdtrain::eval {
+
+namespace {
+
+// A host fp32 copy of n activation values (act_dtype) from backend memory.
+std::vector<float> host_f32(Backend& backend, const void* ptr, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (backend.act_dtype() == DType::f32) {
+    backend.to_host(out.data(), ptr, n * sizeof(float));
+  } else {
+    float* tmp = static_cast<float*>(backend.alloc(n * sizeof(float)));
+    backend.convert_to_f32(tmp, ptr, n);
+    backend.to_host(out.data(), tmp, n * sizeof(float));
+    backend.release(tmp);
+  }
+  return out;
+}
+
+// One layer's inputs to the attention core, on the host in fp32.
+struct LayerView {
+  int64_t B = 0, T = 0, H = 0, Hkv = 0, D = 0;
+  float scale = 0.f;
+  std::vector<float> qkv;       // (B, T, H + 2Hkv, D)
+  std::vector<float> lse;       // (B, H, T)
+  std::vector<float> alpha;     // (B, T, H) or empty
+  std::vector<float> sinks;     // (H) or empty
+  std::vector<float> alpha_ma;  // (H) or empty
+
+  const float* q(int64_t b, int64_t t, int64_t h) const {
+    return qkv.data() + ((b * T + t) * (H + 2 * Hkv) + h) * D;
+  }
+  const float* k(int64_t b, int64_t t, int64_t g) const {
+    return qkv.data() + ((b * T + t) * (H + 2 * Hkv) + H + g) * D;
+  }
+  int64_t kv_head(int64_t h) const { return h / (H / Hkv); }
+  float logit(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    const float* a = q(b, i, h);
+    const float* c = k(b, j, kv_head(h));
+    float s = 0.f;
+    for (int64_t d = 0; d < D; ++d) s += a[d] * c[d];
+    return scale * s;
+  }
+};
+
+// q/k only (with_stats false) may be restricted to the first `sequences` sequences
+// and `positions` tokens; statistics need whole rows of the last forward.
+LayerView read_layer(Model& model, int64_t l, bool with_stats, int64_t sequences = 0,
+                     int64_t positions = 0) {
+  const ModelConfig& m = model.config();
+  Backend& backend = model.backend();
+  LayerView v;
+  v.B = model.batch_size();
+  v.T = model.seq_len();
+  v.H = m.num_attention_heads;
+  v.Hkv = m.num_key_value_heads;
+  v.D = m.head_dim;
+  v.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v.D)));
+  const int64_t row = (v.H + 2 * v.Hkv) * v.D;
+  if (!with_stats && ((sequences > 0 && sequences < v.B) || (positions > 0 && positions < v.T))) {
+    const int64_t B = sequences > 0 ? std::min(sequences, v.B) : v.B;
+    const int64_t T = positions > 0 ? std::min(positions, v.T) : v.T;
+    const size_t a = dtype_size(backend.act_dtype());
+    v.qkv.resize(B * T * row);
+    for (int64_t b = 0; b < B; ++b) {  // rows (b, 0..T) are contiguous in (B, T, heads, D)
+      const void* src = static_cast<const char*>(model.layer_qkv(l)) + b * v.T * row * a;
+      const std::vector<float> part = host_f32(backend, src, T * row);
+      std::copy(part.begin(), part.end(), v.qkv.begin() + b * T * row);
+    }
+    v.B = B;
+    v.T = T;
+    return v;
+  }
+  v.qkv = host_f32(backend, model.layer_qkv(l), v.B * v.T * row);
+  if (!with_stats) return v;
+  v.lse.resize(v.B * v.H * v.T);
+  backend.to_host(v.lse.data(), model.layer_lse(l), v.lse.size() * sizeof(float));
+  const AttentionVariant variant = model.attention().variant;
+  const LayerOffsets& o = model.layout().layers[l];
+  if (has_affine(variant)) {
+    v.alpha = host_f32(backend, model.layer_alpha(l), v.B * v.T * v.H);
+    v.alpha_ma.resize(v.H);
+    backend.to_host(v.alpha_ma.data(), model.master() + o.alpha_ma, v.H * sizeof(float));
+  }
+  if (has_sink(variant)) {
+    v.sinks.resize(v.H);
+    backend.to_host(v.sinks.data(), model.master() + o.sinks, v.H * sizeof(float));
+  }
+  return v;
+}
+
+// Per query row (b, h, i >= 1) results, written by one task each.
+struct RowStats {
+  double mass = 0.0;            // softmax-derived mass on tokens: 1, 1 - S_i, or alpha_i
+  double mass_effective = 0.0;  // sum_j w_ij
+  double sink_share = 0.0;      // S_i (sink only)
+  double first = 0.0;           // w_i0
+  double entropy = 0.0;         // of |w| / sum |w|, nats
+  double abs_logit = 0.0;       // sum_j |x_ij|
+};
+
+double abs_logit_sum(const LayerView& v, int64_t* pairs) {
+  const int64_t rows = v.B * v.H * v.T;
+  std::vector<double> sums(static_cast<size_t>(rows));
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t task = 0; task < rows; ++task) {
+    const int64_t i = task % v.T, h = (task / v.T) % v.H, b = task / (v.T * v.H);
+    double s = 0.0;
+    for (int64_t j = 0; j <= i; ++j) s += std::fabs(v.logit(b, h, i, j));
+    sums[task] = s;
+  }
+  double total = 0.0;
+  for (double s : sums) total += s;  // fixed order
+  *pairs = v.B * v.H * v.T * (v.T + 1) / 2;
+  return total;
+}
+
+}  // namespace
+
+AttentionAnalyzer::AttentionAnalyzer(const Model& model, const AnalysisOptions& options)
+    : config_(model.config()), variant_(model.attention().variant), options_(options) {
+  const int64_t L = config_.num_hidden_layers, H = config_.num_attention_heads;
+  KD_CHECK(options_.map_layer >= 0 && options_.map_layer < L, "analysis: map layer ",
+           options_.map_layer + 1, " is outside the model's ", L, " layers");
+  KD_CHECK(options_.map_size >= 1 && options_.hist_bins >= 1, "analysis: map size and bins must be >= 1");
+  layers_.resize(L);
+  for (LayerSums& s : layers_) {
+    s.head_mass.assign(H, 0.0);
+    s.alpha_sum.assign(H, 0.0);
+    s.alpha_sq.assign(H, 0.0);
+    s.alpha_min.assign(H, std::numeric_limits<float>::infinity());
+    s.alpha_max.assign(H, -std::numeric_limits<float>::infinity());
+  }
+  const int64_t M = options_.map_size;
+  map_sum_.assign(M * M, 0.0);
+  map_sink_sum_.assign(M, 0.0);
+}
+
+void AttentionAnalyzer::add(Model& model) {
+  const int64_t L = config_.num_hidden_layers;
+  const int64_t B = model.batch_size(), T = model.seq_len();
+  KD_CHECK(seq_len_ == 0 || seq_len_ == T, "analysis: sequences of different lengths (", seq_len_,
+           " and ", T, ")");
+  KD_CHECK(T >= 2, "analysis: sequences need at least 2 tokens");
+  seq_len_ = T;
+  const bool affine = has_affine(variant_), sink = has_sink(variant_);
+  const int64_t M = std::min(options_.map_size, T);
+
+  for (int64_t l = 0; l < L; ++l) {
+    const LayerView v = read_layer(model, l, true);
+    const int64_t H = v.H, rows = B * H * T;
+    const bool map_layer = l == options_.map_layer;
+    std::vector<RowStats> stats(static_cast<size_t>(rows));
+    std::vector<double> row_map(map_layer ? B * H * M * M : 0, 0.0);
+    std::vector<double> row_sink(map_layer ? B * H * M : 0, 0.0);
+
+#pragma omp parallel
+    {
+      std::vector<double> w(static_cast<size_t>(T));
+#pragma omp for schedule(dynamic, 8)
+      for (int64_t task = 0; task < rows; ++task) {
+        const int64_t i = task % T, h = (task / T) % H, b = task / (T * H);
+        const double lse = v.lse[(b * H + h) * T + i];
+        RowStats& r = stats[task];
+        double p_sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double x = v.logit(b, h, i, j);
+          r.abs_logit += std::fabs(x);
+          w[j] = std::exp(x - lse);
+          p_sum += w[j];
+        }
+        if (sink) r.sink_share = std::exp(static_cast<double>(v.sinks[h]) - lse);
+        r.mass = p_sum;
+        if (affine) {
+          const double a = v.alpha[(b * T + i) * H + h];
+          const double beta = (static_cast<double>(v.alpha_ma[h]) - a) / static_cast<double>(i + 1);
+          for (int64_t j = 0; j <= i; ++j) w[j] = a * w[j] + beta;
+          r.mass = a * p_sum;
+        }
+        double abs_sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          r.mass_effective += w[j];
+          abs_sum += std::fabs(w[j]);
+        }
+        r.first = w[0];
+        if (abs_sum > 0.0) {
+          for (int64_t j = 0; j <= i; ++j) {
+            const double p = std::fabs(w[j]) / abs_sum;
+            if (p > 0.0) r.entropy -= p * std::log(p);
+          }
+        }
+        if (map_layer && i < M) {
+          for (int64_t j = 0; j <= i && j < M; ++j) row_map[((b * H + h) * M + i) * M + j] = w[j];
+          row_sink[(b * H + h) * M + i] = r.sink_share;
+        }
+      }
+    }
+
+    // Serial reduction in task order: deterministic for any thread count.
+    LayerSums& s = layers_[l];
+    std::vector<double> per_query(B * T, 0.0);
+    for (int64_t task = 0; task < rows; ++task) {
+      const int64_t i = task % T, h = (task / T) % H, b = task / (T * H);
+      const RowStats& r = stats[task];
+      s.abs_logit += r.abs_logit;
+      if (i == 0) continue;
+      ++s.rows;
+      s.mass += r.mass;
+      s.mass_effective += r.mass_effective;
+      s.sink_share += r.sink_share;
+      s.first += r.first;
+      s.entropy += r.entropy;
+      s.head_mass[h] += r.mass;
+      per_query[b * T + i] += r.mass / static_cast<double>(H);
+    }
+    s.pairs += B * H * T * (T + 1) / 2;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 1; i < T; ++i) query_mass_.push_back(per_query[b * T + i]);
+
+    if (map_layer) {
+      for (int64_t bh = 0; bh < B * H; ++bh) {
+        for (int64_t i = 0; i < M; ++i) {
+          map_sink_sum_[i] += row_sink[bh * M + i];
+          for (int64_t j = 0; j < M; ++j) map_sum_[i * options_.map_size + j] += row_map[(bh * M + i) * M + j];
+        }
+      }
+      map_count_ += B * H;
+    }
+    if (affine) {
+      for (int64_t t = 0; t < B * T; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+          const float a = v.alpha[t * H + h];
+          s.alpha_sum[h] += a;
+          s.alpha_sq[h] += static_cast<double>(a) * a;
+          s.alpha_min[h] = std::min(s.alpha_min[h], a);
+          s.alpha_max[h] = std::max(s.alpha_max[h], a);
+        }
+      }
+      s.alpha_tokens += B * T;
+    }
+  }
+  if (affine) alpha_ma_ = model.alpha_ma();
+  sequences_ += B;
+}
+
+namespace {
+
+double median_of(std::vector<double> x) {
+  if (x.empty()) return 0.0;
+  const size_t n = x.size(), mid = n / 2;
+  std::nth_element(x.begin(), x.begin() + mid, x.end());
+  const double upper = x[mid];
+  if (n % 2 == 1) return upper;
+  const double lower = *std::max_element(x.begin(), x.begin() + mid);
+  return 0.5 * (lower + upper);
+}
+
+nlohmann::json histogram(const std::vector<double>& x, int64_t bins, double lo, double hi) {
+  std::vector<int64_t> counts(bins, 0);
+  int64_t below = 0, above = 0;
+  const double slack = 1e-6 * (hi - lo);  // fp32 rounding: a softmax row sums to 1 +- 1e-7
+  for (double x_raw : x) {
+    const double value = x_raw < lo && x_raw >= lo - slack   ? lo
+                         : x_raw > hi && x_raw <= hi + slack ? hi
+                                                              : x_raw;
+    if (value < lo) {
+      ++below;
+    } else if (value > hi) {
+      ++above;
+    } else {  // the last bin is closed: value == hi counts in it
+      const int64_t k = std::min<int64_t>(bins - 1, static_cast<int64_t>((value - lo) / (hi - lo) * bins));
+      ++counts[k];
+    }
+  }
+  std::vector<double> edges(bins + 1);
+  for (int64_t k = 0; k <= bins; ++k) edges[k] = lo + (hi - lo) * static_cast<double>(k) / bins;
+  return {{"edges", edges}, {"counts", counts}, {"below", below}, {"above", above}};
+}
+
+}  // namespace
+
+nlohmann::json AttentionAnalyzer::to_json() const {
+  const int64_t L = config_.num_hidden_layers, H = config_.num_attention_heads;
+  const int64_t M = std::min(options_.map_size, seq_len_);
+  KD_CHECK(sequences_ > 0, "analysis: no sequence was added");
+  nlohmann::json j;
+  j["format"] = "kdtrain-analysis-1";
+  j["attention"] = to_string(variant_);
+  j["num_layers"] = L;
+  j["num_heads"] = H;
+  j["seq_len"] = seq_len_;
+  j["num_seqs"] = sequences_;
+  j["queries"] = "i >= 1";
+
+  std::vector<double> first(L), entropy(L), mass(L), mass_eff(L), sink_share(L), logit(L);
+  std::vector<std::vector<double>> head_mass(L, std::vector<double>(H));
+  double logit_sum = 0.0;
+  int64_t pairs = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    const LayerSums& s = layers_[l];
+    const double n = static_cast<double>(s.rows);
+    first[l] = s.first / n;
+    entropy[l] = s.entropy / n;
+    mass[l] = s.mass / n;
+    mass_eff[l] = s.mass_effective / n;
+    sink_share[l] = s.sink_share / n;
+    logit[l] = s.abs_logit / static_cast<double>(s.pairs);
+    logit_sum += s.abs_logit;
+    pairs += s.pairs;
+    for (int64_t h = 0; h < H; ++h) head_mass[l][h] = s.head_mass[h] / (n / H);
+  }
+  j["mean_abs_logit"] = logit_sum / static_cast<double>(pairs);
+  j["mean_abs_logit_per_layer"] = logit;
+  j["first_token_weight"] = first;
+  j["entropy"] = entropy;
+  j["sink_share_per_layer"] = sink_share;
+  j["mass_effective_per_layer"] = mass_eff;
+
+  nlohmann::json qm = histogram(query_mass_, options_.hist_bins, 0.0, 1.0);
+  double qsum = 0.0;
+  for (double x : query_mass_) qsum += x;
+  qm["count"] = query_mass_.size();
+  qm["mean"] = qsum / static_cast<double>(query_mass_.size());
+  qm["median"] = median_of(query_mass_);
+  qm["min"] = *std::min_element(query_mass_.begin(), query_mass_.end());
+  qm["max"] = *std::max_element(query_mass_.begin(), query_mass_.end());
+  qm["per_layer_mean"] = mass;
+  j["query_mass"] = qm;
+
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const auto& row : head_mass)
+    for (double x : row) lo = std::min(lo, x), hi = std::max(hi, x);
+  std::vector<std::vector<double>> normalized = head_mass;
+  for (auto& row : normalized)
+    for (double& x : row) x = hi - lo > 1e-12 ? (x - lo) / (hi - lo) : 1.0;
+  j["head_mass"] = head_mass;
+  j["head_mass_minmax"] = normalized;
+
+  std::vector<std::vector<double>> map(M, std::vector<double>(M));
+  std::vector<double> map_sink(M);
+  for (int64_t i = 0; i < M; ++i) {
+    map_sink[i] = map_sink_sum_[i] / static_cast<double>(map_count_);
+    for (int64_t c = 0; c < M; ++c)
+      map[i][c] = map_sum_[i * options_.map_size + c] / static_cast<double>(map_count_);
+  }
+  j["attention_map"] = {{"layer", options_.map_layer + 1}, {"size", M}, {"weights", map},
+                        {"sink_share", map_sink}};
+
+  if (has_affine(variant_)) {
+    std::vector<std::vector<double>> mean(L, std::vector<double>(H)), stdev = mean, mn = mean,
+                                                                      mx = mean, ma = mean;
+    for (int64_t l = 0; l < L; ++l) {
+      const LayerSums& s = layers_[l];
+      const double n = static_cast<double>(s.alpha_tokens);
+      for (int64_t h = 0; h < H; ++h) {
+        mean[l][h] = s.alpha_sum[h] / n;
+        stdev[l][h] = std::sqrt(std::max(0.0, s.alpha_sq[h] / n - mean[l][h] * mean[l][h]));
+        mn[l][h] = s.alpha_min[h];
+        mx[l][h] = s.alpha_max[h];
+        ma[l][h] = alpha_ma_.empty() ? 0.0 : alpha_ma_[l * H + h];
+      }
+    }
+    j["alpha"] = {{"mean", mean}, {"std", stdev}, {"min", mn}, {"max", mx}, {"alpha_ma", ma}};
+  }
+  return j;
+}
+
+std::vector<double> abs_attention_logit_per_layer(Model& model, int64_t sequences,
+                                                  int64_t positions) {
+  const int64_t L = model.config().num_hidden_layers;
+  std::vector<double> out(L);
+  for (int64_t l = 0; l < L; ++l) {
+    const LayerView v = read_layer(model, l, false, sequences, positions);
+    int64_t pairs = 0;
+    out[l] = abs_logit_sum(v, &pairs) / static_cast<double>(pairs);
+  }
+  return out;
+}
+
+double mean_abs_attention_logit(Model& model, const int32_t* tokens, int64_t B, int64_t T) {
+  model.forward(tokens, B, T, false);
+  // Every layer has the same number of causal pairs, so the mean of layer means is
+  // the mean over all (layer, sequence, head, pair).
+  const std::vector<double> per_layer = abs_attention_logit_per_layer(model);
+  double s = 0.0;
+  for (double x : per_layer) s += x;
+  return s / static_cast<double>(per_layer.size());
+}
+
+double probe_mean_abs_attention_logit(Model& model, int64_t positions) {
+  KD_CHECK(model.batch_size() > 0, "attention-logit probe: the model has not run forward");
+  const std::vector<double> per_layer = abs_attention_logit_per_layer(model, 1, positions);
+  double s = 0.0;
+  for (double x : per_layer) s += x;
+  return s / static_cast<double>(per_layer.size());
+}
+
+}  // namespace kdtrain::eval

@@ -1,0 +1,83 @@
+// Attention statistics of a trained model (paper §3.1, §4, App. A; docs/analysis.md).
+//
+// After Model::forward, the attention probabilities of every layer and head are
+// recomputed on the host from the post-RoPE q/k and the stored lse:
+//   P_ij = exp(scale * q_i.k_j - lse_i),  j <= i,  scale = 1/sqrt(D),
+// where lse includes the sink term for `sink` (so S_i = exp(s_h - lse_i) is the
+// sink's share and sum_j P_ij = 1 - S_i). The effective weights a query puts on
+// the tokens are
+//   baseline, gated, sink:  w_ij = P_ij
+//   affine, affine-gated:   w_ij = alpha_i P_ij + beta_i,  beta_i = (alpha_ma - alpha_i) / (i + 1)
+// (the gate multiplies the output, not the weights). Statistics are averaged over
+// queries i >= 1: query 0 sees only itself and makes no allocation choice.
+//
+// The host recomputation costs O(B H T^2 D) per layer in fp32 with OpenMP over
+// (b, h, i) rows; each row's results go to its own slot and are reduced serially,
+// so the output does not depend on the thread count.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "model/model.h"
+
+namespace kdtrain::eval {
+
+struct AnalysisOptions {
+  int64_t map_layer = 7;    // 0-based layer of the attention map (paper Fig. 9: 8th layer)
+  int64_t map_size = 30;    // first map_size x map_size tokens
+  int64_t hist_bins = 50;   // per-query mass histogram over [0, 1]
+};
+
+// Accumulates statistics over forwards (e.g. one sequence at a time) and writes them
+// as the `analysis.json` object of docs/analysis.md.
+class AttentionAnalyzer {
+ public:
+  AttentionAnalyzer(const Model& model, const AnalysisOptions& options);
+  // Reads the activations of model's last forward (any B, T).
+  void add(Model& model);
+  nlohmann::json to_json() const;
+
+ private:
+  struct LayerSums {
+    int64_t rows = 0;  // (sequence, head, query i >= 1) rows added
+    double mass = 0.0, mass_effective = 0.0, sink_share = 0.0, first = 0.0, entropy = 0.0;
+    double abs_logit = 0.0;
+    int64_t pairs = 0;                        // causal pairs behind abs_logit (all queries)
+    std::vector<double> head_mass;            // (H) sums of the per-row mass
+    std::vector<double> alpha_sum, alpha_sq;  // (H) over every token      [affine]
+    std::vector<float> alpha_min, alpha_max;  // (H)
+    int64_t alpha_tokens = 0;
+  };
+  ModelConfig config_;
+  AttentionVariant variant_;
+  AnalysisOptions options_;
+  int64_t sequences_ = 0;
+  int64_t seq_len_ = 0;
+  std::vector<LayerSums> layers_;
+  std::vector<double> query_mass_;      // per (layer, sequence, query i >= 1): mean over heads
+  std::vector<double> map_sum_;         // (map_size, map_size) summed over sequences and heads
+  std::vector<double> map_sink_sum_;    // (map_size) sink share per query row
+  int64_t map_count_ = 0;               // sequences * heads added to map_sum_
+  std::vector<float> alpha_ma_;         // (L, H) affine only
+};
+
+// The mean of |scale * q_i.k_j| over every layer, head, sequence and causal pair
+// j <= i, after a forward of `tokens` (B, T) — paper Fig. 2. Runs a forward pass on
+// `model` (overwriting its activations: call between training steps, with
+// accumulate_alpha off so alpha_ma is untouched).
+double mean_abs_attention_logit(Model& model, const int32_t* tokens, int64_t B, int64_t T);
+
+// The same quantity per layer for the activations already in `model`, over its
+// first `sequences` sequences and first `positions` tokens (<= 0: all). A causal
+// prefix is a valid probe on its own: positions < P depend only on tokens < P.
+std::vector<double> abs_attention_logit_per_layer(Model& model, int64_t sequences = 0,
+                                                  int64_t positions = 0);
+
+// The training-time probe (Fig. 2), with no extra forward: the mean |QK^T/sqrt(d)|
+// over every layer and head on the first `positions` tokens of the first sequence
+// of the model's last forward (the last micro-batch of a step). Copies only that
+// prefix of q/k to the host, so the training kernels stay fused and untouched.
+double probe_mean_abs_attention_logit(Model& model, int64_t positions = 128);
+
+}  // namespace kdtrain::eval

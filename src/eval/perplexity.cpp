@@ -1,0 +1,86 @@
+#include "eval/perplexity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/error.h"
+#include "io/file_util.h"
+#include "model/loss.h"
+#include "train/checkpoint.h"
+
+namespace kdtrain::eval {
+
+namespace fs = std::filesystem;
+
+double PerplexityResult::perplexity() const { return std::exp(mean_ce()); }
+double PerplexityResult::bits_per_token() const { return mean_ce() / std::log(2.0); }
+
+PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dataset,
+                                     int64_t batch_size, int64_t max_windows,
+                                     int64_t chunk_tokens, const Progress& progress) {
+  KD_CHECK(batch_size >= 1, "eval: batch size must be at least 1, got ", batch_size);
+  const int64_t T = dataset.seq_len();
+  const int64_t total = max_windows > 0 ? std::min(max_windows, dataset.num_windows())
+                                        : dataset.num_windows();
+  KD_CHECK(total > 0, "eval: the data holds no window of ", T + 1, " tokens");
+
+  FusedLoss loss(model.backend());
+  LossSettings settings;
+  settings.chunk_tokens = chunk_tokens;
+  PerplexityResult result;
+  std::vector<int32_t> inputs, targets;
+  std::vector<int64_t> windows;
+  for (int64_t first = 0; first < total; first += batch_size) {
+    const int64_t B = std::min(batch_size, total - first);
+    windows.resize(B);
+    for (int64_t b = 0; b < B; ++b) windows[b] = first + b;
+    inputs.resize(B * T);
+    targets.resize(B * T);
+    dataset.fill_batch(windows, inputs.data(), targets.data());
+    model.forward(inputs.data(), B, T, false);
+    const LossSums sums = loss.run(model, nullptr, targets.data(), settings, 1.f, false);
+    KD_CHECK(std::isfinite(sums.ce), "eval: non-finite cross-entropy in windows ", first, "..",
+             first + B - 1);
+    result.ce_sum += sums.ce;
+    result.tokens += sums.tokens;
+    result.windows += B;
+    if (progress) progress(result.windows, total);
+  }
+  return result;
+}
+
+std::string resolve_model_dir(const std::string& path) {
+  const fs::path p(path);
+  if (fs::exists(p / "config.json") && fs::exists(p / "model.safetensors")) return p.string();
+  const fs::path latest = p / "checkpoints" / "latest";
+  KD_CHECK(fs::exists(latest), path,
+           ": neither a model checkpoint (config.json + model.safetensors) nor a run directory "
+           "(checkpoints/latest)");
+  std::ifstream in(latest);
+  std::string name;
+  std::getline(in, name);
+  while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
+  const fs::path dir = p / "checkpoints" / name;
+  KD_CHECK(fs::exists(dir / "model.safetensors"), latest.string(), " names ", name,
+           ", which holds no model.safetensors");
+  return dir.string();
+}
+
+std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& backend) {
+  const std::string dir = resolve_model_dir(path);
+  LoadedModel loaded = load_model_dir(dir);
+  auto model = std::make_unique<Model>(loaded.model, loaded.attention, backend, false);
+  model->set_params(loaded.params);
+  return model;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  io::AtomicFileWriter out(path);
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+}  // namespace kdtrain::eval

@@ -1,0 +1,47 @@
+// Held-out perplexity (issue 8, item 1; docs/evaluation.md).
+//
+// Every window of the dataset (seq_len + 1 tokens, windows in order, see
+// data/dataset.h) is scored once: the mean next-token cross-entropy in nats over
+// all B*T predicted tokens, and the token perplexity exp(mean CE). The result
+// depends only on the model, the shards and seq_len — not on batch_size, which
+// only groups windows (the CE sums are accumulated in double, window order fixed).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "data/dataset.h"
+#include "model/model.h"
+
+namespace kdtrain::eval {
+
+struct PerplexityResult {
+  int64_t windows = 0;   // windows scored
+  int64_t tokens = 0;    // predicted tokens = windows * seq_len
+  double ce_sum = 0.0;   // sum of per-token CE, nats
+  double mean_ce() const { return tokens ? ce_sum / static_cast<double>(tokens) : 0.0; }
+  double perplexity() const;  // exp(mean_ce)
+  double bits_per_token() const;
+};
+
+// Called after each batch with (windows done, windows total).
+using Progress = std::function<void(int64_t done, int64_t total)>;
+
+// Scores the first min(max_windows, num_windows) windows (max_windows <= 0: all)
+// in batches of batch_size windows (the last batch may be smaller).
+PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dataset,
+                                     int64_t batch_size, int64_t max_windows,
+                                     int64_t chunk_tokens = 1024, const Progress& progress = {});
+
+// A model checkpoint directory (config.json + model.safetensors), or a run
+// directory whose checkpoints/latest names one.
+std::string resolve_model_dir(const std::string& path);
+
+// Loads a checkpoint (resolve_model_dir) forward-only onto `backend`.
+std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& backend);
+
+// Writes text to path atomically (temp + rename): a report file is whole or absent.
+void write_text_file(const std::string& path, const std::string& text);
+
+}  // namespace kdtrain::eval
