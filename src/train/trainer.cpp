@@ -56,11 +56,10 @@ class Trainer {
       ++step_;
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       nlohmann::json record = step_record(r, seconds);
-      // --- attention-logit probe (paper Fig. 2; src/eval/attention_analysis.h) ---
+      // Mean |QK^T/sqrt(d)| on the last micro-batch (paper Fig. 2).
       // Reads the last micro-batch's q/k prefix before validation overwrites them.
       if (step_ % config_.log.interval == 0 || step_ == total || step_ == first_step + 1)
         record["attn_logit_mean_abs"] = eval::probe_mean_abs_attention_logit(*student_, 128);
-      // --- end probe ---
       if (config_.eval.interval > 0 && step_ % config_.eval.interval == 0) add_validation(record);
       else if (step_ == total) add_validation(record);
       metrics.write(record);
@@ -89,10 +88,10 @@ class Trainer {
     loss_ = std::make_unique<FusedLoss>(*backend_);
 
     KD_CHECK(!config_.data.train.empty(), "data.train: no training shards given");
-    data::check_manifest_vocab(config_.data.train, m.vocab_size, "data.train");  // data-cache
+    data::check_manifest_vocab(config_.data.train, m.vocab_size, "data.train");
     train_data_ = std::make_unique<data::TokenDataset>(config_.data.train, t.seq_len, m.vocab_size);
     if (!config_.data.val.empty()) {
-      data::check_manifest_vocab(config_.data.val, m.vocab_size, "data.val");  // data-cache
+      data::check_manifest_vocab(config_.data.val, m.vocab_size, "data.val");
       val_data_ = std::make_unique<data::TokenDataset>(config_.data.val, t.seq_len, m.vocab_size);
     }
     KD_CHECK(train_data_->num_windows() >= t.global_batch, "data.train: only ",
@@ -108,14 +107,13 @@ class Trainer {
       teacher_ = std::make_unique<Model>(teacher.model, teacher.attention, *backend_, false);
       teacher_->set_params(teacher.params);
     }
-    // ---- data-cache: cached teacher (kd.teacher_cache) ----
+    // A cached teacher (kd.teacher_cache) replaces the online one.
     if (!config_.kd.teacher_cache.empty()) {
       cache_ = std::make_unique<data::TeacherCache>(config_.kd.teacher_cache);
       cache_->require_match(*train_data_, m.vocab_size, "kd.teacher_cache");
       cache_tail_ = data::parse_cache_tail(config_.kd.cache_tail);
       data::check_cached_loss_kind(config_.kd.loss, cache_tail_);
     }
-    // ---- end data-cache ----
 
     if (!options_.resume.empty()) {
       resume();
@@ -154,7 +152,7 @@ class Trainer {
       spdlog::info("teacher: {} ({:.2f}M params), kd.loss {}, tau {}, weight {}", config_.kd.teacher,
                    count_params(teacher_->layout()).total / 1e6, to_string(config_.kd.loss),
                    config_.kd.temperature, config_.kd.weight);
-    if (cache_)  // data-cache
+    if (cache_)
       spdlog::info("teacher cache: {} (top-{}, tail {}), kd.loss {}, tau {}, weight {}; validation is CE only",
                    cache_->path(), cache_->header().K, config_.kd.cache_tail,
                    to_string(config_.kd.loss), config_.kd.temperature, config_.kd.weight);
@@ -189,7 +187,7 @@ class Trainer {
       train_data_->fill_batch(ids, inputs.data(), targets.data());
       if (teacher_) teacher_->forward(inputs.data(), b, T, false);
       student_->forward(inputs.data(), b, T, true);
-      LossSums s = cache_ ? cached_loss(ids, targets.data(), grad_scale)  // data-cache
+      LossSums s = cache_ ? cached_loss(ids, targets.data(), grad_scale)
                           : loss_->run(*student_, teacher_.get(), targets.data(), loss_settings(),
                                        grad_scale, true);
       student_->backward();
@@ -217,7 +215,7 @@ class Trainer {
     return r;
   }
 
-  // ---- data-cache: the fused loss against the cached teacher rows of `windows` ----
+  // The fused loss against the cached teacher rows of `windows`.
   bool has_teacher() const { return teacher_ != nullptr || cache_ != nullptr; }
   LossSums cached_loss(const std::vector<int64_t>& windows, const int32_t* targets, float grad_scale) {
     data::CachedRows rows;
@@ -225,7 +223,6 @@ class Trainer {
     return data::run_cached_loss(*loss_, *student_, rows, cache_tail_, targets, loss_settings(),
                                  grad_scale, true);
   }
-  // ---- end data-cache ----
 
   // alpha_ma <- rho*alpha_ma + (1-rho)*mean(alpha) per (layer, head), after the update,
   // so every forward of this step used the value from before it (SPEC §2).
@@ -327,8 +324,8 @@ class Trainer {
   std::unique_ptr<FusedLoss> loss_;
   std::unique_ptr<data::TokenDataset> train_data_, val_data_;
   std::unique_ptr<data::Sampler> sampler_;
-  std::unique_ptr<data::TeacherCache> cache_;                     // data-cache
-  data::CacheTail cache_tail_ = data::CacheTail::renormalize;     // data-cache
+  std::unique_ptr<data::TeacherCache> cache_;
+  data::CacheTail cache_tail_ = data::CacheTail::renormalize;
   int64_t step_ = 0;
   int64_t skipped_ = 0;
 };
