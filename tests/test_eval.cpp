@@ -4,6 +4,8 @@
 // checkpoint / run-directory resolution.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.h"
+
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -26,20 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("kdtrain_eval_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using kdtrain::testing::TempDir;
 
 std::string write_tokens(const TempDir& dir, const std::string& name, int64_t n, int64_t vocab,
                          uint64_t seed) {

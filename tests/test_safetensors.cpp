@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+
+#include "temp_dir.h"
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,20 +21,7 @@ using Catch::Matchers::Contains;
 namespace {
 
 // A unique directory under the system temp dir, removed with its contents.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("kdtrain_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using kdtrain::testing::TempDir;
 
 // Writes a raw safetensors file from a header string and a data buffer.
 void write_raw(const std::string& path, const std::string& header, const std::string& data,

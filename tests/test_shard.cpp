@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+
+#include "temp_dir.h"
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,20 +19,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("kdtrain_shard_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using kdtrain::testing::TempDir;
 
 // A shard with an arbitrary header and payload, for corruption fixtures.
 void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count,

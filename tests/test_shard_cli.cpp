@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+
+#include "temp_dir.h"
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -23,20 +25,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("kdtrain_shardcli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using kdtrain::testing::TempDir;
 
 void run_cli(std::vector<std::string> args) {
   CLI::App app{"test"};

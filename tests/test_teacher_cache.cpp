@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+
+#include "temp_dir.h"
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -31,20 +33,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("kdtrain_tcache_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using kdtrain::testing::TempDir;
 
 // A teacher checkpoint, a student config and a shard over the fixture vocabulary.
 struct Fixture {

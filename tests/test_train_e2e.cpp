@@ -4,6 +4,8 @@
 // bad shards stop the run before step 0, and non-finite steps never reach the weights.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,15 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("kdtrain_e2e_" + tag + "_" + std::to_string(getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using kdtrain::testing::TempDir;
 
 // Bytes of pseudo-text: a small Markov-ish stream over printable bytes, enough
 // structure for the loss to move and cheap to make anywhere.
