@@ -32,6 +32,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KDTRAIN = os.environ.get("KDTRAIN_BINARY", os.path.join(ROOT, "build", "kdtrain"))
 TOL = 1e-4
+# transformers >= 4.56 renamed from_pretrained's torch_dtype to dtype.
+DTYPE_KW = "dtype" if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
 VOCAB = 97  # tiny HF models; the tiny presets have 256
 
 
@@ -138,10 +140,10 @@ def test_hf_checkpoint_dump_matches_transformers(tmp_path, family, save):
         # The reference is the same bf16 weights, upcast: the file is what differs.
         model = model.to(torch.bfloat16)
         model.save_pretrained(hf_dir, safe_serialization=True)
-        model = type(model).from_pretrained(hf_dir, torch_dtype=torch.float32,
-                                            attn_implementation="eager").eval()
-        assert json.load(open(os.path.join(hf_dir, "config.json"))).get(
-            "dtype", json.load(open(os.path.join(hf_dir, "config.json"))).get("torch_dtype")) == "bfloat16"
+        model = type(model).from_pretrained(hf_dir, attn_implementation="eager",
+                                            **{DTYPE_KW: torch.float32}).eval()
+        saved = json.load(open(os.path.join(hf_dir, "config.json")))
+        assert saved.get("dtype", saved.get("torch_dtype")) == "bfloat16"
     elif save == "sharded":
         model.save_pretrained(hf_dir, safe_serialization=True, max_shard_size="40KB")
         assert os.path.exists(os.path.join(hf_dir, "model.safetensors.index.json"))
@@ -239,13 +241,13 @@ def load_exported(hf_dir: str, dtype=torch.float32):
     arch = config["architectures"][0]
     if arch == "KdtrainForCausalLM":
         model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True,
-                                                                  torch_dtype=dtype)
+                                                                  **{DTYPE_KW: dtype})
     else:
         # Stock classes, no remote code.
         cls = {"LlamaForCausalLM": transformers.LlamaForCausalLM,
                "Qwen2ForCausalLM": transformers.Qwen2ForCausalLM}[arch]
         assert "auto_map" not in config
-        model = cls.from_pretrained(hf_dir, torch_dtype=dtype, attn_implementation="eager")
+        model = cls.from_pretrained(hf_dir, attn_implementation="eager", **{DTYPE_KW: dtype})
     return model.eval(), config
 
 
@@ -364,7 +366,7 @@ def test_export_copies_tokenizer_and_scores_like_lm_eval(tmp_path):
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
     model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True,
-                                                              torch_dtype="auto").eval()
+                                                              **{DTYPE_KW: "auto"}).eval()
     texts = ["w5 w9 w17 w3 w88 w120", "w7 w2"]
     enc = [tokenizer(t)["input_ids"] for t in texts]
     assert enc[0] == [5, 9, 17, 3, 88, 120]
@@ -434,3 +436,45 @@ def test_lm_eval_harness_scores_an_exported_variant(tmp_path):
             logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)
         want = sum(float(logp[i - 1, ids[i]]) for i in range(len(ids) - n_cont, len(ids)))
         assert abs(logprob - want) < 1e-4
+
+
+# --------------------------------------------------------------------------- training
+
+
+def tiny_llama_preset_shaped():
+    """A transformers LLaMA with exactly the tiny-llama preset's architecture, so
+    it can initialise that student (model.init) as well as teach it."""
+    config = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    randomize_(model, 5)
+    return model
+
+
+def test_hf_checkpoint_as_teacher_and_init(tmp_path):
+    """kd.teacher and model.init both read a sharded bf16 transformers save with
+    no conversion step. The student starts as a copy of the teacher, so the
+    first step's KD (forward KL) is 0 and its CE is the teacher's."""
+    need("train")
+    model = tiny_llama_preset_shaped().to(torch.bfloat16)
+    hf_dir = str(tmp_path / "hf")
+    model.save_pretrained(hf_dir, safe_serialization=True, max_shard_size="100KB")
+    assert os.path.exists(os.path.join(hf_dir, "model.safetensors.index.json"))
+    shard = str(tmp_path / "train.bin")
+    write_shard(shard, shard_tokens(256, 4096, seed=1))
+    run_dir = str(tmp_path / "run")
+    overrides = [f"kd.teacher={hf_dir}", f"model.init={hf_dir}", f"data.train={shard}",
+                 "kd.weight=1.0", "train.steps=1", "train.global_batch=2", "train.micro_batch=2",
+                 "train.seq_len=32", "schedule.warmup=0", "checkpoint.interval=0", "eval.interval=0"]
+    run("train", "--preset", "tiny-llama", "--run-dir", run_dir,
+        *[arg for o in overrides for arg in ("--set", o)])
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))
+               if '"step"' in line]
+    first = [r for r in records if r.get("step") == 1 and "kd" in r][0]
+    assert abs(first["kd"]) < 1e-6
+    assert 1.0 < first["ce"] < 20.0

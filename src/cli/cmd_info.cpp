@@ -111,9 +111,10 @@ Config config_from_checkpoint(const InfoOptions& o, CheckpointFacts* facts) {
                                    !doc["architectures"].empty()
                                ? doc["architectures"][0].get<std::string>()
                                : doc.value("model_type", std::string());
-  facts->origin = doc.contains("attention_variant") && doc.value("model_type", "") != "kdtrain"
-                      ? "kdtrain checkpoint"
-                      : "Hugging Face " + arch;
+  const std::string model_type = doc.value("model_type", std::string());
+  facts->origin = model_type == "kdtrain"                ? "kdtrain export (" + arch + ", trust_remote_code)"
+                  : doc.contains("attention_variant") ? std::string("kdtrain checkpoint")
+                                                      : "Hugging Face " + arch;
   facts->weights = io::check_model_weights(o.checkpoint, make_param_layout(c.model, c.attention));
   return c;
 }
