@@ -66,7 +66,12 @@ std::vector<std::string> weight_files(const std::string& dir) {
   const fs::path single = fs::path(dir) / kWeightsFile;
   if (fs::exists(single)) return {single.string()};
   const fs::path index = fs::path(dir) / kWeightsIndex;
-  KD_CHECK(fs::exists(index), dir, ": no ", kWeightsFile, " or ", kWeightsIndex, " in the directory");
+  const bool pytorch_bin =
+      fs::exists(fs::path(dir) / "pytorch_model.bin") || fs::exists(fs::path(dir) / "pytorch_model.bin.index.json");
+  KD_CHECK(fs::exists(index), dir, ": no ", kWeightsFile, " or ", kWeightsIndex, " in the directory",
+           pytorch_bin ? " (PyTorch .bin weights are not read: re-save them with "
+                         "save_pretrained(dir, safe_serialization=True))"
+                       : "");
   std::ifstream in(index);
   json doc = json::parse(in, nullptr, false);
   KD_CHECK(!doc.is_discarded() && doc.is_object(), index.string(), ": not a valid JSON object");

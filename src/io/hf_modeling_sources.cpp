@@ -123,9 +123,9 @@ The attention core implements SPEC §2 for query i, keys j <= i, N_i = i + 1:
 alpha_ma is a buffer: kdtrain updates it during training; here it is used as
 saved (evaluation).
 
-Numerics: rotary tables in float64 rounded to the model dtype, scores, softmax
-and the affine mix in float32 (float64 for a float64 model), the rest in the
-model dtype. There is no KV cache: each call runs the whole sequence, which is
+Numerics: rotary tables in float64 rounded to the model dtype; attention
+(torch's scaled_dot_product_attention) and the affine mix in float32 (float64
+for a float64 model); the rest in the model dtype. There is no KV cache: each call runs the whole sequence, which is
 what log-likelihood scoring (lm-eval-harness) needs; `generate` works by
 re-running the prefix. A 2-D attention_mask of 0/1 removes padded keys from the
 softmax, from the prefix sum and from N_i.
@@ -256,6 +256,29 @@ class KdtrainAttention(nn.Module):
         if self.has_gate:
             self.gate_proj = nn.Linear(C, H * D, bias=False)
 
+    def _softmax_pv(self, q, k, v, key_valid):
+        """P V for causal attention (plus the sink in the denominator), through
+        torch's scaled_dot_product_attention so that no (T, T) score matrix is
+        kept. The sink is one extra key whose score is s_h and whose value is 0:
+        it adds e^{s_h} to the denominator and nothing to the sum."""
+        B, H, T, D = q.shape
+        if not self.has_sink and key_valid is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        visible = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()[None, None]
+        if key_valid is not None:
+            # Padded keys are invisible; a query always sees itself so no row is empty.
+            eye = torch.eye(T, dtype=torch.bool, device=q.device)
+            visible = (visible & key_valid[:, None, None, :]) | eye
+        if not self.has_sink:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=self.scale)
+        rows = visible.shape[0]
+        bias = torch.zeros(visible.shape, dtype=q.dtype, device=q.device).masked_fill(~visible, float("-inf"))
+        sink = self.sinks.to(q.dtype).view(1, H, 1, 1).expand(rows, H, T, 1)
+        bias = torch.cat((bias.expand(rows, H, T, T), sink), dim=-1)  # (B or 1, H, T, T + 1)
+        zero = q.new_zeros(B, H, 1, D)
+        return F.scaled_dot_product_attention(q, torch.cat((k, zero), dim=2), torch.cat((v, zero), dim=2),
+                                              attn_mask=bias, scale=self.scale)
+
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 key_valid: Optional[torch.Tensor]) -> torch.Tensor:
         B, T, _ = x.shape
@@ -272,20 +295,7 @@ class KdtrainAttention(nn.Module):
 
         work = torch.float64 if x.dtype == torch.float64 else torch.float32
         q, k, v = q.to(work), k.to(work), v.to(work)
-        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, H, T, T)
-        visible = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        if key_valid is not None:
-            # Padded keys are invisible; a query always sees itself so no row is empty.
-            visible = (visible & key_valid[:, None, None, :]) | torch.eye(T, dtype=torch.bool, device=x.device)
-        else:
-            visible = visible[None, None]
-        scores = scores.masked_fill(~visible, float("-inf"))
-        if self.has_sink:
-            sink = self.sinks.to(work).view(1, H, 1, 1).expand(B, H, T, 1)
-            probs = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :T]
-        else:
-            probs = torch.softmax(scores, dim=-1)
-        out = torch.matmul(probs, v)  # (B, H, T, D)
+        out = self._softmax_pv(q, k, v, key_valid)  # (B, H, T, D)
 
         if self.has_affine:
             alpha = alpha_activation(self.alpha_proj(x).to(work), self.activation).transpose(1, 2)  # (B, H, T)
