@@ -381,6 +381,29 @@ TEST_CASE("hf export: writes the directory, bf16 by round to nearest even, reloa
 }
 
 #ifdef KDTRAIN_SOURCE_DIR
+TEST_CASE("hf import: the real Qwen2-1.5B-Instruct config.json in shared/data", "[hf]") {
+  const std::string path =
+      std::string(KDTRAIN_SOURCE_DIR) + "/../shared/data/tokenizers/qwen2/config.json";
+  if (!fs::exists(path)) {
+    WARN("skipped: " << path << " not present");
+    return;
+  }
+  ModelConfig m;
+  AttentionConfig a;
+  read_hf_config(path, &m, &a);
+  REQUIRE(m.family == "qwen2");
+  REQUIRE(m.hidden_size == 1536);
+  REQUIRE(m.num_hidden_layers == 28);
+  REQUIRE(m.num_key_value_heads == 2);
+  REQUIRE(m.head_dim == 128);  // no head_dim key: 1536 / 12
+  REQUIRE(m.attention_bias);   // implied by Qwen2
+  REQUIRE(m.tie_word_embeddings);
+  REQUIRE(m.rope_theta == 1e6);
+  REQUIRE(a.variant == AttentionVariant::baseline);
+  // Qwen2-1.5B's published size: 1,543,714,304 parameters (tied head counted once).
+  REQUIRE(count_params(make_param_layout(m, a)).total == 1543714304);
+}
+
 TEST_CASE("hf export: embedded modeling files match scripts/kdtrain_hf", "[hf]") {
   // Rerun scripts/kdtrain_hf/embed_sources.py after editing the Python files.
   REQUIRE(hf_modeling_files().size() == 2);

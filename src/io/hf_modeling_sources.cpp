@@ -258,9 +258,10 @@ class KdtrainAttention(nn.Module):
 
     def _softmax_pv(self, q, k, v, key_valid):
         """P V for causal attention (plus the sink in the denominator), through
-        torch's scaled_dot_product_attention so that no (T, T) score matrix is
-        kept. The sink is one extra key whose score is s_h and whose value is 0:
-        it adds e^{s_h} to the denominator and nothing to the sum."""
+        torch's scaled_dot_product_attention, which keeps no (T, T) scores on its
+        fused paths (the plain causal case takes no mask at all). The sink is one
+        extra key whose score is s_h (an additive mask column) and whose value is
+        0: it adds e^{s_h} to the denominator and nothing to the sum."""
         B, H, T, D = q.shape
         if not self.has_sink and key_valid is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
