@@ -12,7 +12,8 @@ dump's within 1e-4; a bf16 export holds exactly kdtrain's round-to-nearest-even
 bits and survives a reload bit for bit.
 
 Skips cleanly when torch / transformers / safetensors are missing or when the
-kdtrain binary (build/kdtrain, or $KDTRAIN_BINARY) lacks a needed subcommand.
+kdtrain binary (build/kdtrain, $KDTRAIN_BUILD_DIR/kdtrain or $KDTRAIN_BINARY)
+lacks a needed subcommand.
 """
 import json
 import os
@@ -30,7 +31,9 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-KDTRAIN = os.environ.get("KDTRAIN_BINARY", os.path.join(ROOT, "build", "kdtrain"))
+# The binary: $KDTRAIN_BINARY, else <$KDTRAIN_BUILD_DIR or build>/kdtrain (scripts/test.sh sets the latter).
+_BUILD_DIR = os.environ.get("KDTRAIN_BUILD_DIR", "build")
+KDTRAIN = os.environ.get("KDTRAIN_BINARY", os.path.join(ROOT, _BUILD_DIR, "kdtrain"))
 TOL = 1e-4
 # transformers >= 4.56 renamed from_pretrained's torch_dtype to dtype.
 DTYPE_KW = "dtype" if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"

@@ -66,8 +66,8 @@ std::vector<std::string> weight_files(const std::string& dir) {
   const fs::path single = fs::path(dir) / kWeightsFile;
   if (fs::exists(single)) return {single.string()};
   const fs::path index = fs::path(dir) / kWeightsIndex;
-  const bool pytorch_bin =
-      fs::exists(fs::path(dir) / "pytorch_model.bin") || fs::exists(fs::path(dir) / "pytorch_model.bin.index.json");
+  const bool pytorch_bin = fs::exists(fs::path(dir) / "pytorch_model.bin") ||
+                           fs::exists(fs::path(dir) / "pytorch_model.bin.index.json");
   KD_CHECK(fs::exists(index), dir, ": no ", kWeightsFile, " or ", kWeightsIndex, " in the directory",
            pytorch_bin ? " (PyTorch .bin weights are not read: re-save them with "
                          "save_pretrained(dir, safe_serialization=True))"
@@ -302,7 +302,8 @@ WeightsSummary check_weights(const WeightSet& weights, const std::string& dir,
   for (const ParamSpec& s : layout.specs) {
     auto it = weights.owner.find(s.name);
     KD_CHECK(it != weights.owner.end(), where, ": missing tensor '", s.name, "' of shape ",
-             shape_text(s.shape));
+             shape_text(s.shape),
+             s.name == "lm_head.weight" ? " (config.json has tie_word_embeddings false)" : "");
     const TensorView& view = it->second->tensor(s.name);
     KD_CHECK(view.shape == s.shape, it->second->path(), ": tensor '", s.name, "' has shape ",
              shape_text(view.shape), ", expected ", shape_text(s.shape));
