@@ -395,14 +395,40 @@ def test_export_copies_tokenizer_and_scores_like_lm_eval(tmp_path):
     assert generated.shape == (1, len(enc[0]) + 3)
 
 
+def shared_tokenizer(name: str) -> str:
+    path = os.path.join(ROOT, "..", "shared", "data", "tokenizers", name)
+    if not os.path.isdir(path):
+        pytest.skip(f"shared/data/tokenizers/{name} not present")
+    return path
+
+
+@pytest.mark.parametrize("name,preset,vocab,expected", [
+    ("llama3", "tiny-llama", 128256, [128000, 9906, 1917]),
+    ("qwen3", "tiny-qwen", 151936, [9707, 1879]),
+])
+def test_export_with_real_tokenizer(tmp_path, name, preset, vocab, expected):
+    """The real Llama-3 and Qwen tokenizers travel with an export of a model of
+    their vocabulary size and tokenize as the shared/data manifest says."""
+    need("init", "export")
+    real = shared_tokenizer(name)
+    ckpt = str(tmp_path / "ckpt")
+    run("init", "--preset", preset, "--attention", "affine", "--out", ckpt, "--set", f"model.vocab_size={vocab}")
+    hf_dir = str(tmp_path / "hf")
+    run("export", "--checkpoint", ckpt, "--out", hf_dir, "--tokenizer", real, "--dtype", "bf16")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    assert tokenizer("Hello world")["input_ids"] == expected
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True,
+                                                              **{DTYPE_KW: "auto"})
+    assert model.dtype == torch.bfloat16
+    with torch.no_grad():
+        logits = model(torch.tensor([expected])).logits
+    assert logits.shape == (1, len(expected), vocab) and bool(torch.isfinite(logits).all())
+
+
 def test_export_refuses_foreign_tokenizer(tmp_path):
     """A tokenizer with more ids than the model's vocabulary is refused."""
     need("init", "export")
-    real = os.path.join(ROOT, "..", "shared", "data", "tokenizers", "qwen2")
-    if not os.path.isdir(real):
-        real = "/work/shared/data/tokenizers/qwen2"
-    if not os.path.isdir(real):
-        pytest.skip("shared/data/tokenizers/qwen2 not present")
+    real = shared_tokenizer("qwen2")
     ckpt = str(tmp_path / "ckpt")
     run("init", "--preset", "tiny-qwen", "--out", ckpt)
     hf_dir = str(tmp_path / "hf")
