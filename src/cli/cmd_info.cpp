@@ -1,9 +1,12 @@
 // kdtrain info: architecture, parameter counts per component, the Δ over the
 // baseline of the same model (the paper's ΔParams column), and a training memory
 // estimate. Every count comes from the parameter table (make_param_layout), so
-// info can never disagree with what the trainer allocates.
+// info can never disagree with what the trainer allocates. With --checkpoint DIR
+// (a kdtrain or Hugging Face checkpoint) the model comes from DIR/config.json and
+// the weight files are checked against it (names, shapes, dtypes; no data read).
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -11,6 +14,8 @@
 #include "cli/commands.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "io/checkpoint_format.h"
+#include "io/hf_checkpoint.h"
 #include "model/param_layout.h"
 
 namespace kdtrain::cli {
@@ -19,6 +24,7 @@ namespace {
 
 struct InfoOptions {
   CommonOptions common;
+  std::string checkpoint;   // "" = model from --config / --preset
   int64_t micro_batch = 0;  // 0 = train.micro_batch
   int64_t seq_len = 0;      // 0 = train.seq_len
   bool json = false;
@@ -80,9 +86,45 @@ MemoryEstimate estimate_memory(const Config& c, int64_t trainable, int64_t B, in
   return e;
 }
 
+// What --checkpoint found, for the report.
+struct CheckpointFacts {
+  std::string dir, origin, dtype;
+  io::WeightsSummary weights;
+};
+
+// The config for --checkpoint: defaults, with the model and attention of DIR.
+Config config_from_checkpoint(const InfoOptions& o, CheckpointFacts* facts) {
+  const CommonOptions& co = o.common;
+  KD_CHECK(co.config_path.empty() && co.preset.empty() && co.attention.empty() && co.overrides.empty(),
+           "--checkpoint: the model comes from the checkpoint; do not combine it with --config, "
+           "--preset, --attention or --set");
+  const std::string config_path = o.checkpoint + "/config.json";
+  std::ifstream in(config_path);
+  KD_CHECK(in.good(), config_path, ": cannot open (is ", o.checkpoint, " a checkpoint directory?)");
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  KD_CHECK(!doc.is_discarded(), config_path, ": not valid JSON");
+  Config c;
+  io::parse_hf_config(doc, config_path, &c.model, &c.attention);
+  facts->dir = o.checkpoint;
+  facts->dtype = io::hf_config_dtype(doc);
+  const std::string arch = doc.contains("architectures") && doc["architectures"].is_array() &&
+                                   !doc["architectures"].empty()
+                               ? doc["architectures"][0].get<std::string>()
+                               : doc.value("model_type", std::string());
+  const std::string model_type = doc.value("model_type", std::string());
+  facts->origin = model_type == "kdtrain"                ? "kdtrain export (" + arch + ", trust_remote_code)"
+                  : doc.contains("attention_variant") ? std::string("kdtrain checkpoint")
+                                                      : "Hugging Face " + arch;
+  facts->weights = io::check_model_weights(o.checkpoint, make_param_layout(c.model, c.attention));
+  return c;
+}
+
 void run_info(const InfoOptions& o) {
   const CommonOptions& co = o.common;
-  const Config c = load_config(co.config_path, co.preset, co.attention, co.overrides);
+  CheckpointFacts facts;
+  const Config c = o.checkpoint.empty()
+                       ? load_config(co.config_path, co.preset, co.attention, co.overrides)
+                       : config_from_checkpoint(o, &facts);
   KD_CHECK(o.micro_batch >= 0, "--micro-batch must be >= 1, got ", o.micro_batch);
   KD_CHECK(o.seq_len >= 0, "--seq-len must be >= 1, got ", o.seq_len);
   const int64_t B = o.micro_batch > 0 ? o.micro_batch : c.train.micro_batch;
@@ -95,13 +137,22 @@ void run_info(const InfoOptions& o) {
   const ParamBreakdown base = count_params(make_param_layout(c.model, base_attention));
   const int64_t delta = p.total - base.total;
   const MemoryEstimate mem = estimate_memory(c, p.total, B, T);
-  const std::string name = c.model.preset.empty() ? "(custom)" : c.model.preset;
+  const std::string name =
+      !o.checkpoint.empty() ? o.checkpoint : c.model.preset.empty() ? "(custom)" : c.model.preset;
 
   if (o.json) {
     nlohmann::json j;
     j["preset"] = c.model.preset;
     j["attention"] = to_string(c.attention.variant);
     j["architecture"] = to_json(c)["model"];
+    if (!o.checkpoint.empty()) {
+      j["checkpoint"] = {{"dir", facts.dir},
+                         {"origin", facts.origin},
+                         {"torch_dtype", facts.dtype},
+                         {"weight_files", facts.weights.files},
+                         {"tensor_dtypes", facts.weights.dtype_counts},
+                         {"ignored_tensors", facts.weights.ignored}};
+    }
     j["components"] = {{"embedding", p.embedding}, {"attention", p.attention},
                        {"variant", p.variant},     {"mlp", p.mlp},
                        {"norms", p.norms},         {"lm_head", p.lm_head}};
@@ -140,6 +191,18 @@ void run_info(const InfoOptions& o) {
   std::printf("\n  %s embeddings, %s q/k/v bias, rms eps %g\n",
               m.tie_word_embeddings ? "tied" : "untied", m.attention_bias ? "with" : "no",
               m.rms_norm_eps);
+  if (!o.checkpoint.empty()) {
+    std::printf("checkpoint %s: %s, torch_dtype %s, %zu weight file%s, tensors", facts.dir.c_str(),
+                facts.origin.c_str(), facts.dtype.empty() ? "(not given)" : facts.dtype.c_str(),
+                facts.weights.files.size(), facts.weights.files.size() == 1 ? "" : "s");
+    for (const auto& [dtype, n] : facts.weights.dtype_counts)
+      std::printf(" %lld x %s", static_cast<long long>(n), dtype.c_str());
+    std::printf("; every tensor present with the expected shape\n");
+    for (const std::string& t : facts.weights.ignored)
+      std::printf("  ignored %s (a rotary buffer, recomputed)\n", t.c_str());
+    if (facts.weights.tied_head_in_file)
+      std::printf("  lm_head.weight is stored but ignored: tie_word_embeddings is true\n");
+  }
   std::printf("parameters\n");
   auto row = [](const char* label, int64_t n) {
     std::printf("  %-16s %14lld  %9s M\n", label, (long long)n, millions(n).c_str());
@@ -173,6 +236,8 @@ void register_info(CLI::App& app) {
   auto* command = app.add_subcommand(
       "info", "Print the architecture, parameter counts, ΔParams over baseline and a memory estimate");
   add_common_options(*command, options->common);
+  command->add_option("--checkpoint", options->checkpoint,
+                      "describe this checkpoint directory (kdtrain or Hugging Face) instead of a config");
   command->add_option("--micro-batch", options->micro_batch,
                       "sequences per micro-batch for the memory estimate (default train.micro_batch)");
   command->add_option("--seq-len", options->seq_len,

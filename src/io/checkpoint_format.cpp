@@ -6,9 +6,12 @@
 #include <memory>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 #include "io/atomic_dir.h"
 #include "io/file_util.h"
+#include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
 
@@ -63,7 +66,12 @@ std::vector<std::string> weight_files(const std::string& dir) {
   const fs::path single = fs::path(dir) / kWeightsFile;
   if (fs::exists(single)) return {single.string()};
   const fs::path index = fs::path(dir) / kWeightsIndex;
-  KD_CHECK(fs::exists(index), dir, ": no ", kWeightsFile, " or ", kWeightsIndex, " in the directory");
+  const bool pytorch_bin = fs::exists(fs::path(dir) / "pytorch_model.bin") ||
+                           fs::exists(fs::path(dir) / "pytorch_model.bin.index.json");
+  KD_CHECK(fs::exists(index), dir, ": no ", kWeightsFile, " or ", kWeightsIndex, " in the directory",
+           pytorch_bin ? " (PyTorch .bin weights are not read: re-save them with "
+                         "save_pretrained(dir, safe_serialization=True))"
+                       : "");
   std::ifstream in(index);
   json doc = json::parse(in, nullptr, false);
   KD_CHECK(!doc.is_discarded() && doc.is_object(), index.string(), ": not a valid JSON object");
@@ -144,9 +152,10 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
   KD_CHECK(doc.is_object(), source, ": config must be a JSON object");
   ModelConfig m;
   AttentionConfig a;
-  m.family = get_string(require(doc, "model_type", source), "model_type", source);
-  KD_CHECK(m.family == "llama" || m.family == "qwen2", source, ": key 'model_type' is '", m.family,
-           "'; supported: llama, qwen2");
+  // model_type "kdtrain" is what `kdtrain export` writes for non-baseline variants;
+  // its base_model_type names the family. Architecture checks: io/hf_checkpoint.h.
+  const std::string model_type = get_string(require(doc, "model_type", source), "model_type", source);
+  m.family = hf_family_of(doc, model_type, source);
   m.hidden_size = get_int(require(doc, "hidden_size", source), "hidden_size", source);
   m.intermediate_size = get_int(require(doc, "intermediate_size", source), "intermediate_size", source);
   m.num_hidden_layers = get_int(require(doc, "num_hidden_layers", source), "num_hidden_layers", source);
@@ -156,7 +165,6 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
   m.max_position_embeddings =
       get_int(require(doc, "max_position_embeddings", source), "max_position_embeddings", source);
   m.rms_norm_eps = get_number(require(doc, "rms_norm_eps", source), "rms_norm_eps", source);
-  m.rope_theta = get_number(require(doc, "rope_theta", source), "rope_theta", source);
   KD_CHECK(m.hidden_size > 0 && m.num_attention_heads > 0, source,
            ": hidden_size and num_attention_heads must be positive");
 
@@ -164,6 +172,15 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
   auto optional = [&](const char* key) -> const json* {
     return doc.contains(key) && !doc[key].is_null() ? &doc[key] : nullptr;
   };
+  // transformers >= 5 nests rope_theta and the scaling in rope_parameters.
+  const json* rope_parameters = optional("rope_parameters");
+  if (optional("rope_theta")) {
+    m.rope_theta = get_number(doc["rope_theta"], "rope_theta", source);
+  } else {
+    KD_CHECK(rope_parameters && rope_parameters->is_object() && rope_parameters->contains("rope_theta"),
+             source, ": missing key 'rope_theta'");
+    m.rope_theta = get_number((*rope_parameters)["rope_theta"], "rope_parameters.rope_theta", source);
+  }
   m.num_key_value_heads = optional("num_key_value_heads")
                               ? get_int(doc["num_key_value_heads"], "num_key_value_heads", source)
                               : m.num_attention_heads;
@@ -178,14 +195,20 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
                          : m.family == "qwen2";
   if (optional("initializer_range"))
     m.initializer_range = get_number(doc["initializer_range"], "initializer_range", source);
-  if (const json* rope = optional("rope_scaling")) {
-    KD_CHECK(rope->is_object(), source, ": key 'rope_scaling' must be null or an object");
+  const json* rope = optional("rope_scaling");
+  const char* rope_key = "rope_scaling";
+  if (!rope && rope_parameters) {
+    rope = rope_parameters;
+    rope_key = "rope_parameters";
+  }
+  if (rope) {
+    KD_CHECK(rope->is_object(), source, ": key '", rope_key, "' must be null or an object");
     // Older HF configs spell rope_type as "type".
     const char* type_key = rope->contains("rope_type") ? "rope_type" : "type";
-    const std::string type = get_string(require(*rope, type_key, source + " rope_scaling"),
-                                        "rope_scaling.rope_type", source);
+    const std::string type_path = std::string(rope_key) + "." + type_key;
+    const std::string where = source + " " + rope_key;
+    const std::string type = get_string(require(*rope, type_key, where), type_path.c_str(), source);
     if (type == "llama3") {
-      const std::string where = source + " rope_scaling";
       m.rope_scaling.type = "llama3";
       m.rope_scaling.factor = get_number(require(*rope, "factor", where), "rope_scaling.factor", source);
       m.rope_scaling.low_freq_factor = get_number(require(*rope, "low_freq_factor", where),
@@ -196,8 +219,8 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
           get_int(require(*rope, "original_max_position_embeddings", where),
                   "rope_scaling.original_max_position_embeddings", source);
     } else {
-      KD_CHECK(type == "default", source, ": rope_scaling type '", type,
-               "' is not supported (expected llama3 or default)");
+      KD_CHECK(type == "default", source, ": key '", type_path, "' is '", type,
+               "': rope scaling type not supported (expected default or llama3)");
     }
   }
   if (optional("attention_variant"))
@@ -207,6 +230,7 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
         parse_alpha_activation(get_string(doc["alpha_activation"], "alpha_activation", source));
   if (optional("alpha_momentum"))
     a.alpha_momentum = get_number(doc["alpha_momentum"], "alpha_momentum", source);
+  check_hf_supported(doc, m, source);
   *model = m;
   *attention = a;
 }
@@ -265,22 +289,74 @@ ModelCheckpoint read_model_checkpoint(const std::string& dir) {
   return ckpt;
 }
 
-void load_model_weights(const std::string& dir, const ParamLayout& layout, float* arena) {
-  WeightSet weights(dir);
+namespace {
+
+// Checks every tensor of `weights` against the layout, without reading data:
+// each spec present with its exact shape, nothing unexpected except what HF
+// checkpoints may carry harmlessly (see hf_ignored_tensor and the tied lm_head).
+WeightsSummary check_weights(const WeightSet& weights, const std::string& dir,
+                             const ParamLayout& layout) {
+  WeightsSummary summary;
+  for (const auto& f : weights.files) summary.files.push_back(f->path());
   const std::string where = weights.files.size() == 1 ? weights.files[0]->path() : dir;
   for (const ParamSpec& s : layout.specs) {
     auto it = weights.owner.find(s.name);
     KD_CHECK(it != weights.owner.end(), where, ": missing tensor '", s.name, "' of shape ",
-             shape_text(s.shape));
+             shape_text(s.shape),
+             s.name == "lm_head.weight" ? " (config.json has tie_word_embeddings false)" : "");
     const TensorView& view = it->second->tensor(s.name);
     KD_CHECK(view.shape == s.shape, it->second->path(), ": tensor '", s.name, "' has shape ",
              shape_text(view.shape), ", expected ", shape_text(s.shape));
-    std::vector<float> values = it->second->read_f32(s.name);
+    summary.dtype_counts[dtype_name(view.dtype)] += 1;
+  }
+  const bool tied = layout.lm_head == layout.embed;
+  for (const auto& [name, file] : weights.owner) {
+    if (layout.find(name) != nullptr) continue;
+    if (hf_ignored_tensor(name)) {
+      summary.ignored.push_back(name);
+      continue;
+    }
+    if (tied && name == "lm_head.weight") {
+      const TensorView& view = file->tensor(name);
+      const ParamSpec* embed = layout.find("model.embed_tokens.weight");
+      KD_CHECK(view.shape == embed->shape, file->path(), ": tensor 'lm_head.weight' has shape ",
+               shape_text(view.shape), ", expected ", shape_text(embed->shape),
+               " (tie_word_embeddings is true)");
+      summary.tied_head_in_file = true;
+      continue;
+    }
+    fail(file->path(), ": unexpected tensor '", name, "' (not a parameter of the configured model; ",
+         hf_unexpected_tensor_hint(name), ")");
+  }
+  return summary;
+}
+
+}  // namespace
+
+WeightsSummary check_model_weights(const std::string& dir, const ParamLayout& layout) {
+  WeightSet weights(dir);
+  return check_weights(weights, dir, layout);
+}
+
+void load_model_weights(const std::string& dir, const ParamLayout& layout, float* arena) {
+  WeightSet weights(dir);
+  const WeightsSummary summary = check_weights(weights, dir, layout);
+  for (const ParamSpec& s : layout.specs) {
+    const SafetensorsFile* file = weights.owner.at(s.name);
+    std::vector<float> values = file->read_f32(s.name);
     std::copy(values.begin(), values.end(), arena + s.offset);
   }
-  for (const auto& [name, file] : weights.owner)
-    KD_CHECK(layout.find(name) != nullptr, file->path(), ": unexpected tensor '", name,
-             "' (not a parameter of the configured model; check attention variant and tie_word_embeddings)");
+  if (summary.tied_head_in_file) {
+    // transformers ties lm_head to embed_tokens after loading, so a stored copy
+    // never matters; say so when it differs.
+    const SafetensorsFile* file = weights.owner.at("lm_head.weight");
+    const std::vector<float> head = file->read_f32("lm_head.weight");
+    const float* embed = arena + layout.embed;
+    if (!std::equal(head.begin(), head.end(), embed))
+      spdlog::warn("{}: tie_word_embeddings is true, so 'lm_head.weight' (which differs from "
+                   "'model.embed_tokens.weight') is ignored, as transformers ignores it",
+                   file->path());
+  }
 }
 
 }  // namespace kdtrain::io

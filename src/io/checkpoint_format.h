@@ -2,8 +2,11 @@
 //   <dir>/config.json        HF keys (LlamaForCausalLM / Qwen2ForCausalLM) plus
 //                            kdtrain's attention_variant, alpha_activation, alpha_momentum
 //   <dir>/model.safetensors  fp32 tensors under their HF names (alpha_ma buffers included)
-// Readers also accept HF's sharded form (model.safetensors.index.json + shards)
-// and bf16/f16 weights, converted to fp32. docs/formats.md has the details.
+// Readers also accept Hugging Face checkpoints as transformers saves them:
+// LlamaForCausalLM / Qwen2ForCausalLM configs (no kdtrain keys: baseline),
+// sharded weights (model.safetensors.index.json + shards) and bf16/f16 weights,
+// converted to fp32; io/hf_checkpoint.h lists what is refused. docs/export.md
+// has the details.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -61,9 +64,24 @@ std::vector<TensorRef> layout_tensors(const ParamLayout& layout, const float* ar
 
 ModelCheckpoint read_model_checkpoint(const std::string& dir);
 
-// Fills arena (layout.total floats) from dir's weights: every spec must be present
-// with its exact shape, and the files may hold no other tensor. Errors name the
-// tensor and the file.
+// What check_model_weights found in a checkpoint's weight files.
+struct WeightsSummary {
+  std::vector<std::string> files;              // model.safetensors or the shards
+  std::map<std::string, int64_t> dtype_counts;  // "BF16" -> tensors of the layout stored so
+  std::vector<std::string> ignored;            // tensors skipped (HF rotary inv_freq buffers)
+  bool tied_head_in_file = false;              // tied model whose file also holds lm_head.weight
+};
+
+// Checks dir's weight files against the layout from their headers alone (no data
+// is read): every spec present with its exact shape, no other tensor except HF
+// rotary `inv_freq` buffers and, for a tied model, a stored lm_head.weight of the
+// embedding's shape (transformers ignores it; so do we). Errors name the tensor
+// and the file.
+WeightsSummary check_model_weights(const std::string& dir, const ParamLayout& layout);
+
+// check_model_weights, then fills arena (layout.total floats) from the files,
+// converting BF16 / F16 / F64 to fp32. A tied model's stored lm_head.weight is
+// ignored, with a warning when it differs from the embedding.
 void load_model_weights(const std::string& dir, const ParamLayout& layout, float* arena);
 
 }  // namespace kdtrain::io

@@ -1,0 +1,96 @@
+# coding=utf-8
+"""Hugging Face configuration of kdtrain's attention variants (SPEC §1-2).
+
+`kdtrain export` copies this file and modeling_kdtrain.py next to config.json
+for every variant other than `baseline`, so that
+
+    AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
+
+loads the model. The keys mirror LlamaConfig / Qwen2Config; kdtrain adds
+`attention_variant`, `alpha_activation`, `alpha_momentum` and `base_model_type`
+(the architecture the model was shaped after: "llama" or "qwen2").
+"""
+from transformers.configuration_utils import PretrainedConfig
+
+ATTENTION_VARIANTS = ("baseline", "sink", "affine", "gated", "affine-gated")
+ALPHA_ACTIVATIONS = ("linear_clip", "sigmoid")
+
+
+class KdtrainConfig(PretrainedConfig):
+    model_type = "kdtrain"
+    keys_to_ignore_at_inference = ["past_key_values"]
+
+    def __init__(
+        self,
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=None,
+        head_dim=None,
+        hidden_act="silu",
+        max_position_embeddings=2048,
+        initializer_range=0.02,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        rope_scaling=None,
+        attention_bias=False,
+        mlp_bias=False,
+        tie_word_embeddings=False,
+        attention_variant="baseline",
+        alpha_activation="linear_clip",
+        alpha_momentum=0.9,
+        base_model_type="llama",
+        use_cache=False,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = (
+            num_attention_heads if num_key_value_heads is None else num_key_value_heads
+        )
+        self.head_dim = hidden_size // num_attention_heads if head_dim is None else head_dim
+        self.hidden_act = hidden_act
+        self.max_position_embeddings = max_position_embeddings
+        self.initializer_range = initializer_range
+        self.rms_norm_eps = rms_norm_eps
+        self.rope_theta = rope_theta
+        self.rope_scaling = rope_scaling
+        self.attention_bias = attention_bias
+        self.mlp_bias = mlp_bias
+        self.attention_variant = attention_variant
+        self.alpha_activation = alpha_activation
+        self.alpha_momentum = alpha_momentum
+        self.base_model_type = base_model_type
+        # There is no KV cache: every forward sees the whole sequence.
+        self.use_cache = False
+        self._check()
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+    def _check(self):
+        if self.attention_variant not in ATTENTION_VARIANTS:
+            raise ValueError(
+                f"config.json: attention_variant {self.attention_variant!r} is not one of {ATTENTION_VARIANTS}"
+            )
+        if self.alpha_activation not in ALPHA_ACTIVATIONS:
+            raise ValueError(
+                f"config.json: alpha_activation {self.alpha_activation!r} is not one of {ALPHA_ACTIVATIONS}"
+            )
+        if self.hidden_act != "silu":
+            raise ValueError(f"config.json: hidden_act {self.hidden_act!r} is not supported (only silu)")
+        if self.mlp_bias:
+            raise ValueError("config.json: mlp_bias true is not supported")
+        if self.num_attention_heads % self.num_key_value_heads != 0:
+            raise ValueError("config.json: num_key_value_heads must divide num_attention_heads")
+        if self.head_dim % 2 != 0:
+            raise ValueError("config.json: head_dim must be even for rotary embeddings")
+        if self.rope_scaling is not None:
+            kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
+            if kind not in ("default", "llama3"):
+                raise ValueError(
+                    f"config.json: rope_scaling type {kind!r} is not supported (expected default or llama3)"
+                )

@@ -1,0 +1,174 @@
+"""scripts/kdtrain_hf/modeling_kdtrain.py on its own (no kdtrain binary needed):
+the baseline equals transformers' LLaMA / Qwen2, each variant's attention equals
+a per-query float64 loop written from SPEC §2, the sink limit is the baseline,
+and left padding with an attention mask leaves the real tokens' logits alone."""
+import math
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+from kdtrain_hf import KdtrainConfig, KdtrainForCausalLM  # noqa: E402
+
+VARIANTS = ["baseline", "sink", "affine", "gated", "affine-gated"]
+LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}
+
+
+def kdtrain_config(variant="baseline", activation="linear_clip", bias=False, tied=True, kv=2):
+    return KdtrainConfig(vocab_size=53, hidden_size=24, intermediate_size=40, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=kv, head_dim=6,
+                         max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=500.0,
+                         rope_scaling=LLAMA3, attention_bias=bias, tie_word_embeddings=tied,
+                         attention_variant=variant, alpha_activation=activation)
+
+
+def randomize_(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".sinks") or name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith("alpha_proj.weight"):
+                p.copy_(4.0 * torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
+        for name, b in model.named_buffers():
+            if name.endswith("alpha_ma"):
+                b.copy_(0.2 + 0.7 * torch.rand(b.shape, generator=g))
+    return model
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_baseline_equals_transformers(family):
+    if family == "llama":
+        ref_config = transformers.LlamaConfig(
+            vocab_size=53, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=6, max_position_embeddings=64, rms_norm_eps=1e-5,
+            rope_theta=500.0, rope_scaling=LLAMA3, tie_word_embeddings=True, attn_implementation="eager")
+        ref = transformers.LlamaForCausalLM(ref_config)
+        ours = KdtrainForCausalLM(kdtrain_config())
+    else:
+        ref_config = transformers.Qwen2Config(
+            vocab_size=53, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1e6,
+            tie_word_embeddings=False, attn_implementation="eager")
+        ref = transformers.Qwen2ForCausalLM(ref_config)
+        ours = KdtrainForCausalLM(KdtrainConfig(
+            vocab_size=53, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1e6,
+            attention_bias=True, tie_word_embeddings=False))
+    randomize_(ref, 0).eval()
+    assert ours.load_state_dict(ref.state_dict(), strict=True)
+    ours.eval()
+    ids = torch.randint(0, 53, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        diff = (ref(ids).logits - ours(ids).logits).abs().max().item()
+    assert diff < 1e-5
+
+
+def naive_attention(attn, x, position_ids, config):
+    """SPEC §2 one query at a time, float64, from the module's weights."""
+    x = x.double()
+    B, T, C = x.shape
+    H, Hkv, D = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+
+    def lin(layer, inp):
+        y = inp @ layer.weight.double().T
+        return y + layer.bias.double() if layer.bias is not None else y
+
+    q = lin(attn.q_proj, x).view(B, T, H, D)
+    k = lin(attn.k_proj, x).view(B, T, Hkv, D)
+    v = lin(attn.v_proj, x).view(B, T, Hkv, D)
+    inv_freq = torch.tensor(attn_inv_freq(config), dtype=torch.float64)
+
+    def rope(t, pos):
+        ang = pos * inv_freq
+        c, s = torch.cos(ang), torch.sin(ang)
+        a, b = t[: D // 2], t[D // 2:]
+        return torch.cat((a * c - b * s, b * c + a * s))
+
+    out = torch.zeros(B, T, H, D, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            g = h // (H // Hkv)
+            for i in range(T):
+                qi = rope(q[b, i, h], float(position_ids[b, i]))
+                ks = [rope(k[b, j, g], float(position_ids[b, j])) for j in range(i + 1)]
+                x_ij = torch.stack([qi @ kj for kj in ks]) / math.sqrt(D)
+                e = torch.exp(x_ij)
+                denom = e.sum() + (torch.exp(attn.sinks[h].double()) if attn.has_sink else 0.0)
+                o = sum(e[j] / denom * v[b, j, g] for j in range(i + 1))
+                if attn.has_affine:
+                    z = lin(attn.alpha_proj, x[b, i])[h]
+                    if config.alpha_activation == "sigmoid":
+                        a = 1.0 / (1.0 + torch.exp(-z))
+                    else:  # linear_clip
+                        a = torch.clamp(0.1 * z + 0.5, 0.0, 1.0)
+                    beta = (attn.alpha_ma[h].double() - a) / (i + 1)
+                    o = a * o + beta * v[b, : i + 1, g].sum(0)
+                out[b, i, h] = o
+    out = out.reshape(B, T, H * D)
+    if attn.has_gate:
+        out = out * torch.sigmoid(lin(attn.gate_proj, x))
+    return out @ attn.o_proj.weight.double().T
+
+
+def attn_inv_freq(config):
+    from kdtrain_hf.modeling_kdtrain import rope_inverse_frequencies
+
+    return rope_inverse_frequencies(config)
+
+
+@pytest.mark.parametrize("variant,activation", [(v, "linear_clip") for v in VARIANTS] +
+                         [("affine", "sigmoid"), ("affine-gated", "sigmoid")])
+def test_attention_matches_spec_loop(variant, activation):
+    config = kdtrain_config(variant, activation, bias=True)
+    model = randomize_(KdtrainForCausalLM(config), 3).double().eval()
+    attn = model.model.layers[0].self_attn
+    x = torch.randn(2, 11, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    pos = torch.arange(11).expand(2, 11)
+    cos, sin = model.model.rotary_emb(pos, torch.float64)
+    with torch.no_grad():
+        ours = attn(x, cos, sin, None)
+        want = naive_attention(attn, x, pos, config)
+    assert (ours - want).abs().max().item() < 1e-10
+
+
+def test_sink_to_minus_infinity_is_baseline():
+    base = randomize_(KdtrainForCausalLM(kdtrain_config("baseline")), 5).eval()
+    sink = KdtrainForCausalLM(kdtrain_config("sink")).eval()
+    sink.load_state_dict(base.state_dict(), strict=False)
+    with torch.no_grad():
+        for layer in sink.model.layers:
+            layer.self_attn.sinks.fill_(-1e4)
+    ids = torch.randint(0, 53, (1, 20), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        assert (base(ids).logits - sink(ids).logits).abs().max().item() < 1e-6
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_left_padding_with_mask_leaves_real_tokens_alone(variant):
+    model = randomize_(KdtrainForCausalLM(kdtrain_config(variant)), 7).eval()
+    ids = torch.randint(0, 53, (1, 9), generator=torch.Generator().manual_seed(8))
+    pad = 4
+    padded = torch.cat((torch.zeros(1, pad, dtype=torch.long), ids), dim=1)
+    mask = torch.cat((torch.zeros(1, pad, dtype=torch.long), torch.ones(1, 9, dtype=torch.long)), dim=1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        alone = model(ids).logits
+        masked = model(padded, attention_mask=mask, position_ids=positions).logits[:, pad:]
+    assert (alone - masked).abs().max().item() < 1e-5
+
+
+def test_config_refuses_unknown_variant_and_rope():
+    with pytest.raises(ValueError, match="attention_variant"):
+        KdtrainConfig(attention_variant="softmax1")
+    with pytest.raises(ValueError, match="yarn"):
+        KdtrainConfig(rope_scaling={"rope_type": "yarn", "factor": 2.0})

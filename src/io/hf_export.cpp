@@ -1,0 +1,242 @@
+#include "io/hf_export.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/atomic_dir.h"
+#include "io/checkpoint_format.h"
+#include "io/file_util.h"
+#include "io/hf_modeling_sources.h"
+#include "io/safetensors.h"
+#include "model/param_layout.h"
+
+namespace kdtrain::io {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kLlama = "LlamaForCausalLM";
+constexpr const char* kQwen2 = "Qwen2ForCausalLM";
+constexpr const char* kKdtrain = "KdtrainForCausalLM";
+
+// Files a Hugging Face tokenizer directory may hold; the ones present are copied.
+constexpr const char* kTokenizerFiles[] = {
+    "tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json",       "merges.txt",            "tokenizer.model",         "tokenizer.txt",
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  AtomicFileWriter out(path);
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  KD_CHECK(in.good(), path, ": cannot open: ", errno_text());
+  json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  KD_CHECK(!doc.is_discarded(), path, ": not valid JSON");
+  return doc;
+}
+
+// Largest token id a tokenizer file defines, or -1 when it defines none we know of.
+int64_t max_token_id(const fs::path& file) {
+  const std::string name = file.filename().string();
+  auto max_of_values = [](const json& obj) {
+    int64_t m = -1;
+    if (obj.is_object())
+      for (auto it = obj.begin(); it != obj.end(); ++it)
+        if (it.value().is_number_integer()) m = std::max(m, it.value().get<int64_t>());
+    return m;
+  };
+  if (name == "vocab.json" || name == "added_tokens.json") return max_of_values(read_json(file.string()));
+  if (name != "tokenizer.json") return -1;
+  const json doc = read_json(file.string());
+  int64_t m = -1;
+  if (doc.contains("model") && doc["model"].contains("vocab")) m = max_of_values(doc["model"]["vocab"]);
+  if (doc.contains("added_tokens") && doc["added_tokens"].is_array())
+    for (const json& t : doc["added_tokens"])
+      if (t.contains("id") && t["id"].is_number_integer()) m = std::max(m, t["id"].get<int64_t>());
+  return m;
+}
+
+// Tokenizer files to copy, after checking every id fits the model's vocabulary.
+std::vector<fs::path> tokenizer_files(const std::string& source, int64_t vocab_size) {
+  std::vector<fs::path> files;
+  const fs::path p(source);
+  if (fs::is_regular_file(p)) {
+    files.push_back(p);
+  } else {
+    KD_CHECK(fs::is_directory(p), "--tokenizer ", source, ": no such file or directory");
+    for (const char* name : kTokenizerFiles)
+      if (fs::is_regular_file(p / name)) files.push_back(p / name);
+    KD_CHECK(!files.empty(), "--tokenizer ", source,
+             ": holds no tokenizer file (tokenizer.json, tokenizer_config.json, vocab.json, ...)");
+  }
+  for (const fs::path& f : files) {
+    const int64_t max_id = max_token_id(f);
+    KD_CHECK(max_id < vocab_size, f.string(), ": defines token id ", max_id,
+             ", outside the model's vocabulary (vocab_size ", vocab_size,
+             "); the tokenizer does not belong to this model");
+  }
+  return files;
+}
+
+json rope_scaling_json(const RopeScaling& r) {
+  if (r.type == "default") return nullptr;
+  KD_CHECK(r.type == "llama3", "model.rope_scaling.type '", r.type,
+           "' is not exportable (expected default or llama3)");
+  return {{"rope_type", "llama3"},
+          {"factor", r.factor},
+          {"low_freq_factor", r.low_freq_factor},
+          {"high_freq_factor", r.high_freq_factor},
+          {"original_max_position_embeddings", r.original_max_position_embeddings}};
+}
+
+// Refuses to replace anything but an empty directory unless --force, and never
+// the checkpoint being read.
+void check_output_dir(const ExportOptions& o) {
+  const fs::path out(o.out);
+  KD_CHECK(!o.out.empty(), "--out: no directory given");
+  if (!fs::exists(out)) return;
+  KD_CHECK(fs::is_directory(out), "--out ", o.out, ": exists and is not a directory");
+  KD_CHECK(!fs::equivalent(out, fs::path(o.checkpoint)), "--out ", o.out,
+           ": is the checkpoint being exported; choose another directory");
+  const bool empty = fs::directory_iterator(out) == fs::directory_iterator();
+  KD_CHECK(empty || o.force, "--out ", o.out,
+           ": exists and is not empty; pass --force to replace it");
+}
+
+}  // namespace
+
+ExportDtype parse_export_dtype(const std::string& name) {
+  if (name == "fp32" || name == "float32" || name == "f32") return ExportDtype::f32;
+  if (name == "bf16" || name == "bfloat16") return ExportDtype::bf16;
+  fail("--dtype: '", name, "' is not one of bf16, fp32");
+}
+
+std::string hf_export_architecture(const ModelConfig& m, const AttentionConfig& a) {
+  if (a.variant != AttentionVariant::baseline) return kKdtrain;
+  // Stock LLaMA with attention_bias would also bias o_proj; Qwen2 biases q/k/v only.
+  if (m.family == "qwen2" || m.attention_bias) return kQwen2;
+  KD_CHECK(m.family == "llama", "model.family '", m.family, "' is not exportable (expected llama or qwen2)");
+  return kLlama;
+}
+
+json hf_export_config(const ModelConfig& m, const AttentionConfig& a, ExportDtype dtype) {
+  const std::string arch = hf_export_architecture(m, a);
+  json c = {
+      {"architectures", {arch}},
+      {"hidden_size", m.hidden_size},
+      {"intermediate_size", m.intermediate_size},
+      {"num_hidden_layers", m.num_hidden_layers},
+      {"num_attention_heads", m.num_attention_heads},
+      {"num_key_value_heads", m.num_key_value_heads},
+      {"head_dim", m.head_dim},
+      {"vocab_size", m.vocab_size},
+      {"max_position_embeddings", m.max_position_embeddings},
+      {"rms_norm_eps", m.rms_norm_eps},
+      {"rope_theta", m.rope_theta},
+      {"rope_scaling", rope_scaling_json(m.rope_scaling)},
+      {"tie_word_embeddings", m.tie_word_embeddings},
+      {"initializer_range", m.initializer_range},
+      {"hidden_act", "silu"},
+      {"attention_dropout", 0.0},
+      {"torch_dtype", dtype == ExportDtype::bf16 ? "bfloat16" : "float32"},
+      {"use_cache", arch != kKdtrain},
+  };
+  if (arch == kLlama) {
+    c["model_type"] = "llama";
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+    c["pretraining_tp"] = 1;
+  } else if (arch == kQwen2) {
+    c["model_type"] = "qwen2";
+    c["use_sliding_window"] = false;
+    c["sliding_window"] = nullptr;
+    c["max_window_layers"] = m.num_hidden_layers;
+  } else {
+    c["model_type"] = "kdtrain";
+    c["base_model_type"] = m.family;
+    c["attention_bias"] = m.attention_bias;
+    c["mlp_bias"] = false;
+    c["attention_variant"] = to_string(a.variant);
+    c["alpha_activation"] = to_string(a.alpha_activation);
+    c["alpha_momentum"] = a.alpha_momentum;
+    c["auto_map"] = {{"AutoConfig", "configuration_kdtrain.KdtrainConfig"},
+                     {"AutoModelForCausalLM", "modeling_kdtrain.KdtrainForCausalLM"}};
+  }
+  return c;
+}
+
+ExportSummary export_hf_checkpoint(const ExportOptions& o) {
+  KD_CHECK(fs::is_directory(o.checkpoint), "--checkpoint ", o.checkpoint, ": not a directory");
+  check_output_dir(o);
+  ModelConfig m;
+  AttentionConfig a;
+  read_hf_config((fs::path(o.checkpoint) / "config.json").string(), &m, &a);
+  const ParamLayout layout = make_param_layout(m, a);
+  std::vector<float> arena(static_cast<size_t>(layout.total));
+  load_model_weights(o.checkpoint, layout, arena.data());
+  const std::vector<fs::path> tokenizer =
+      o.tokenizer.empty() ? std::vector<fs::path>{} : tokenizer_files(o.tokenizer, m.vocab_size);
+
+  ExportSummary summary;
+  summary.architecture = hf_export_architecture(m, a);
+  summary.parameters = layout.trainable_count();
+  if (m.family == "llama" && summary.architecture == kQwen2)
+    summary.notes.push_back("a llama-family model with q/k/v bias exports as Qwen2ForCausalLM "
+                            "(stock LlamaForCausalLM's attention_bias also adds an o_proj bias)");
+
+  std::vector<TensorRef> tensors = layout_tensors(layout, arena.data());
+  // Stock Qwen2 always has q/k/v biases: a model without them gets zeros (one
+  // shared zero buffer, as long as the largest of them).
+  std::vector<float> zeros;
+  if (summary.architecture == kQwen2 && !m.attention_bias) {
+    const int64_t D = m.head_dim, H = m.num_attention_heads, Hkv = m.num_key_value_heads;
+    zeros.assign(static_cast<size_t>(std::max(H, Hkv) * D), 0.f);
+    for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+      tensors.push_back({p + "q_proj.bias", {H * D}, zeros.data()});
+      tensors.push_back({p + "k_proj.bias", {Hkv * D}, zeros.data()});
+      tensors.push_back({p + "v_proj.bias", {Hkv * D}, zeros.data()});
+    }
+    summary.notes.push_back("Qwen2ForCausalLM always has q/k/v biases; this model has none, so they "
+                            "are exported as zeros");
+  }
+  summary.tensors = static_cast<int64_t>(tensors.size());
+
+  StagedDir stage(o.out);
+  SafetensorsWriter writer;
+  for (const TensorRef& t : tensors) {
+    if (o.dtype == ExportDtype::bf16) writer.add_f32_as_bf16(t.name, t.shape, t.data);
+    else writer.add_f32(t.name, t.shape, t.data);
+  }
+  writer.set_metadata("format", "pt");  // transformers refuses safetensors without it
+  writer.set_metadata("exported_by", "kdtrain export");
+  writer.write(stage.file("model.safetensors"));
+  summary.files.push_back("model.safetensors");
+  write_text(stage.file("config.json"), hf_export_config(m, a, o.dtype).dump(2) + "\n");
+  summary.files.push_back("config.json");
+  if (summary.architecture == kKdtrain) {
+    for (const EmbeddedFile& f : hf_modeling_files()) {
+      write_text(stage.file(f.name), f.text);
+      summary.files.push_back(f.name);
+    }
+  }
+  for (const fs::path& f : tokenizer) {
+    const std::string name = f.filename().string();
+    std::error_code ec;
+    fs::copy_file(f, stage.file(name), fs::copy_options::overwrite_existing, ec);
+    KD_CHECK(!ec, f.string(), ": cannot copy into ", o.out, ": ", ec.message());
+    summary.files.push_back(name);
+  }
+  stage.commit();
+  return summary;
+}
+
+}  // namespace kdtrain::io
