@@ -24,5 +24,6 @@ void register_data(CLI::App& app);
 void register_teacher_cache(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_analyze(CLI::App& app);
+void register_export(CLI::App& app);
 
 }  // namespace kdtrain::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   kdtrain::cli::register_teacher_cache(app);
   kdtrain::cli::register_eval(app);
   kdtrain::cli::register_analyze(app);
+  kdtrain::cli::register_export(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
