@@ -271,3 +271,44 @@ TEST_CASE("train e2e: a non-finite step never reaches the weights", "[train][e2e
     CHECK(saw_unapplied);
   }
 }
+
+TEST_CASE("train e2e: a teacher with another vocabulary is refused before step 0", "[train][e2e][kd]") {
+  TempDir tmp("vocab");
+  const std::string shard = synthetic_shard(tmp.path, "train.bin", 5000, 9);
+  const std::string teacher = (tmp.path / "teacher").string();
+  std::string out;
+  REQUIRE(run({KDTRAIN_BINARY, "init", "--preset", "tiny-qwen", "--set", "model.vocab_size=300", "--out", teacher},
+              &out, (tmp.path / "init.log").string()) == 0);
+  const fs::path run_dir = tmp.path / "run";
+  const int code = run(with(base_args(shard, run_dir.string()), {"--set", "kd.teacher=" + teacher}), &out,
+                       (tmp.path / "train.log").string());
+  INFO(out);
+  CHECK(code != 0);
+  CHECK(out.find("vocab") != std::string::npos);
+  CHECK(out.find("300") != std::string::npos);
+  CHECK_FALSE(fs::exists(run_dir / "metrics.jsonl"));
+}
+
+TEST_CASE("train e2e: resume refuses changed data or architecture", "[train][e2e][resume]") {
+  TempDir tmp("refuse");
+  const std::string shard = synthetic_shard(tmp.path, "train.bin", 20000, 10);
+  const std::string other = synthetic_shard(tmp.path, "other.bin", 20000, 11);
+  const fs::path run_dir = tmp.path / "run";
+  std::string out;
+  REQUIRE(run(with(base_args(shard, run_dir.string()), {"--set", "train.steps=3", "--set", "schedule.warmup=1"}),
+              &out, (tmp.path / "a.log").string()) == 0);
+  SECTION("different data") {
+    const int code = run({KDTRAIN_BINARY, "train", "--resume", run_dir.string(), "--set", "data.train=" + other},
+                         &out, (tmp.path / "b.log").string());
+    INFO(out);
+    CHECK(code != 0);
+    CHECK(out.find("fingerprint") != std::string::npos);
+  }
+  SECTION("different architecture") {
+    const int code = run({KDTRAIN_BINARY, "train", "--resume", run_dir.string(), "--set", "model.intermediate_size=160"},
+                         &out, (tmp.path / "c.log").string());
+    INFO(out);
+    CHECK(code != 0);
+    CHECK(out.find("intermediate_size") != std::string::npos);
+  }
+}
