@@ -86,17 +86,6 @@ std::vector<fs::path> tokenizer_files(const std::string& source, int64_t vocab_s
   return files;
 }
 
-json rope_scaling_json(const RopeScaling& r) {
-  if (r.type == "default") return nullptr;
-  KD_CHECK(r.type == "llama3", "model.rope_scaling.type '", r.type,
-           "' is not exportable (expected default or llama3)");
-  return {{"rope_type", "llama3"},
-          {"factor", r.factor},
-          {"low_freq_factor", r.low_freq_factor},
-          {"high_freq_factor", r.high_freq_factor},
-          {"original_max_position_embeddings", r.original_max_position_embeddings}};
-}
-
 // Refuses to replace anything but an empty directory unless --force, and never
 // the checkpoint being read.
 void check_output_dir(const ExportOptions& o) {
@@ -129,26 +118,14 @@ std::string hf_export_architecture(const ModelConfig& m, const AttentionConfig& 
 
 json hf_export_config(const ModelConfig& m, const AttentionConfig& a, ExportDtype dtype) {
   const std::string arch = hf_export_architecture(m, a);
-  json c = {
-      {"architectures", {arch}},
-      {"hidden_size", m.hidden_size},
-      {"intermediate_size", m.intermediate_size},
-      {"num_hidden_layers", m.num_hidden_layers},
-      {"num_attention_heads", m.num_attention_heads},
-      {"num_key_value_heads", m.num_key_value_heads},
-      {"head_dim", m.head_dim},
-      {"vocab_size", m.vocab_size},
-      {"max_position_embeddings", m.max_position_embeddings},
-      {"rms_norm_eps", m.rms_norm_eps},
-      {"rope_theta", m.rope_theta},
-      {"rope_scaling", rope_scaling_json(m.rope_scaling)},
-      {"tie_word_embeddings", m.tie_word_embeddings},
-      {"initializer_range", m.initializer_range},
-      {"hidden_act", "silu"},
-      {"attention_dropout", 0.0},
-      {"torch_dtype", dtype == ExportDtype::bf16 ? "bfloat16" : "float32"},
-      {"use_cache", arch != kKdtrain},
-  };
+  // The checkpoint's own config.json, adjusted to what each architecture's loader expects.
+  json c = hf_config_json(m, a);
+  c["architectures"] = {arch};
+  c["attention_dropout"] = 0.0;
+  c["torch_dtype"] = dtype == ExportDtype::bf16 ? "bfloat16" : "float32";
+  c["use_cache"] = arch != kKdtrain;
+  if (arch != kKdtrain)
+    for (const char* key : {"attention_variant", "alpha_activation", "alpha_momentum"}) c.erase(key);
   if (arch == kLlama) {
     c["model_type"] = "llama";
     c["attention_bias"] = false;
@@ -156,17 +133,14 @@ json hf_export_config(const ModelConfig& m, const AttentionConfig& a, ExportDtyp
     c["pretraining_tp"] = 1;
   } else if (arch == kQwen2) {
     c["model_type"] = "qwen2";
+    c.erase("attention_bias");
     c["use_sliding_window"] = false;
     c["sliding_window"] = nullptr;
     c["max_window_layers"] = m.num_hidden_layers;
   } else {
     c["model_type"] = "kdtrain";
     c["base_model_type"] = m.family;
-    c["attention_bias"] = m.attention_bias;
     c["mlp_bias"] = false;
-    c["attention_variant"] = to_string(a.variant);
-    c["alpha_activation"] = to_string(a.alpha_activation);
-    c["alpha_momentum"] = a.alpha_momentum;
     c["auto_map"] = {{"AutoConfig", "configuration_kdtrain.KdtrainConfig"},
                      {"AutoModelForCausalLM", "modeling_kdtrain.KdtrainForCausalLM"}};
   }
