@@ -246,6 +246,22 @@ void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool accumulate
   if (accumulate_alpha) alpha_tokens_ += N;
 }
 
+// The inputs forward and backward share: shape, variant, q/k/v and the variant's
+// sinks / alpha / alpha_ma of layer l (sinks and alpha_ma read from the fp32 master).
+template <typename Args>
+void Model::fill_attention_inputs(Args& args, int64_t l) const {
+  const LayerOffsets& o = layout_.layers[l];
+  const AttentionVariant v = attention_.variant;
+  const int64_t D = model_.head_dim;
+  args.shape = {B_, T_, model_.num_attention_heads, model_.num_key_value_heads, D};
+  args.variant = v;
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  args.qkv = acts_->qkv[l];
+  args.sinks = has_sink(v) ? master_ + o.sinks : nullptr;
+  args.alpha = has_affine(v) ? acts_->alpha[l] : nullptr;
+  args.alpha_ma = has_affine(v) ? master_ + o.alpha_ma : nullptr;
+}
+
 void Model::forward_layer(int64_t l, bool accumulate_alpha) {
   Activations& x = *acts_;
   const LayerOffsets& o = layout_.layers[l];
@@ -265,13 +281,7 @@ void Model::forward_layer(int64_t l, bool accumulate_alpha) {
     if (accumulate_alpha) backend_.column_sum_accumulate(alpha_sums_ + l * H, x.alpha[l], N, H);
   }
   AttentionForwardArgs args;
-  args.shape = {B, T, H, Hkv, D};
-  args.variant = v;
-  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  args.qkv = x.qkv[l];
-  args.sinks = has_sink(v) ? master_ + o.sinks : nullptr;
-  args.alpha = has_affine(v) ? x.alpha[l] : nullptr;
-  args.alpha_ma = has_affine(v) ? master_ + o.alpha_ma : nullptr;
+  fill_attention_inputs(args, l);
   args.out = x.att[l];
   args.lse = x.lse[l];
   backend_.attention_forward(args);
@@ -355,13 +365,7 @@ void Model::backward_layer(int64_t l) {
     d_att = x.d_att;
   }
   AttentionBackwardArgs args;
-  args.shape = {B, T, H, Hkv, D};
-  args.variant = v;
-  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  args.qkv = x.qkv[l];
-  args.sinks = has_sink(v) ? master_ + o.sinks : nullptr;
-  args.alpha = has_affine(v) ? x.alpha[l] : nullptr;
-  args.alpha_ma = has_affine(v) ? master_ + o.alpha_ma : nullptr;
+  fill_attention_inputs(args, l);
   args.out = x.att[l];
   args.lse = x.lse[l];
   args.dout = d_att;

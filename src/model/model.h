@@ -79,6 +79,8 @@ class Model {
   void ensure_activations(int64_t B, int64_t T);
   void* weight(int64_t offset) const;  // compute-copy pointer at an arena offset
   void forward_layer(int64_t l, bool accumulate_alpha);
+  template <typename Args>
+  void fill_attention_inputs(Args& args, int64_t l) const;
   void backward_layer(int64_t l);
 
   ModelConfig model_;
