@@ -24,6 +24,7 @@ inline unsigned elementwise_blocks(int64_t n, int threads) {
   return static_cast<unsigned>(want < 1 ? 1 : (want > cap ? cap : want));
 }
 
+#ifdef __CUDACC__  // device helpers: only for nvcc; the launcher headers stay plain C++.
 __device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ bf16 to_bf(float x) { return __float2bfloat16(x); }
 
@@ -76,5 +77,6 @@ __device__ inline float block_max(float x, float* shared) {
   __syncthreads();
   return m;
 }
+#endif  // __CUDACC__
 
 }  // namespace kdtrain::cuda
