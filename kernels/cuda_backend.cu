@@ -92,8 +92,18 @@ void CudaBackend::to_device(void* device, const void* host, size_t bytes) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
-  if (bytes > 0 && dst != src)
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  if (bytes == 0 || dst == src) return;
+  const char* d = static_cast<const char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  if (d < s + bytes && s < d + bytes) {
+    // Overlapping ranges (memmove semantics, as the CPU backend): cudaMemcpy's
+    // result is undefined there, so go through scratch.
+    void* tmp = scratch(bytes);
+    CUDA_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 void CudaBackend::convert_from_f32(void* dst, const float* src, int64_t n) {

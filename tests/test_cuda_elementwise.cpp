@@ -4,7 +4,8 @@
 // output once to bf16 (relative error <= 2^-9), so:
 //   bf16 outputs:  NMSE < 1e-4, max |err| <= 1e-2 * max |ref|
 //   conversions:   bf16 -> f32 exact; f32 -> bf16 equal to round-to-nearest-even
-//   column sums (fp32 out): NMSE < 1e-10, max |err| <= 1e-5 * max |ref|
+//   column sums (fp32 out, against a float64 reference): NMSE < 1e-10,
+//   max |err| <= 1e-5 * max |ref|
 // plus NaN/inf checks, guards after every output and bit-identical reruns.
 #include "backend/cpu/cpu_ops.h"
 #include "test_cuda_util.h"
@@ -20,6 +21,7 @@ constexpr double kNmse = 1e-4, kMaxRel = 1e-2;
 TEST_CASE("cuda conversions bf16 <-> f32", "[cuda][elementwise]") {
   KD_REQUIRE_CUDA_OR_SKIP();
   auto be = cuda_backend();
+  if (be->act_dtype() != DType::bf16) return;  // self-check on CPU: identity copies
   for (int64_t n : kSizes) {
     INFO("n=" << n);
     const std::vector<float> x = random_values(n, 1 + n, 0.f, 3.f, false);
@@ -150,8 +152,10 @@ TEST_CASE("cuda column sums accumulate deterministically", "[cuda][elementwise][
       INFO("N=" << N << " H=" << H);
       const std::vector<float> x = random_values(N * H, 11 + N * H, 0.5f, 0.3f);
       const std::vector<float> s0 = random_values(H, 12 + H, 0.f, 1.f, false);
-      std::vector<float> ref = s0;
-      cpu::column_sum_accumulate(ref.data(), x.data(), N, H);
+      // float64 truth: a long fp32 sum on the CPU would itself carry ~1e-5 error.
+      std::vector<double> ref64(s0.begin(), s0.end()), x64(x.begin(), x.end());
+      cpu::column_sum_accumulate(ref64.data(), x64.data(), N, H);
+      const std::vector<float> ref(ref64.begin(), ref64.end());
       DevBuf dx(*be, N * H, DType::bf16), sums(*be, H, DType::f32);
       dx.upload(x);
       std::vector<unsigned char> first;
@@ -165,4 +169,28 @@ TEST_CASE("cuda column sums accumulate deterministically", "[cuda][elementwise][
       CHECK(sums.guard_intact());
     }
   }
+}
+
+TEST_CASE("cuda backend memory: zeroed alloc, zero, overlapping copy", "[cuda][memory]") {
+  KD_REQUIRE_CUDA_OR_SKIP();
+  auto be = cuda_backend();
+  const int64_t n = 1000;
+  DevBuf buf(*be, n, DType::f32);
+  CHECK(buf.download() == std::vector<float>(n, 0.f));  // alloc zeroes
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i);
+  buf.upload(x);
+  // memmove semantics in both directions, as the CPU backend.
+  be->copy(buf.f32() + 10, buf.f32(), 500 * sizeof(float));
+  std::vector<float> want = x;
+  std::copy(x.begin(), x.begin() + 500, want.begin() + 10);
+  CHECK(buf.download() == want);
+  be->copy(buf.f32(), buf.f32() + 10, 500 * sizeof(float));
+  std::vector<float> want2 = want;
+  std::copy(want.begin() + 10, want.begin() + 510, want2.begin());
+  CHECK(buf.download() == want2);
+  be->zero(buf.f32() + 100, 50 * sizeof(float));
+  std::fill(want2.begin() + 100, want2.begin() + 150, 0.f);
+  CHECK(buf.download() == want2);
+  CHECK(buf.guard_intact());
 }

@@ -98,7 +98,7 @@ TEST_CASE("cuda matmul on unaligned views (row offsets into an arena)", "[cuda][
       d_out(*be, off + N * OC, DType::bf16);
   d_w.upload(w_arena);
   d_in.upload(in_arena);
-  auto at = [&](const DevBuf& b) { return static_cast<char*>(b.get()) + off * 2; };
+  auto at = [&](const DevBuf& b) { return static_cast<char*>(b.get()) + off * b.elem_size(); };
   be->matmul_forward(at(d_out), at(d_in), at(d_w), nullptr, N, IC, OC);
   std::vector<float> got = d_out.download();
   CHECK(std::all_of(got.begin(), got.begin() + off, [](float v) { return v == 0.f; }));

@@ -72,7 +72,8 @@ TEST_CASE("cuda adamw matches the reference over 3 steps", "[cuda][optim]") {
     check_close("m", m.download(), ref.m, 1e-10, 1e-5);
     check_close("v", v.download(), ref.v, 1e-10, 1e-5);
     bool rne = true;
-    for (int64_t i = 0; i < n; ++i) rne = rne && got_c[i] == round_bf16(got_w[i]);
+    const bool bf16 = be->act_dtype() == DType::bf16;
+    for (int64_t i = 0; i < n; ++i) rne = rne && got_c[i] == (bf16 ? round_bf16(got_w[i]) : got_w[i]);
     CHECK(rne);
     for (const DevBuf* b : {&w, &cw, &m, &v}) CHECK(b->guard_intact());
   }
@@ -80,7 +81,10 @@ TEST_CASE("cuda adamw matches the reference over 3 steps", "[cuda][optim]") {
 
 #ifdef KDTRAIN_HAVE_CUDA_BACKEND
 TEST_CASE("cuda adamw stochastic rounding is unbiased and reproducible", "[cuda][optim]") {
-  KD_REQUIRE_CUDA_OR_SKIP();
+  if (!cuda_available()) {  // needs the CudaBackend itself, also in the CPU self-check
+    WARN("SKIPPED: no CUDA device");
+    return;
+  }
   std::vector<unsigned char> runs[2];
   const int64_t n = 200000;
   for (int run = 0; run < 2; ++run) {

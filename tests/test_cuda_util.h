@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -24,13 +25,22 @@
 
 namespace kdtrain::cudatest {
 
+// Self-check mode (environment KDTRAIN_CUDA_TESTS_ON_CPU=1): the tests run against
+// the CPU backend in place of CUDA, so the test code itself (shapes, guards,
+// harnesses) is exercised on machines without a GPU. Comparisons are then CPU
+// against CPU; nothing is learnt about the kernels.
+inline bool selfcheck_on_cpu() {
+  const char* v = std::getenv("KDTRAIN_CUDA_TESTS_ON_CPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
 // Skips the current test case (visibly) unless a CUDA backend and device exist.
-#define KD_REQUIRE_CUDA_OR_SKIP()                 \
-  do {                                            \
-    if (!::kdtrain::cuda_available()) {           \
-      WARN("SKIPPED: no CUDA device");            \
-      return;                                     \
-    }                                             \
+#define KD_REQUIRE_CUDA_OR_SKIP()                                                    \
+  do {                                                                               \
+    if (!::kdtrain::cuda_available() && !::kdtrain::cudatest::selfcheck_on_cpu()) { \
+      WARN("SKIPPED: no CUDA device");                                               \
+      return;                                                                        \
+    }                                                                                \
   } while (0)
 
 constexpr size_t kGuard = 64;
@@ -54,11 +64,13 @@ inline float from_bf16(uint16_t h) {
 inline float round_bf16(float f) { return from_bf16(to_bf16(f)); }
 
 // A device buffer of n elements of bf16 or f32 (or int32, as f32-sized raw words)
-// followed by kGuard sentinel elements.
+// followed by kGuard sentinel elements. DType::bf16 means "activation dtype": on a
+// backend whose act_dtype() is f32 (the self-check) such a buffer holds f32.
 class DevBuf {
  public:
-  DevBuf(Backend& be, size_t n, DType t) : be_(be), n_(n), t_(t) {
-    ptr_ = be_.alloc((n + kGuard) * dtype_size(t));
+  DevBuf(Backend& be, size_t n, DType t)
+      : be_(be), n_(n), t_(t == DType::bf16 ? be.act_dtype() : t) {
+    ptr_ = be_.alloc((n + kGuard) * dtype_size(t_));
     fill_guard();
   }
   ~DevBuf() { be_.release(ptr_); }
@@ -68,6 +80,7 @@ class DevBuf {
   void* get() const { return ptr_; }
   float* f32() const { return static_cast<float*>(ptr_); }
   size_t size() const { return n_; }
+  size_t elem_size() const { return dtype_size(t_); }
 
   // Uploads values (rounded to bf16 for a bf16 buffer) and re-arms the guard.
   void upload(const std::vector<float>& v) {
@@ -177,6 +190,9 @@ inline void check_close(const std::string& what, const std::vector<float>& got,
   CHECK(s.max_abs_err <= max_rel * std::max(s.max_abs_ref, floor));
 }
 
-inline std::unique_ptr<Backend> cuda_backend() { return make_backend("cuda", 0); }
+inline std::unique_ptr<Backend> cuda_backend() {
+  if (!cuda_available() && selfcheck_on_cpu()) return make_backend("cpu", 0);
+  return make_backend("cuda", 0);
+}
 
 }  // namespace kdtrain::cudatest
