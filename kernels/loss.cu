@@ -10,6 +10,7 @@ constexpr int kThreads = 512;
 struct Online {
   float m = -INFINITY, s = 0.f;
   __device__ void add(float x) {
+    if (x == -INFINITY) return;  // contributes exp(-inf) = 0; avoids inf - inf
     if (x > m) {
       s = s * expf(m - x) + 1.f;
       m = x;
