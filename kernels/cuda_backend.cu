@@ -1,0 +1,284 @@
+// CudaBackend methods: argument translation (void* -> bf16*, enums -> kernel
+// flags) and the memory plumbing; the numerics live in the per-op launchers.
+#include <algorithm>
+
+#include "add.cuh"
+#include "alpha_activation.cuh"
+#include "attention.cuh"
+#include "column_sum.cuh"
+#include "convert.cuh"
+#include "cuda_backend.cuh"
+#include "cuda_check.cuh"
+#include "loss.cuh"
+#include "optim.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+#include "sigmoid_gate.cuh"
+#include "swiglu.cuh"
+
+namespace kdtrain {
+namespace {
+using cuda::bf16;
+constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's suggestion for Hopper
+
+bf16* BF(void* p) { return static_cast<bf16*>(p); }
+const bf16* BF(const void* p) { return static_cast<const bf16*>(p); }
+
+cuda::AttentionParams params_of(const AttentionShape& s, AttentionVariant v, float scale) {
+  KD_CHECK(s.Hkv > 0 && s.H % s.Hkv == 0, "attention: n_kv_heads (", s.Hkv,
+           ") must divide n_heads (", s.H, ")");
+  cuda::AttentionParams p;
+  p.B = s.B;
+  p.T = s.T;
+  p.H = s.H;
+  p.Hkv = s.Hkv;
+  p.D = s.D;
+  p.scale = scale;
+  p.sink = has_sink(v);
+  p.affine = has_affine(v);
+  return p;
+}
+}  // namespace
+
+CudaBackend::CudaBackend() {
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  blas_ = cuda::blas_create(kBlasWorkspaceBytes);
+}
+
+CudaBackend::~CudaBackend() {
+  // Destructors must not throw: errors here are ignored.
+  cudaStreamSynchronize(stream_);
+  if (scratch_) cudaFree(scratch_);
+  if (buckets_) cudaFree(buckets_);
+  cuda::blas_destroy(blas_);
+  cudaStreamDestroy(stream_);
+}
+
+void* CudaBackend::scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return scratch_;
+  // Earlier ops on the stream may still read the old buffer.
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (scratch_) CUDA_CHECK(cudaFree(scratch_));
+  scratch_ = nullptr;
+  const size_t grown = std::max(bytes, scratch_bytes_ * 2);
+  CUDA_CHECK(cudaMalloc(&scratch_, grown));
+  scratch_bytes_ = grown;
+  return scratch_;
+}
+
+void* CudaBackend::alloc(size_t bytes) {
+  void* p = nullptr;
+  const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+  CUDA_CHECK(cudaMalloc(&p, rounded));  // cudaMalloc aligns to at least 256 bytes
+  CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_));
+  return p;
+}
+void CudaBackend::release(void* ptr) {
+  if (ptr == nullptr) return;
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaFree(ptr));
+}
+void CudaBackend::zero(void* ptr, size_t bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
+}
+void CudaBackend::to_host(void* host, const void* device, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+void CudaBackend::to_device(void* device, const void* host, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  const char* d = static_cast<const char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  if (d < s + bytes && s < d + bytes) {
+    // Overlapping ranges (memmove semantics, as the CPU backend): cudaMemcpy's
+    // result is undefined there, so go through scratch.
+    void* tmp = scratch(bytes);
+    CUDA_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::convert_from_f32(void* dst, const float* src, int64_t n) {
+  cuda::convert_f32_to_bf16(BF(dst), src, n, stream_);
+}
+void CudaBackend::convert_to_f32(float* dst, const void* src, int64_t n) {
+  cuda::convert_bf16_to_f32(dst, BF(src), n, stream_);
+}
+
+void CudaBackend::embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N,
+                                    int64_t C) {
+  cuda::embedding_forward(BF(out), tokens, BF(wte), N, C, stream_);
+}
+
+void CudaBackend::embedding_backward(float* dwte, const void* dout, const int32_t* tokens,
+                                     int64_t N, int64_t C, int64_t V) {
+  if (N <= 0) return;
+  host_tokens_.resize(static_cast<size_t>(N));
+  to_host(host_tokens_.data(), tokens, static_cast<size_t>(N) * sizeof(int32_t));
+  const cuda::TokenBuckets b = cuda::bucket_tokens(host_tokens_.data(), N, V);
+  const size_t U = b.ids.size();
+  const size_t need = U + (U + 1) + static_cast<size_t>(N);
+  if (need > buckets_capacity_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (buckets_) CUDA_CHECK(cudaFree(buckets_));
+    buckets_ = nullptr;
+    CUDA_CHECK(cudaMalloc(&buckets_, need * sizeof(int32_t)));
+    buckets_capacity_ = need;
+  }
+  int32_t* ids = buckets_;
+  int32_t* offsets = ids + U;
+  int32_t* positions = offsets + U + 1;
+  to_device(ids, b.ids.data(), U * sizeof(int32_t));
+  to_device(offsets, b.offsets.data(), (U + 1) * sizeof(int32_t));
+  to_device(positions, b.positions.data(), static_cast<size_t>(N) * sizeof(int32_t));
+  cuda::embedding_backward(dwte, BF(dout), ids, offsets, positions, static_cast<int64_t>(U), C,
+                           stream_);
+}
+
+void CudaBackend::rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight,
+                                  int64_t N, int64_t C, float eps) {
+  cuda::rmsnorm_forward(BF(out), rstd, BF(inp), BF(weight), N, C, eps, stream_);
+}
+void CudaBackend::rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
+                                   const void* weight, const float* rstd, int64_t N, int64_t C) {
+  void* s = scratch(cuda::rmsnorm_backward_scratch_bytes(N, C));
+  cuda::rmsnorm_backward(BF(dinp), dweight, s, BF(dout), BF(inp), BF(weight), rstd, N, C, stream_);
+}
+
+void CudaBackend::matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
+                                 int64_t N, int64_t IC, int64_t OC) {
+  cuda::matmul_forward(blas_, BF(out), BF(inp), BF(weight), BF(bias), N, IC, OC, stream_);
+}
+void CudaBackend::matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                                  const void* inp, const void* weight, int64_t N, int64_t IC,
+                                  int64_t OC, bool accumulate_dinp) {
+  void* s = scratch(cuda::matmul_backward_scratch_bytes(N, OC, dbias != nullptr));
+  cuda::matmul_backward(blas_, BF(dinp), dweight, dbias, BF(dout), BF(inp), BF(weight), N, IC, OC,
+                        accumulate_dinp, s, stream_);
+}
+
+void CudaBackend::rope_forward(void* x, const float* cos, const float* sin, int64_t B, int64_t T,
+                               int64_t n_heads, int64_t n_rot, int64_t D) {
+  cuda::rope_forward(BF(x), cos, sin, B, T, n_heads, n_rot, D, stream_);
+}
+void CudaBackend::rope_backward(void* dx, const float* cos, const float* sin, int64_t B,
+                                int64_t T, int64_t n_heads, int64_t n_rot, int64_t D) {
+  cuda::rope_backward(BF(dx), cos, sin, B, T, n_heads, n_rot, D, stream_);
+}
+
+void CudaBackend::attention_forward(const AttentionForwardArgs& a) {
+  cuda::AttentionParams p = params_of(a.shape, a.variant, a.scale);
+  p.qkv = BF(a.qkv);
+  p.sinks = a.sinks;
+  p.alpha = BF(a.alpha);
+  p.alpha_ma = a.alpha_ma;
+  p.out = BF(a.out);
+  p.lse = a.lse;
+  cuda::attention_forward(p, stream_);
+}
+void CudaBackend::attention_backward(const AttentionBackwardArgs& a) {
+  cuda::AttentionParams p = params_of(a.shape, a.variant, a.scale);
+  p.qkv = BF(a.qkv);
+  p.sinks = a.sinks;
+  p.alpha = BF(a.alpha);
+  p.alpha_ma = a.alpha_ma;
+  p.lse = const_cast<float*>(a.lse);  // read only in the backward kernels
+  p.dout = BF(a.dout);
+  p.dqkv = BF(a.dqkv);
+  p.dsinks = a.dsinks;
+  p.dalpha = BF(a.dalpha);
+  void* s = scratch(cuda::attention_backward_scratch_bytes(p.B, p.H, p.T));
+  cuda::attention_backward(p, s, stream_);
+}
+
+void CudaBackend::alpha_activation_forward(void* alpha, const void* z, int64_t n,
+                                           AlphaActivation act) {
+  cuda::alpha_activation_forward(BF(alpha), BF(z), n, act == AlphaActivation::sigmoid, stream_);
+}
+void CudaBackend::alpha_activation_backward(void* dz, const void* dalpha, const void* z,
+                                            int64_t n, AlphaActivation act) {
+  cuda::alpha_activation_backward(BF(dz), BF(dalpha), BF(z), n, act == AlphaActivation::sigmoid,
+                                  stream_);
+}
+void CudaBackend::column_sum_accumulate(float* sums, const void* x, int64_t N, int64_t H) {
+  void* s = scratch(cuda::column_sum_scratch_bytes(N, H));
+  cuda::column_sum_accumulate(sums, BF(x), N, H, s, stream_);
+}
+
+void CudaBackend::sigmoid_gate_forward(void* out, const void* inp, const void* gate, int64_t n) {
+  cuda::sigmoid_gate_forward(BF(out), BF(inp), BF(gate), n, stream_);
+}
+void CudaBackend::sigmoid_gate_backward(void* dinp, void* dgate, const void* dout,
+                                        const void* inp, const void* gate, int64_t n) {
+  cuda::sigmoid_gate_backward(BF(dinp), BF(dgate), BF(dout), BF(inp), BF(gate), n, stream_);
+}
+void CudaBackend::swiglu_forward(void* out, const void* gate_up, int64_t N, int64_t F) {
+  cuda::swiglu_forward(BF(out), BF(gate_up), N, F, stream_);
+}
+void CudaBackend::swiglu_backward(void* dgate_up, const void* dout, const void* gate_up,
+                                  int64_t N, int64_t F) {
+  cuda::swiglu_backward(BF(dgate_up), BF(dout), BF(gate_up), N, F, stream_);
+}
+void CudaBackend::add(void* out, const void* a, const void* b, int64_t n) {
+  cuda::add(BF(out), BF(a), BF(b), n, stream_);
+}
+void CudaBackend::accumulate(void* dst, const void* src, int64_t n) {
+  cuda::accumulate(BF(dst), BF(src), n, stream_);
+}
+
+void CudaBackend::loss_chunk(const LossChunkArgs& a) {
+  cuda::LossParams p;
+  p.n = a.n;
+  p.V = a.V;
+  p.logits = BF(a.logits);
+  p.teacher_logits = BF(a.teacher_logits);
+  p.targets = a.targets;
+  p.ce = a.ce;
+  p.kd = a.kd;
+  p.kind = a.kd_loss == KdLoss::forward_kl   ? cuda::KdKind::forward_kl
+           : a.kd_loss == KdLoss::reverse_kl ? cuda::KdKind::reverse_kl
+                                             : cuda::KdKind::soft_ce;
+  p.temperature = a.temperature;
+  p.kd_weight = a.kd_weight;
+  p.grad_scale = a.grad_scale;
+  p.compute_grad = a.compute_grad;
+  cuda::loss_chunk(p, stream_);
+}
+
+double CudaBackend::sum_squares(const float* x, int64_t n) {
+  void* s = scratch(cuda::sum_squares_scratch_bytes(n));
+  return cuda::sum_squares(x, n, s, stream_);
+}
+
+void CudaBackend::adamw_update(const AdamWArgs& a) {
+  cuda::AdamWParams p;
+  p.master = a.master;
+  p.compute = a.compute == static_cast<void*>(a.master) ? nullptr : BF(a.compute);
+  p.grad = a.grad;
+  p.m = a.m;
+  p.v = a.v;
+  p.n = a.n;
+  p.lr = a.lr;
+  p.beta1 = a.beta1;
+  p.beta2 = a.beta2;
+  p.eps = a.eps;
+  p.weight_decay = a.weight_decay;
+  p.grad_scale = a.grad_scale;
+  p.step = a.step;
+  p.stochastic_rounding = stochastic_rounding_;
+  // A different stream of random bits every step, reproducible from (seed, step).
+  p.seed = sr_seed_ ^ static_cast<uint32_t>(static_cast<uint64_t>(a.step) * 2654435761u);
+  cuda::adamw_update(p, stream_);
+}
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace kdtrain
