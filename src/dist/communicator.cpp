@@ -47,6 +47,7 @@ class SingleCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
+  int local_world() const override { return 1; }
   void barrier() override {}
   void reduce_scatter_sum(float*, int64_t) override {}
   void all_gather(float*, int64_t) override {}

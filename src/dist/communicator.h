@@ -43,6 +43,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world() const = 0;
   virtual int local_rank() const = 0;    // rank among the processes on this node
+  virtual int local_world() const = 0;   // processes on this node
 
   virtual void barrier() = 0;
 

@@ -37,6 +37,7 @@ MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
   check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
             "MPI_Comm_split_type");
   MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_world_);
   MPI_Comm_free(&node);
   watchdog_ = std::make_unique<Watchdog>(timeout_s, rank_);
 }

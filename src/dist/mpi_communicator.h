@@ -27,6 +27,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   int local_rank() const override { return local_rank_; }
+  int local_world() const override { return local_world_; }
   void barrier() override;
   void reduce_scatter_sum(float* data, int64_t n) override;
   void all_gather(float* data, int64_t n) override;
@@ -43,7 +44,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   bool initialised_here_ = false;
-  int rank_ = 0, world_ = 1, local_rank_ = 0;
+  int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1;
   double timeout_s_;
   std::unique_ptr<Watchdog> watchdog_;
   std::vector<float> scratch_;

@@ -49,6 +49,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return mpi_->rank(); }
   int world() const override { return mpi_->world(); }
   int local_rank() const override { return mpi_->local_rank(); }
+  int local_world() const override { return mpi_->local_world(); }
   void barrier() override { mpi_->barrier(); }
 
   void reduce_scatter_sum(float* data, int64_t n) override {

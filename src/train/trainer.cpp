@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <thread>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -100,7 +101,12 @@ class Trainer {
  private:
   void setup() {
     const TrainConfig& t = config_.train;
-    backend_ = make_backend(t.device, t.threads);
+    // train.threads = 0 means all cores; ranks sharing a node share them out,
+    // else their thread pools oversubscribe the cores and every step crawls.
+    int64_t threads = t.threads;
+    if (threads == 0 && comm_.local_world() > 1)
+      threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / comm_.local_world());
+    backend_ = make_backend(t.device, threads);
     const ModelConfig& m = config_.model;
     student_ = std::make_unique<Model>(m, config_.attention, *backend_, true);
     loss_ = std::make_unique<FusedLoss>(*backend_);
@@ -220,12 +226,15 @@ class Trainer {
     std::vector<int64_t> windows =
         data::rank_slice(sampler_->next_global_batch(G), comm_.rank(), comm_.world());
     debug_windows_ = windows;
+    debug_first_tokens_.clear();
     std::vector<int32_t> inputs(b * T), targets(b * T);
     StepResult r;
     student_->zero_grads();
     for (int64_t micro = 0; micro < accumulation_steps(); ++micro) {
       std::vector<int64_t> ids(windows.begin() + micro * b, windows.begin() + (micro + 1) * b);
       train_data_->fill_batch(ids, inputs.data(), targets.data());
+      if (debug_log_)
+        for (int64_t j = 0; j < b; ++j) debug_first_tokens_.push_back(inputs[j * T]);
       if (teacher_) teacher_->forward(inputs.data(), b, T, false);
       student_->forward(inputs.data(), b, T, true);
       LossSums s = cache_ ? cached_loss(ids, targets.data(), grad_scale)
@@ -292,8 +301,8 @@ class Trainer {
   }
 
   // KDTRAIN_DIST_DEBUG=<dir>: every rank writes <dir>/rank<r>.pid and appends one
-  // JSON line per step to <dir>/rank<r>.jsonl (its window ids, alpha_ma and a
-  // hash of its master weights), for the data-parallel tests.
+  // JSON line per step to <dir>/rank<r>.jsonl (its window ids and their first
+  // tokens, alpha_ma and a hash of its master weights), for the data-parallel tests.
   void open_debug_log() {
     const char* dir = std::getenv("KDTRAIN_DIST_DEBUG");
     if (!dir || !*dir) return;
@@ -317,6 +326,7 @@ class Trainer {
     rec["rank"] = comm_.rank();
     rec["world"] = comm_.world();
     rec["windows"] = debug_windows_;
+    rec["first_tokens"] = debug_first_tokens_;  // what the rank actually read
     rec["alpha_ma"] = student_->alpha_ma();
     rec["weights_fnv"] = std::to_string(hash);
     rec["loss"] = r.sums.mixed(static_cast<float>(config_.kd.weight), has_teacher());
@@ -432,6 +442,7 @@ class Trainer {
   dist::Communicator& comm_;
   dist::Range opt_range_;
   std::vector<int64_t> debug_windows_;  // this rank's windows of the last step
+  std::vector<int32_t> debug_first_tokens_;  // their first input tokens
   std::unique_ptr<std::ofstream> debug_log_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> student_, teacher_;
