@@ -175,6 +175,8 @@ class Trainer {
     sampler_->from_json(state.sampler, state.directory);
     step_ = state.step;
     skipped_ = state.skipped_steps;
+    if (is_root() && !fs::exists(fs::path(options_.run_dir) / "config.json"))
+      write_resolved_config(config_, options_.run_dir);  // resumed into a new run directory
     spdlog::info("resumed from {} at step {} (written by {} rank(s), now {})", state.directory,
                  step_, state.world_size, comm_.world());
   }
