@@ -196,7 +196,7 @@ TEST_CASE("dist: without a launcher the communicator is a single process", "[dis
   CHECK(dist::broadcast_string(*comm, "abc", 0) == "abc");
 }
 
-TEST_CASE("dist: 2 and 3 ranks match one process; same world size is bit-exact; ranks agree",
+TEST_CASE("dist: 2 and 3 ranks match one process, same world size is bit-exact, ranks agree",
           "[dist][mpi]") {
   REQUIRE_MPIRUN();
   TempDir tmp("match");
