@@ -339,6 +339,65 @@ TEST_CASE("dist: resume re-shards the optimizer between 4 and 2 ranks", "[dist][
   require_close_metrics(read_jsonl(single / "metrics.jsonl"), expected, 1e-5);
 }
 
+TEST_CASE("dist: one rank under mpirun is bit-exact with no launcher", "[dist][mpi]") {
+  REQUIRE_MPIRUN();
+  TempDir tmp("one");
+  const std::string shard = window_shard(tmp.path);
+  std::string out;
+  REQUIRE(run_logged(train_args(shard, tmp.path / "plain", 4), tmp.path / "plain.log", &out) == 0);
+  REQUIRE(run_logged(under_mpi(1, train_args(shard, tmp.path / "mpi", 4)), tmp.path / "mpi.log", &out) == 0);
+  INFO(out);
+  CHECK(out.find("1 rank(s) over mpi") != std::string::npos);
+  const auto a = read_jsonl(tmp.path / "plain" / "metrics.jsonl"), b = read_jsonl(tmp.path / "mpi" / "metrics.jsonl");
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const char* key : {"loss", "ce", "grad_norm", "alpha_ma"}) CHECK(a[i][key] == b[i][key]);
+  CHECK(read_file((final_checkpoint(tmp.path / "plain") / "model.safetensors").string()) ==
+        read_file((final_checkpoint(tmp.path / "mpi") / "model.safetensors").string()));
+}
+
+TEST_CASE("dist: SIGTERM to one rank stops every rank at the same step; resume is bit-exact",
+          "[dist][mpi][resume]") {
+  REQUIRE_MPIRUN();
+  TempDir tmp("sigterm");
+  const std::string shard = window_shard(tmp.path);
+  const int64_t steps = 150;
+  const std::vector<std::string> quiet = {"--set", "log.interval=1000"};
+  std::string out;
+  const fs::path full = tmp.path / "full";
+  REQUIRE(run_logged(under_mpi(3, train_args(shard, full, steps, quiet)), tmp.path / "full.log", &out) == 0);
+
+  const fs::path run = tmp.path / "run", debug = tmp.path / "debug";
+  setenv("KDTRAIN_DIST_DEBUG", debug.string().c_str(), 1);
+  const Process job = spawn(under_mpi(3, train_args(shard, run, steps, quiet)), (tmp.path / "job.log").string());
+  unsetenv("KDTRAIN_DIST_DEBUG");
+  REQUIRE(job.pid > 0);
+  const auto start = std::chrono::steady_clock::now();
+  while (read_jsonl(debug / "rank1.jsonl").size() < 2 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(kill(std::stoi(read_file((debug / "rank1.pid").string())), SIGTERM) == 0);
+  const int code = wait_for(job, 60.0);
+  out = read_file((tmp.path / "job.log").string());
+  INFO(out);
+  REQUIRE(code == 0);
+  const auto stopped = read_jsonl(run / "metrics.jsonl");
+  REQUIRE(stopped.size() < static_cast<size_t>(steps));
+  CHECK(out.find("another rank received a stop signal") != std::string::npos);
+  for (int r = 0; r < 3; ++r)  // every rank stopped after the same step
+    CHECK(read_jsonl(debug / ("rank" + std::to_string(r) + ".jsonl")).size() == stopped.size());
+
+  auto args = under_mpi(3, train_args(shard, run, steps, quiet));
+  args.insert(args.end(), {"--resume", run.string()});
+  REQUIRE(run_logged(args, tmp.path / "resume.log", &out) == 0);
+  const auto resumed = read_jsonl(run / "metrics.jsonl"), reference = read_jsonl(full / "metrics.jsonl");
+  REQUIRE(resumed.size() == reference.size());
+  for (size_t i = 0; i < resumed.size(); ++i)
+    for (const char* key : {"loss", "ce", "grad_norm", "alpha_ma"}) CHECK(resumed[i][key] == reference[i][key]);
+  CHECK(read_file((final_checkpoint(run) / "model.safetensors").string()) ==
+        read_file((final_checkpoint(full) / "model.safetensors").string()));
+}
+
 TEST_CASE("dist: batch not divisible by micro-batch x ranks is refused at start", "[dist][mpi]") {
   REQUIRE_MPIRUN();
   TempDir tmp("divisible");
@@ -350,6 +409,7 @@ TEST_CASE("dist: batch not divisible by micro-batch x ranks is refused at start"
   CHECK(code != 0);
   CHECK(out.find("train.global_batch (10) must be a multiple of train.micro_batch (1) x world size (4)") !=
         std::string::npos);
+  CHECK(out.find("kdtrain: rank ") != std::string::npos);  // errors name their rank
   CHECK_FALSE(fs::exists(tmp.path / "run" / "metrics.jsonl"));
 }
 

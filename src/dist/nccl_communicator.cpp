@@ -53,7 +53,6 @@ class NcclCommunicator final : public Communicator {
   void barrier() override { mpi_->barrier(); }
 
   void reduce_scatter_sum(float* data, int64_t n) override {
-    if (world() == 1) return;
     Watchdog::Scope guard(mpi_->watchdog(), "reduce_scatter (NCCL)");
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < world(); ++r) {
@@ -67,7 +66,6 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_gather(float* data, int64_t n) override {
-    if (world() == 1) return;
     Watchdog::Scope guard(mpi_->watchdog(), "all_gather (NCCL)");
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < world(); ++r) {
@@ -81,7 +79,6 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_reduce_sum(float* data, int64_t n) override {
-    if (world() == 1) return;
     Watchdog::Scope guard(mpi_->watchdog(), "all_reduce (NCCL)");
     check_nccl(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_),
                "ncclAllReduce");

@@ -8,7 +8,8 @@
 // grouped ncclBroadcast per shard. Collectives run on their own stream and
 // are waited for before returning (the trainer synchronises the backend
 // before calling them). Bucketing and overlap with the backward pass are not
-// done yet (docs/distributed.md).
+// done yet (docs/distributed.md). There is no shortcut for world 1: one GPU
+// under `mpirun -np 1` runs the same NCCL calls as eight.
 #pragma once
 #include <memory>
 

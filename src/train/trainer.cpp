@@ -91,8 +91,12 @@ class Trainer {
       }
       if (interval_hit || step_ == total || stop) save();
       if (stop) {
-        spdlog::warn("signal {} received: checkpoint written at step {}, exiting", stop_signal(),
-                     step_);
+        if (stop_signal() != 0)
+          spdlog::warn("signal {} received: checkpoint written at step {}, exiting", stop_signal(),
+                       step_);
+        else
+          spdlog::warn("another rank received a stop signal: checkpoint written at step {}, exiting",
+                       step_);
         return;
       }
     }
@@ -204,7 +208,10 @@ class Trainer {
   }
 
   bool is_root() const { return comm_.rank() == 0; }
-  bool zero1() const { return config_.dist.zero1 && comm_.world() > 1; }
+  // Launched by MPI (even as one rank): collectives run, so one GPU under
+  // `mpirun -np 1` exercises the NCCL path that eight GPUs take.
+  bool distributed() const { return comm_.name() != "single"; }
+  bool zero1() const { return config_.dist.zero1 && distributed(); }
 
   // Micro-batches per rank per step: global_batch = micro_batch x world x accumulation.
   int64_t accumulation_steps() const {
@@ -279,7 +286,7 @@ class Trainer {
   // the same non-finite decision and holds the same alpha_ma). Each rank's
   // gradients are already scaled by 1/(global tokens), so the sum is the mean.
   void reduce_across_ranks(LossSums& sums, std::vector<double>& alpha_sums, int64_t& alpha_tokens) {
-    if (comm_.world() == 1) return;
+    if (!distributed()) return;
     backend_->synchronize();
     const int64_t n = student_->layout().total;
     if (zero1()) comm_.reduce_scatter_sum(student_->grads(), n);
