@@ -41,6 +41,13 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
+// Sets an environment variable (inherited by spawned jobs) for a scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const std::string& n, const std::string& value) : name(n) { setenv(n.c_str(), value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
 std::string find_mpirun() {
   const char* path = std::getenv("PATH");
   std::string dirs = path ? path : "/usr/bin";
@@ -396,6 +403,42 @@ TEST_CASE("dist: SIGTERM to one rank stops every rank at the same step; resume i
     for (const char* key : {"loss", "ce", "grad_norm", "alpha_ma"}) CHECK(resumed[i][key] == reference[i][key]);
   CHECK(read_file((final_checkpoint(run) / "model.safetensors").string()) ==
         read_file((final_checkpoint(full) / "model.safetensors").string()));
+}
+
+TEST_CASE("dist: a NaN gradient on one rank is skipped or stops on every rank alike",
+          "[dist][mpi][nonfinite]") {
+  REQUIRE_MPIRUN();
+  TempDir tmp("nan");
+  const std::string shard = window_shard(tmp.path);
+  std::string out;
+  const ScopedEnv nan("KDTRAIN_DIST_DEBUG_NAN", "2:3");  // rank 2's gradients at step 3
+  SECTION("skip") {
+    const fs::path debug = tmp.path / "debug";
+    setenv("KDTRAIN_DIST_DEBUG", debug.string().c_str(), 1);
+    const int code = run_logged(under_mpi(3, train_args(shard, tmp.path / "skip", 5,
+                                                        {"--set", "train.on_nonfinite=skip"})),
+                                tmp.path / "skip.log", &out);
+    unsetenv("KDTRAIN_DIST_DEBUG");
+    INFO(out);
+    REQUIRE(code == 0);
+    const auto rows = read_jsonl(tmp.path / "skip" / "metrics.jsonl");
+    REQUIRE(rows.size() == 5);
+    CHECK_FALSE(rows[2]["applied"].get<bool>());
+    CHECK(rows.back()["skipped_steps"] == 1);
+    for (int r = 0; r < 3; ++r) {
+      const auto log = read_jsonl(debug / ("rank" + std::to_string(r) + ".jsonl"));
+      REQUIRE(log.size() == 5);
+      CHECK_FALSE(log[2]["applied"].get<bool>());
+      CHECK(log[2]["weights_fnv"] == log[1]["weights_fnv"]);  // the step left the weights alone
+      CHECK(log[4]["weights_fnv"] == read_jsonl(debug / "rank0.jsonl")[4]["weights_fnv"]);
+    }
+  }
+  SECTION("stop") {
+    const int code = run_logged(under_mpi(3, train_args(shard, tmp.path / "stop", 5)), tmp.path / "stop.log", &out);
+    INFO(out);
+    CHECK(code != 0);
+    CHECK(out.find("non-finite gradient norm") != std::string::npos);
+  }
 }
 
 TEST_CASE("dist: batch not divisible by micro-batch x ranks is refused at start", "[dist][mpi]") {

@@ -254,6 +254,7 @@ class Trainer {
       r.sums.kd += s.kd;
       r.sums.tokens += s.tokens;
     }
+    maybe_inject_nan();
     int64_t alpha_tokens = 0;
     std::vector<double> alpha_sums = student_->take_alpha_sums(&alpha_tokens);
     reduce_across_ranks(r.sums, alpha_sums, alpha_tokens);
@@ -321,6 +322,20 @@ class Trainer {
     debug_log_ = std::make_unique<std::ofstream>(stem + ".jsonl", std::ios::app);
   }
 
+  // KDTRAIN_DIST_DEBUG_NAN=<rank>:<step> puts a NaN into that rank's local
+  // gradients at that (1-based) step, in the middle of the arena (another
+  // rank's shard), to test that every rank takes the same non-finite decision.
+  void maybe_inject_nan() {
+    const char* spec = std::getenv("KDTRAIN_DIST_DEBUG_NAN");
+    if (!spec || !*spec) return;
+    int rank = -1;
+    long long step = -1;
+    if (std::sscanf(spec, "%d:%lld", &rank, &step) != 2) return;
+    if (rank != comm_.rank() || step != step_ + 1) return;
+    const float nan = std::nanf("");
+    backend_->to_device(student_->grads() + student_->layout().total / 2, &nan, sizeof nan);
+  }
+
   void write_debug_record(const StepResult& r) {
     if (!debug_log_) return;
     const std::vector<float> params = student_->get_params();
@@ -340,6 +355,7 @@ class Trainer {
     rec["weights_fnv"] = std::to_string(hash);
     rec["loss"] = r.sums.mixed(static_cast<float>(config_.kd.weight), has_teacher());
     rec["grad_norm"] = r.grad_norm;
+    rec["applied"] = r.applied;
     *debug_log_ << rec.dump() << "\n";
     debug_log_->flush();
   }
