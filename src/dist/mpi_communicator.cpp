@@ -67,15 +67,15 @@ void MpiCommunicator::reduce_scatter_sum(float* data, int64_t n) {
     longest = std::max(longest, shards[r].size());
   }
   std::vector<int> send_counts(world_), send_displs(world_), recv_counts(world_), recv_displs(world_);
-  for (int64_t offset = 0; offset < std::max<int64_t>(longest, 1); offset += kChunk) {
-    // This round: piece [offset, offset + kChunk) of every shard.
-    const int64_t my_piece = std::clamp<int64_t>(mine.size() - offset, 0, kChunk);
+  for (int64_t offset = 0; offset < std::max<int64_t>(longest, 1); offset += round_) {
+    // This round: piece [offset, offset + round_) of every shard.
+    const int64_t my_piece = std::clamp<int64_t>(mine.size() - offset, 0, round_);
     scratch_.resize(static_cast<size_t>(world_) * std::max<int64_t>(my_piece, 1));
     // Send buffer displacements must fit in int: send from a packed copy.
     std::vector<float> packed;
-    packed.reserve(static_cast<size_t>(std::min<int64_t>(kChunk, longest)) * world_);
+    packed.reserve(static_cast<size_t>(std::min<int64_t>(round_, longest)) * world_);
     for (int r = 0; r < world_; ++r) {
-      const int64_t piece = std::clamp<int64_t>(shards[r].size() - offset, 0, kChunk);
+      const int64_t piece = std::clamp<int64_t>(shards[r].size() - offset, 0, round_);
       send_counts[r] = static_cast<int>(piece);
       send_displs[r] = static_cast<int>(packed.size());
       packed.insert(packed.end(), data + shards[r].begin + offset, data + shards[r].begin + offset + piece);
@@ -106,10 +106,10 @@ void MpiCommunicator::all_gather(float* data, int64_t n) {
     longest = std::max(longest, shards[r].size());
   }
   std::vector<int> counts(world_), displs(world_);
-  for (int64_t offset = 0; offset < std::max<int64_t>(longest, 1); offset += kChunk) {
+  for (int64_t offset = 0; offset < std::max<int64_t>(longest, 1); offset += round_) {
     int total = 0;
     for (int r = 0; r < world_; ++r) {
-      counts[r] = static_cast<int>(std::clamp<int64_t>(shards[r].size() - offset, 0, kChunk));
+      counts[r] = static_cast<int>(std::clamp<int64_t>(shards[r].size() - offset, 0, round_));
       displs[r] = total;
       total += counts[r];
     }

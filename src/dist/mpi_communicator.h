@@ -2,7 +2,7 @@
 // host side of the NCCL one). Sums are computed by this code in rank order
 // (MPI moves bytes only), so results do not depend on MPI's algorithms.
 //
-// Reduce-scatter of an arena of n floats: in rounds of at most kChunk elements
+// Reduce-scatter of an arena of n floats: in rounds of at most 2^24 elements
 // per shard, MPI_Alltoallv sends rank r the round's piece of shard r from every
 // rank into a scratch buffer (W pieces), which is then summed in rank order.
 // All-gather: MPI_Allgatherv of the round's pieces into scratch, copied out.
@@ -40,13 +40,16 @@ class MpiCommunicator final : public Communicator {
   Watchdog& watchdog() { return *watchdog_; }
   double timeout_s() const { return timeout_s_; }
 
-  static constexpr int64_t kChunk = int64_t{1} << 24;  // elements per shard per round
+  // Elements per shard per round (default 2^24); tests make it small to
+  // exercise several rounds on small arenas.
+  void set_round_elements(int64_t n) { round_ = n > 0 ? n : 1; }
 
  private:
   bool initialised_here_ = false;
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1;
   double timeout_s_;
   std::unique_ptr<Watchdog> watchdog_;
+  int64_t round_ = int64_t{1} << 24;
   std::vector<float> scratch_;
 };
 
