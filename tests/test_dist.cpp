@@ -421,7 +421,7 @@ TEST_CASE("dist: one rank under mpirun is bit-exact with no launcher", "[dist][m
         read_file((final_checkpoint(tmp.path / "mpi") / "model.safetensors").string()));
 }
 
-TEST_CASE("dist: SIGTERM to one rank stops every rank at the same step; resume is bit-exact",
+TEST_CASE("dist: SIGTERM to one rank stops every rank at the same step, resume is bit-exact",
           "[dist][mpi][resume]") {
   REQUIRE_MPIRUN();
   TempDir tmp("sigterm");
