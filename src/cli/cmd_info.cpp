@@ -130,7 +130,8 @@ void run_info(const InfoOptions& o) {
                    {"params_bf16_mib", mib(mem.params_bf16)},
                    {"master_fp32_mib", mib(mem.master_fp32)},
                    {"grads_fp32_mib", mib(mem.grads_fp32)},
-                   {"adamw_mib", mib(mem.adamw)},
+                   {"adamw_mib", mib(mem.adamw)},  // per rank under ZeRO-1
+                   {"adamw_all_ranks_mib", mib(adamw_all_ranks)},
                    {"activations_per_layer_mib", mib(mem.activations_per_layer)},
                    {"activations_mib", mib(mem.activations)},
                    {"loss_chunk_mib", mib(mem.loss_chunk)},
