@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "dist/communicator.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "io/checkpoint_format.h"
@@ -27,6 +28,7 @@ struct InfoOptions {
   std::string checkpoint;   // "" = model from --config / --preset
   int64_t micro_batch = 0;  // 0 = train.micro_batch
   int64_t seq_len = 0;      // 0 = train.seq_len
+  int world_size = 1;       // data-parallel ranks: AdamW state per rank under ZeRO-1
   bool json = false;
 };
 
@@ -136,7 +138,18 @@ void run_info(const InfoOptions& o) {
   base_attention.variant = AttentionVariant::baseline;
   const ParamBreakdown base = count_params(make_param_layout(c.model, base_attention));
   const int64_t delta = p.total - base.total;
-  const MemoryEstimate mem = estimate_memory(c, p.total, B, T);
+  KD_CHECK(o.world_size >= 1, "--world-size must be >= 1, got ", o.world_size);
+  MemoryEstimate mem = estimate_memory(c, p.total, B, T);
+  // ZeRO-1 (dist.zero1): each rank keeps the moments of its arena shard only;
+  // weights, master copy and gradients stay whole on every rank.
+  const bool zero1 = c.dist.zero1 && o.world_size > 1;
+  const double adamw_all_ranks = mem.adamw;
+  if (zero1) {
+    int64_t largest = 0;
+    for (int r = 0; r < o.world_size; ++r)
+      largest = std::max(largest, dist::shard_range(layout.total, r, o.world_size).size());
+    mem.adamw = 8.0 * double(std::min(largest, p.total));
+  }
   const std::string name =
       !o.checkpoint.empty() ? o.checkpoint : c.model.preset.empty() ? "(custom)" : c.model.preset;
 
@@ -163,10 +176,13 @@ void run_info(const InfoOptions& o) {
     j["delta_params_m"] = std::stod(millions(delta));
     j["memory"] = {{"micro_batch", B},
                    {"seq_len", T},
+                   {"world_size", o.world_size},
+                   {"zero1", zero1},
                    {"params_bf16_mib", mib(mem.params_bf16)},
                    {"master_fp32_mib", mib(mem.master_fp32)},
                    {"grads_fp32_mib", mib(mem.grads_fp32)},
-                   {"adamw_mib", mib(mem.adamw)},
+                   {"adamw_mib", mib(mem.adamw)},  // per rank under ZeRO-1
+                   {"adamw_all_ranks_mib", mib(adamw_all_ranks)},
                    {"activations_per_layer_mib", mib(mem.activations_per_layer)},
                    {"activations_mib", mib(mem.activations)},
                    {"loss_chunk_mib", mib(mem.loss_chunk)},
@@ -222,7 +238,13 @@ void run_info(const InfoOptions& o) {
   mrow("params bf16", mem.params_bf16);
   mrow("master weights fp32", mem.master_fp32);
   mrow("gradients fp32", mem.grads_fp32);
-  mrow("AdamW m, v fp32", mem.adamw);
+  if (zero1) {
+    mrow("AdamW m, v fp32 per rank", mem.adamw);
+    std::printf("    (ZeRO-1 over %d ranks: 1/%d of %.1f MiB; 8 bytes x params / ranks)\n", o.world_size,
+                o.world_size, mib(adamw_all_ranks));
+  } else {
+    mrow("AdamW m, v fp32", mem.adamw);
+  }
   mrow("activations (all layers)", mem.activations);
   mrow("  per layer", mem.activations_per_layer);
   mrow("fused loss chunk", mem.loss_chunk);
@@ -242,6 +264,8 @@ void register_info(CLI::App& app) {
                       "sequences per micro-batch for the memory estimate (default train.micro_batch)");
   command->add_option("--seq-len", options->seq_len,
                       "sequence length for the memory estimate (default train.seq_len)");
+  command->add_option("--world-size", options->world_size,
+                      "data-parallel ranks: show the per-rank AdamW state under ZeRO-1 (default 1)");
   command->add_flag("--json", options->json, "print JSON instead of text");
   command->callback([options] { run_info(*options); });
 }

@@ -34,7 +34,13 @@ void run_train(const TrainFlags& flags) {
   if (!flags.resume.empty()) {
     // A resumed run reads its own resolved config unless one is given.
     options.run_dir = flags.run_dir.empty() ? run_dir_of(flags.resume) : flags.run_dir;
-    if (config_path.empty()) config_path = (fs::path(options.run_dir) / "config.json").string();
+    // A checkpoint resumed into a new --run-dir (say, on another number of ranks)
+    // falls back to the checkpoint's own resolved config.
+    if (config_path.empty()) {
+      config_path = (fs::path(options.run_dir) / "config.json").string();
+      const fs::path own = fs::path(flags.resume) / "run_config.json";
+      if (!fs::exists(config_path) && fs::exists(own)) config_path = own.string();
+    }
   }
   Config config = load_config(config_path, flags.common.preset, flags.common.attention,
                               flags.common.overrides);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
@@ -107,42 +108,181 @@ std::vector<float> params_for(const LoadedModel& loaded, const Model& target,
   return loaded.params;
 }
 
-std::string save_training_checkpoint(const std::string& run_dir, const Config& config, Model& model,
-                                     const TrainingState& state, int64_t keep) {
-  const fs::path root = fs::path(run_dir) / "checkpoints";
+namespace {
+
+std::string shard_file_name(int rank, int world) {
+  return "optimizer.rank" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
+}
+
+// Rank 0's part of a save: the staging directory with model, state and config.
+std::unique_ptr<io::StagedDir> stage_checkpoint(const fs::path& root, const fs::path& final_dir,
+                                                const Config& config, Model& model,
+                                                const TrainingState& state, int world) {
   fs::create_directories(root);
   remove_stale_staging(root);
+  auto stage = std::make_unique<io::StagedDir>(final_dir.string());
+  const std::vector<float> params = model.get_params();
+  io::write_model_files(stage->staging_path(), model.config(), model.attention(),
+                        io::layout_tensors(model.layout(), params.data()));
+  nlohmann::json trainer;
+  trainer["step"] = state.step;
+  trainer["skipped_steps"] = state.skipped_steps;
+  trainer["sampler"] = state.sampler;
+  trainer["data_fingerprint"] = std::to_string(state.data_fingerprint);
+  trainer["world_size"] = world;
+  write_text_atomically(stage->file(kStateFile), trainer.dump(2) + "\n");
+  write_text_atomically(stage->file(kRunConfigFile), to_json(config).dump(2) + "\n");
+  return stage;
+}
+
+// This rank's optimizer file: its shard of the moments it holds.
+void write_optimizer_shard(const std::string& staging, const TrainingState& state, int64_t total,
+                           int rank, int world) {
+  const dist::Range part = dist::shard_range(total, rank, world);
+  const int64_t have_end = state.moments_begin + static_cast<int64_t>(state.adam_m.size());
+  KD_CHECK(state.moments_begin <= part.begin && part.end <= have_end, "checkpoint: rank ", rank,
+           " holds moments [", state.moments_begin, ", ", have_end, ") but must write [", part.begin,
+           ", ", part.end, ")");
+  const int64_t n = part.size(), skip = part.begin - state.moments_begin;
+  io::SafetensorsWriter optimizer;
+  optimizer.add_f32("exp_avg", {n}, state.adam_m.data() + skip);
+  optimizer.add_f32("exp_avg_sq", {n}, state.adam_v.data() + skip);
+  optimizer.set_metadata("optimizer", "adamw");
+  optimizer.set_metadata("steps", std::to_string(state.step));
+  optimizer.set_metadata("begin", std::to_string(part.begin));
+  optimizer.set_metadata("end", std::to_string(part.end));
+  optimizer.set_metadata("total", std::to_string(total));
+  optimizer.set_metadata("world_size", std::to_string(world));
+  const std::string name = world == 1 ? kOptimizerFile : shard_file_name(rank, world);
+  optimizer.write((fs::path(staging) / name).string());
+}
+
+}  // namespace
+
+std::string save_training_checkpoint(const std::string& run_dir, const Config& config, Model& model,
+                                     const TrainingState& state, int64_t keep,
+                                     dist::Communicator& comm) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
   const fs::path final_dir = root / step_name(state.step);
-  {
-    io::StagedDir stage(final_dir.string());
-    const std::vector<float> params = model.get_params();
-    io::write_model_files(stage.staging_path(), model.config(), model.attention(),
-                          io::layout_tensors(model.layout(), params.data()));
-    io::SafetensorsWriter optimizer;
-    const int64_t n = static_cast<int64_t>(state.adam_m.size());
-    optimizer.add_f32("exp_avg", {n}, state.adam_m.data());
-    optimizer.add_f32("exp_avg_sq", {n}, state.adam_v.data());
-    optimizer.set_metadata("optimizer", "adamw");
-    optimizer.set_metadata("steps", std::to_string(state.step));
-    optimizer.write(stage.file(kOptimizerFile));
-    nlohmann::json trainer;
-    trainer["step"] = state.step;
-    trainer["skipped_steps"] = state.skipped_steps;
-    trainer["sampler"] = state.sampler;
-    trainer["data_fingerprint"] = std::to_string(state.data_fingerprint);
-    write_text_atomically(stage.file(kStateFile), trainer.dump(2) + "\n");
-    write_text_atomically(stage.file(kRunConfigFile), to_json(config).dump(2) + "\n");
-    stage.commit();
+  const int rank = comm.rank(), world = comm.world();
+  std::unique_ptr<io::StagedDir> stage;
+  std::string staging, error;
+  if (rank == 0) {
+    try {
+      stage = stage_checkpoint(root, final_dir, config, model, state, world);
+      staging = stage->staging_path();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
   }
-  write_text_atomically((root / kLatest).string(), final_dir.filename().string() + "\n");
-  std::vector<fs::path> all = list_checkpoints(root);
-  const size_t keep_n = static_cast<size_t>(std::max<int64_t>(keep, 1));
-  for (size_t i = 0; i + keep_n < all.size(); ++i)
-    if (all[i] != final_dir) fs::remove_all(all[i]);
+  // Other ranks learn where to write (the staging name carries rank 0's pid).
+  staging = dist::broadcast_string(comm, staging, 0);
+  if (staging.empty()) {
+    if (rank == 0) fail(error);
+    fail("checkpoint ", final_dir.string(), ": rank 0 could not create it (see its error)");
+  }
+  try {
+    write_optimizer_shard(staging, state, model.layout().total, rank, world);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // All ranks agree that every file is written before the directory goes live.
+  if (comm.any(!error.empty())) {
+    if (!error.empty()) fail(error);
+    fail("checkpoint ", final_dir.string(), ": another rank failed to write its optimizer shard "
+         "(see its error); the checkpoint was discarded");
+  }
+  if (rank == 0) {
+    try {
+      stage->commit();
+      write_text_atomically((root / kLatest).string(), final_dir.filename().string() + "\n");
+      std::vector<fs::path> all = list_checkpoints(root);
+      const size_t keep_n = static_cast<size_t>(std::max<int64_t>(keep, 1));
+      for (size_t i = 0; i + keep_n < all.size(); ++i)
+        if (all[i] != final_dir) fs::remove_all(all[i]);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (comm.any(!error.empty())) {
+    if (!error.empty()) fail(error);
+    fail("checkpoint ", final_dir.string(), ": rank 0 failed to commit it (see its error)");
+  }
   return final_dir.string();
 }
 
-TrainingState load_training_checkpoint(const std::string& path, const Config& config, Model& model) {
+namespace {
+
+// One optimizer file of a checkpoint and the arena range it covers.
+struct MomentFile {
+  std::string path;
+  int64_t begin = 0, end = 0;
+};
+
+int64_t metadata_int(const io::SafetensorsFile& file, const char* key) {
+  const auto& meta = file.metadata();
+  const auto it = meta.find(key);
+  KD_CHECK(it != meta.end(), file.path(), ": metadata key '", key, "' is missing");
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    fail(file.path(), ": metadata '", key, "' is not an integer: '", it->second, "'");
+  }
+}
+
+// The optimizer files of `dir`, sorted by range, checked to tile [0, total).
+std::vector<MomentFile> list_moment_files(const fs::path& dir, int64_t total) {
+  std::vector<MomentFile> files;
+  if (fs::exists(dir / kOptimizerFile)) {
+    files.push_back({(dir / kOptimizerFile).string(), 0, total});  // single process: the whole arena
+    return files;
+  }
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("optimizer.rank", 0) != 0 || entry.path().extension() != ".safetensors") continue;
+    const io::SafetensorsFile file(entry.path().string());
+    KD_CHECK(metadata_int(file, "total") == total, file.path(), ": optimizer state for ",
+             metadata_int(file, "total"), " parameters, the model has ", total);
+    files.push_back({file.path(), metadata_int(file, "begin"), metadata_int(file, "end")});
+  }
+  KD_CHECK(!files.empty(), dir.string(), ": no optimizer state (", kOptimizerFile,
+           " or optimizer.rank<r>-of-<W>.safetensors)");
+  std::sort(files.begin(), files.end(),
+            [](const MomentFile& a, const MomentFile& b) { return a.begin < b.begin; });
+  int64_t covered = 0;
+  for (const MomentFile& f : files) {
+    KD_CHECK(f.begin == covered, dir.string(), ": optimizer shards do not tile the parameter arena: ",
+             f.path, " starts at ", f.begin, " but the shards before it end at ", covered,
+             " (a shard file is missing or from another run)");
+    covered = f.end;
+  }
+  KD_CHECK(covered == total, dir.string(), ": optimizer shards cover [0, ", covered, ") of ", total,
+           " parameters (a shard file is missing)");
+  return files;
+}
+
+// Moments for arena range `want`, assembled from the overlapping files.
+void read_moments(const fs::path& dir, int64_t total, dist::Range want, TrainingState& state) {
+  state.moments_begin = want.begin;
+  state.adam_m.assign(static_cast<size_t>(want.size()), 0.f);
+  state.adam_v.assign(static_cast<size_t>(want.size()), 0.f);
+  for (const MomentFile& f : list_moment_files(dir, total)) {
+    const int64_t b = std::max(f.begin, want.begin), e = std::min(f.end, want.end);
+    if (b >= e) continue;
+    const io::SafetensorsFile file(f.path);
+    const std::vector<float> m = file.read_f32("exp_avg"), v = file.read_f32("exp_avg_sq");
+    KD_CHECK(static_cast<int64_t>(m.size()) == f.end - f.begin && m.size() == v.size(), f.path,
+             ": optimizer moments hold ", m.size(), " and ", v.size(), " values for the range [",
+             f.begin, ", ", f.end, ")");
+    std::copy(m.begin() + (b - f.begin), m.begin() + (e - f.begin), state.adam_m.begin() + (b - want.begin));
+    std::copy(v.begin() + (b - f.begin), v.begin() + (e - f.begin), state.adam_v.begin() + (b - want.begin));
+  }
+}
+
+}  // namespace
+
+TrainingState load_training_checkpoint(const std::string& path, const Config& config, Model& model,
+                                       dist::Range moments) {
   const fs::path dir = resolve_checkpoint(path);
   TrainingState state;
   state.directory = dir.string();
@@ -158,13 +298,14 @@ TrainingState load_training_checkpoint(const std::string& path, const Config& co
   state.skipped_steps = trainer["skipped_steps"].get<int64_t>();
   state.sampler = trainer["sampler"];
   state.data_fingerprint = std::stoull(trainer["data_fingerprint"].get<std::string>());
+  state.world_size = trainer.value("world_size", int64_t{1});
 
-  const io::SafetensorsFile optimizer((dir / kOptimizerFile).string());
-  state.adam_m = optimizer.read_f32("exp_avg");
-  state.adam_v = optimizer.read_f32("exp_avg_sq");
-  const size_t n = static_cast<size_t>(model.layout().total);
-  KD_CHECK(state.adam_m.size() == n && state.adam_v.size() == n, optimizer.path(),
-           ": optimizer moments hold ", state.adam_m.size(), " values, the model has ", n);
+  const int64_t total = model.layout().total;
+  if (moments.end < 0) moments = {0, total};
+  KD_CHECK(0 <= moments.begin && moments.begin <= moments.end && moments.end <= total,
+           "load_training_checkpoint: range [", moments.begin, ", ", moments.end,
+           ") outside the parameter arena");
+  read_moments(dir, total, moments, state);
   (void)config;
   return state;
 }

@@ -4,8 +4,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <thread>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -13,6 +19,7 @@
 #include "data/sampler.h"
 #include "data/shard_manifest.h"
 #include "data/teacher_cache.h"
+#include "dist/communicator.h"
 #include "eval/attention_analysis.h"
 #include "model/init.h"
 #include "model/loss.h"
@@ -40,14 +47,17 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(const Config& config, const TrainOptions& options)
-      : config_(config), options_(options) {}
+  Trainer(const Config& config, const TrainOptions& options, dist::Communicator& comm)
+      : config_(config), options_(options), comm_(comm) {}
 
   void run() {
     setup();
     install_stop_handlers();
     const int64_t total = config_.train.steps;
-    MetricsLog metrics((fs::path(options_.run_dir) / "metrics.jsonl").string(), step_);
+    // Only rank 0 writes metrics; the others compute the same reduced values.
+    std::unique_ptr<MetricsLog> metrics;
+    if (is_root())
+      metrics = std::make_unique<MetricsLog>((fs::path(options_.run_dir) / "metrics.jsonl").string(), step_);
     const auto started = Clock::now();
     const int64_t first_step = step_;
     while (step_ < total) {
@@ -55,25 +65,38 @@ class Trainer {
       StepResult r = train_step();
       ++step_;
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      write_debug_record(r);
+      // A signal may reach the ranks at different steps: stop together.
+      const bool stop = comm_.any(stop_requested());
+      const bool interval_hit =
+          config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0;
+      if (!is_root()) {
+        if (interval_hit || step_ == total || stop) save();
+        if (stop) return;
+        continue;
+      }
       nlohmann::json record = step_record(r, seconds);
-      // Mean |QK^T/sqrt(d)| on the last micro-batch (paper Fig. 2).
+      // Mean |QK^T/sqrt(d)| on the last micro-batch (paper Fig. 2); with several
+      // ranks, rank 0's last micro-batch.
       // Reads the last micro-batch's q/k prefix before validation overwrites them.
       if (step_ % config_.log.interval == 0 || step_ == total || step_ == first_step + 1)
         record["attn_logit_mean_abs"] = eval::probe_mean_abs_attention_logit(*student_, 128);
       if (config_.eval.interval > 0 && step_ % config_.eval.interval == 0) add_validation(record);
       else if (step_ == total) add_validation(record);
-      metrics.write(record);
+      metrics->write(record);
       if (step_ % config_.log.interval == 0 || step_ == total || step_ == first_step + 1) {
         const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
         const double eta = elapsed / (step_ - first_step) * (total - step_);
         spdlog::info("{}", progress_line(record, total, eta));
       }
-      const bool interval_hit =
-          config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0;
-      if (interval_hit || step_ == total || stop_requested()) save();
-      if (stop_requested()) {
-        spdlog::warn("signal {} received: checkpoint written at step {}, exiting", stop_signal(),
-                     step_);
+      if (interval_hit || step_ == total || stop) save();
+      if (stop) {
+        if (stop_signal() != 0)
+          spdlog::warn("signal {} received: checkpoint written at step {}, exiting", stop_signal(),
+                       step_);
+        else
+          spdlog::warn("another rank received a stop signal: checkpoint written at step {}, exiting",
+                       step_);
         return;
       }
     }
@@ -82,10 +105,20 @@ class Trainer {
  private:
   void setup() {
     const TrainConfig& t = config_.train;
-    backend_ = make_backend(t.device, t.threads);
+    // train.threads = 0 means all cores; ranks sharing a node share them out,
+    // else their thread pools oversubscribe the cores and every step crawls.
+    int64_t threads = t.threads;
+    if (threads == 0 && comm_.local_world() > 1)
+      threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / comm_.local_world());
+    backend_ = make_backend(t.device, threads);
     const ModelConfig& m = config_.model;
     student_ = std::make_unique<Model>(m, config_.attention, *backend_, true);
     loss_ = std::make_unique<FusedLoss>(*backend_);
+
+    // Optimizer range: this rank's shard under ZeRO-1, else the whole arena.
+    const int64_t total_params = student_->layout().total;
+    opt_range_ = zero1() ? dist::shard_range(total_params, comm_.rank(), comm_.world())
+                         : dist::Range{0, total_params};
 
     KD_CHECK(!config_.data.train.empty(), "data.train: no training shards given");
     data::check_manifest_vocab(config_.data.train, m.vocab_size, "data.train");
@@ -124,16 +157,21 @@ class Trainer {
       } else {
         student_->set_params(init_params(student_->layout(), m, config_.attention, t.seed));
       }
-      optimizer_ = std::make_unique<AdamW>(*student_, config_.optimizer);
-      fs::create_directories(options_.run_dir);
-      write_resolved_config(config_, options_.run_dir);
+      optimizer_ = std::make_unique<AdamW>(*student_, config_.optimizer, opt_range_.begin,
+                                           opt_range_.end);
+      if (is_root()) {
+        fs::create_directories(options_.run_dir);
+        write_resolved_config(config_, options_.run_dir);
+      }
     }
     log_setup();
+    open_debug_log();
   }
 
   void resume() {
-    TrainingState state = load_training_checkpoint(options_.resume, config_, *student_);
-    optimizer_ = std::make_unique<AdamW>(*student_, config_.optimizer);
+    TrainingState state = load_training_checkpoint(options_.resume, config_, *student_, opt_range_);
+    optimizer_ = std::make_unique<AdamW>(*student_, config_.optimizer, opt_range_.begin,
+                                         opt_range_.end);
     optimizer_->set_state(state.adam_m, state.adam_v, state.step);
     KD_CHECK(state.data_fingerprint == train_data_->fingerprint(), "--resume ", options_.resume,
              ": the training data differs from the checkpoint's (fingerprint ",
@@ -141,7 +179,10 @@ class Trainer {
     sampler_->from_json(state.sampler, state.directory);
     step_ = state.step;
     skipped_ = state.skipped_steps;
-    spdlog::info("resumed from {} at step {}", state.directory, step_);
+    if (is_root() && !fs::exists(fs::path(options_.run_dir) / "config.json"))
+      write_resolved_config(config_, options_.run_dir);  // resumed into a new run directory
+    spdlog::info("resumed from {} at step {} (written by {} rank(s), now {})", state.directory,
+                 step_, state.world_size, comm_.world());
   }
 
   void log_setup() {
@@ -156,13 +197,25 @@ class Trainer {
       spdlog::info("teacher cache: {} (top-{}, tail {}), kd.loss {}, tau {}, weight {}; validation is CE only",
                    cache_->path(), cache_->header().K, config_.kd.cache_tail,
                    to_string(config_.kd.loss), config_.kd.temperature, config_.kd.weight);
-    spdlog::info("data: {} train windows of {} tokens; global batch {} = {} micro-batches of {}",
+    spdlog::info("data: {} train windows of {} tokens; global batch {} = {} rank(s) x {} micro-batches of {}",
                  train_data_->num_windows(), config_.train.seq_len, config_.train.global_batch,
-                 accumulation_steps(), config_.train.micro_batch);
+                 comm_.world(), accumulation_steps(), config_.train.micro_batch);
+    const double mib = 1024.0 * 1024.0;
+    spdlog::info("data parallel: {} rank(s) over {}, {}; optimizer state per rank {:.1f} MiB "
+                 "(AdamW moments for {} of {} parameters)",
+                 comm_.world(), comm_.name(), zero1() ? "ZeRO-1" : "all-reduce",
+                 8.0 * opt_range_.size() / mib, opt_range_.size(), student_->layout().total);
   }
 
+  bool is_root() const { return comm_.rank() == 0; }
+  // Launched by MPI (even as one rank): collectives run, so one GPU under
+  // `mpirun -np 1` exercises the NCCL path that eight GPUs take.
+  bool distributed() const { return comm_.name() != "single"; }
+  bool zero1() const { return config_.dist.zero1 && distributed(); }
+
+  // Micro-batches per rank per step: global_batch = micro_batch x world x accumulation.
   int64_t accumulation_steps() const {
-    return config_.train.global_batch / config_.train.micro_batch;
+    return config_.train.global_batch / (config_.train.micro_batch * comm_.world());
   }
 
   LossSettings loss_settings() const {
@@ -178,13 +231,19 @@ class Trainer {
     const int64_t b = config_.train.micro_batch, T = config_.train.seq_len;
     const int64_t G = config_.train.global_batch;
     const float grad_scale = 1.f / static_cast<float>(G * T);
-    std::vector<int64_t> windows = sampler_->next_global_batch(G);
+    // Every rank draws the same global batch and keeps its contiguous slice.
+    std::vector<int64_t> windows =
+        data::rank_slice(sampler_->next_global_batch(G), comm_.rank(), comm_.world());
+    debug_windows_ = windows;
+    debug_first_tokens_.clear();
     std::vector<int32_t> inputs(b * T), targets(b * T);
     StepResult r;
     student_->zero_grads();
     for (int64_t micro = 0; micro < accumulation_steps(); ++micro) {
       std::vector<int64_t> ids(windows.begin() + micro * b, windows.begin() + (micro + 1) * b);
       train_data_->fill_batch(ids, inputs.data(), targets.data());
+      if (debug_log_)
+        for (int64_t j = 0; j < b; ++j) debug_first_tokens_.push_back(inputs[j * T]);
       if (teacher_) teacher_->forward(inputs.data(), b, T, false);
       student_->forward(inputs.data(), b, T, true);
       LossSums s = cache_ ? cached_loss(ids, targets.data(), grad_scale)
@@ -195,9 +254,11 @@ class Trainer {
       r.sums.kd += s.kd;
       r.sums.tokens += s.tokens;
     }
+    maybe_inject_nan();
     int64_t alpha_tokens = 0;
     std::vector<double> alpha_sums = student_->take_alpha_sums(&alpha_tokens);
-    r.grad_norm = std::sqrt(optimizer_->grad_sum_squares());
+    reduce_across_ranks(r.sums, alpha_sums, alpha_tokens);
+    r.grad_norm = std::sqrt(global_grad_sum_squares());
     r.lr = learning_rate(config_.schedule, config_.optimizer.lr, step_, config_.train.steps);
     const double loss = r.sums.mixed(static_cast<float>(config_.kd.weight), has_teacher());
     if (!std::isfinite(loss) || !std::isfinite(r.grad_norm)) {
@@ -211,8 +272,92 @@ class Trainer {
       return r;
     }
     optimizer_->step(static_cast<float>(r.lr), clip_scale(r.grad_norm, config_.optimizer.grad_clip));
+    if (zero1()) {
+      // Every rank updated its shard of the master weights; share them.
+      backend_->synchronize();
+      comm_.all_gather(student_->master(), student_->layout().total);
+      student_->refresh_compute_weights();
+    }
     if (!alpha_sums.empty()) update_alpha_ma(alpha_sums, alpha_tokens, r);
     return r;
+  }
+
+  // Sums over ranks: gradients (reduce-scatter into each rank's shard under
+  // ZeRO-1, else all-reduce), loss sums and alpha sums (so every rank takes
+  // the same non-finite decision and holds the same alpha_ma). Each rank's
+  // gradients are already scaled by 1/(global tokens), so the sum is the mean.
+  void reduce_across_ranks(LossSums& sums, std::vector<double>& alpha_sums, int64_t& alpha_tokens) {
+    if (!distributed()) return;
+    backend_->synchronize();
+    const int64_t n = student_->layout().total;
+    if (zero1()) comm_.reduce_scatter_sum(student_->grads(), n);
+    else comm_.all_reduce_sum(student_->grads(), n);
+    std::vector<double> host = {sums.ce, sums.kd, static_cast<double>(sums.tokens),
+                                static_cast<double>(alpha_tokens)};
+    host.insert(host.end(), alpha_sums.begin(), alpha_sums.end());
+    comm_.all_reduce_sum_host(host.data(), static_cast<int64_t>(host.size()));
+    sums.ce = host[0];
+    sums.kd = host[1];
+    sums.tokens = static_cast<int64_t>(host[2]);
+    alpha_tokens = static_cast<int64_t>(host[3]);
+    std::copy(host.begin() + 4, host.end(), alpha_sums.begin());
+  }
+
+  // Squared global gradient norm: per-shard sums added over ranks under ZeRO-1.
+  double global_grad_sum_squares() {
+    double sum = optimizer_->grad_sum_squares();
+    if (zero1()) comm_.all_reduce_sum_host(&sum, 1);
+    return sum;
+  }
+
+  // KDTRAIN_DIST_DEBUG=<dir>: every rank writes <dir>/rank<r>.pid and appends one
+  // JSON line per step to <dir>/rank<r>.jsonl (its window ids and their first
+  // tokens, alpha_ma and a hash of its master weights), for the data-parallel tests.
+  void open_debug_log() {
+    const char* dir = std::getenv("KDTRAIN_DIST_DEBUG");
+    if (!dir || !*dir) return;
+    fs::create_directories(dir);
+    const std::string stem = (fs::path(dir) / ("rank" + std::to_string(comm_.rank()))).string();
+    std::ofstream(stem + ".pid") << getpid() << "\n";
+    debug_log_ = std::make_unique<std::ofstream>(stem + ".jsonl", std::ios::app);
+  }
+
+  // KDTRAIN_DIST_DEBUG_NAN=<rank>:<step> puts a NaN into that rank's local
+  // gradients at that (1-based) step, in the middle of the arena (another
+  // rank's shard), to test that every rank takes the same non-finite decision.
+  void maybe_inject_nan() {
+    const char* spec = std::getenv("KDTRAIN_DIST_DEBUG_NAN");
+    if (!spec || !*spec) return;
+    int rank = -1;
+    long long step = -1;
+    if (std::sscanf(spec, "%d:%lld", &rank, &step) != 2) return;
+    if (rank != comm_.rank() || step != step_ + 1) return;
+    const float nan = std::nanf("");
+    backend_->to_device(student_->grads() + student_->layout().total / 2, &nan, sizeof nan);
+  }
+
+  void write_debug_record(const StepResult& r) {
+    if (!debug_log_) return;
+    const std::vector<float> params = student_->get_params();
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the bytes of the master arena
+    for (float p : params) {
+      uint32_t bits;
+      std::memcpy(&bits, &p, sizeof bits);
+      for (int i = 0; i < 4; ++i) hash = (hash ^ ((bits >> (8 * i)) & 0xFF)) * 1099511628211ull;
+    }
+    nlohmann::json rec;
+    rec["step"] = step_;
+    rec["rank"] = comm_.rank();
+    rec["world"] = comm_.world();
+    rec["windows"] = debug_windows_;
+    rec["first_tokens"] = debug_first_tokens_;  // what the rank actually read
+    rec["alpha_ma"] = student_->alpha_ma();
+    rec["weights_fnv"] = std::to_string(hash);
+    rec["loss"] = r.sums.mixed(static_cast<float>(config_.kd.weight), has_teacher());
+    rec["grad_norm"] = r.grad_norm;
+    rec["applied"] = r.applied;
+    *debug_log_ << rec.dump() << "\n";
+    debug_log_->flush();
   }
 
   // The fused loss against the cached teacher rows of `windows`.
@@ -307,17 +452,23 @@ class Trainer {
     TrainingState state;
     state.step = step_;
     state.skipped_steps = skipped_;
+    state.moments_begin = opt_range_.begin;
     state.adam_m = optimizer_->first_moment();
     state.adam_v = optimizer_->second_moment();
     state.sampler = sampler_->to_json();
     state.data_fingerprint = train_data_->fingerprint();
     const std::string dir = save_training_checkpoint(options_.run_dir, config_, *student_, state,
-                                                     config_.checkpoint.keep);
+                                                     config_.checkpoint.keep, comm_);
     spdlog::info("checkpoint: {}", dir);
   }
 
   Config config_;
   TrainOptions options_;
+  dist::Communicator& comm_;
+  dist::Range opt_range_;
+  std::vector<int64_t> debug_windows_;  // this rank's windows of the last step
+  std::vector<int32_t> debug_first_tokens_;  // their first input tokens
+  std::unique_ptr<std::ofstream> debug_log_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> student_, teacher_;
   std::unique_ptr<AdamW> optimizer_;
@@ -333,8 +484,21 @@ class Trainer {
 }  // namespace
 
 void train(const Config& config, const TrainOptions& options) {
-  Trainer trainer(config, options);
-  trainer.run();
+  std::unique_ptr<dist::Communicator> comm =
+      dist::make_communicator(config.train.device, config.dist.timeout_s);
+  // Only rank 0 talks on the console; every rank's errors still surface below.
+  if (comm->rank() != 0) spdlog::set_level(spdlog::level::err);
+  try {
+    validate(config, comm->world());
+    Trainer trainer(config, options, *comm);
+    trainer.run();
+  } catch (const std::exception& e) {
+    if (comm->world() == 1) throw;
+    // One rank's error must end the job, not leave the others in a collective.
+    std::fprintf(stderr, "kdtrain: rank %d of %d: error: %s\n", comm->rank(), comm->world(), e.what());
+    std::fflush(stderr);
+    comm->abort(1);
+  }
 }
 
 }  // namespace kdtrain

@@ -3,6 +3,11 @@
 // train_step: zero grads → micro-batches (teacher forward, student forward,
 // fused KD+CE loss, backward) → global grad norm → non-finite check → clip →
 // AdamW with the scheduled lr → alpha_ma update from the batch's mean alpha.
+// Data parallel (docs/distributed.md): under an MPI launcher every rank takes
+// its slice of each global batch; gradients are reduce-scattered (ZeRO-1,
+// dist.zero1) or all-reduced, loss and alpha sums all-reduced, the norm taken
+// over all shards, and the updated master weights all-gathered. Only rank 0
+// logs and writes metrics and the model; an error on any rank ends the job.
 #pragma once
 #include <string>
 

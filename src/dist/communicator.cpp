@@ -1,0 +1,81 @@
+#include "dist/communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "dist/mpi_communicator.h"
+#include "dist/nccl_communicator.h"
+
+namespace kdtrain::dist {
+
+Range shard_range(int64_t n, int rank, int world) {
+  KD_CHECK(world >= 1 && rank >= 0 && rank < world, "shard_range: rank ", rank,
+           " out of range for world size ", world);
+  constexpr int64_t kAlign = 64;
+  auto boundary = [&](int r) -> int64_t {
+    if (r >= world) return n;
+    // r*n may overflow int64 only beyond 2^63 / world elements; arenas are far smaller.
+    return (static_cast<int64_t>(r) * n / world) / kAlign * kAlign;
+  };
+  return {boundary(rank), boundary(rank + 1)};
+}
+
+std::string broadcast_string(Communicator& comm, const std::string& value, int root) {
+  if (comm.world() == 1) return value;
+  uint64_t size = value.size();
+  comm.broadcast_host(&size, sizeof size, root);
+  std::string out = comm.rank() == root ? value : std::string(size, '\0');
+  if (size > 0) comm.broadcast_host(out.data(), size, root);
+  return out;
+}
+
+bool launched_by_mpi() {
+  // Open MPI (mpirun), PMIx (Open MPI 5, srun --mpi=pmix), MPICH/Hydra and Intel MPI (PMI).
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = std::getenv(var);
+    if (value && *value) return true;
+  }
+  return false;
+}
+
+namespace {
+
+class SingleCommunicator final : public Communicator {
+ public:
+  std::string name() const override { return "single"; }
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_world() const override { return 1; }
+  void barrier() override {}
+  void reduce_scatter_sum(float*, int64_t) override {}
+  void all_gather(float*, int64_t) override {}
+  void all_reduce_sum(float*, int64_t) override {}
+  void all_reduce_sum_host(double*, int64_t) override {}
+  void broadcast_host(void*, size_t, int) override {}
+  bool any(bool flag) override { return flag; }
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_communicator() {
+  return std::make_unique<SingleCommunicator>();
+}
+
+std::unique_ptr<Communicator> make_communicator(const std::string& device, double timeout_s) {
+  if (!launched_by_mpi()) return make_single_communicator();
+#if KDTRAIN_HAVE_MPI
+  auto mpi = std::make_unique<MpiCommunicator>(timeout_s);
+  if (device == "cuda") return make_nccl_communicator(std::move(mpi));
+  return mpi;
+#else
+  (void)device;
+  (void)timeout_s;
+  fail("this process was started by an MPI launcher, but kdtrain was built without MPI "
+       "(install libopenmpi-dev and re-run cmake), so it cannot join the job");
+#endif
+}
+
+}  // namespace kdtrain::dist

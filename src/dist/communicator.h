@@ -1,0 +1,85 @@
+// Data-parallel collectives (SPEC §3, issue 6) behind one interface, so the
+// trainer reads the same on the CPU backend (MPI over host memory) and on CUDA
+// (NCCL over device memory, MPI for the set-up and the small host-side values).
+//
+// Two kinds of buffers:
+// - arena buffers (`float*`, n elements) live in the backend's memory: host on
+//   the CPU backend, device on CUDA. reduce_scatter_sum / all_gather /
+//   all_reduce_sum(float*) work on them;
+// - host values (loss sums, alpha sums, flags, strings) are always host memory.
+//
+// Determinism: every reduction adds the ranks' contributions in rank order
+// (0, 1, ..., W-1) on the MPI path, independent of the MPI library's
+// algorithm, so two runs with the same world size give the same bits. NCCL's
+// ring/tree sums are deterministic for a fixed topology and element count but
+// are not ordered by rank (docs/distributed.md).
+//
+// Faults: every collective runs under a watchdog; one that has not completed
+// within dist.timeout_s prints which collective and which rank, then ends the
+// process (mpirun then tears the job down), so a dead or hung rank never
+// leaves the others waiting forever.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kdtrain::dist {
+
+// Rank r's contiguous part [begin, end) of an arena of n elements split over W
+// ranks: near-equal, boundaries rounded down to multiples of 64 elements (256
+// bytes of fp32) so device shards stay aligned. A fixed function of (n, W).
+struct Range {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+Range shard_range(int64_t n, int rank, int world);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;  // "single", "mpi", "nccl"
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual int local_rank() const = 0;    // rank among the processes on this node
+  virtual int local_world() const = 0;   // processes on this node
+
+  virtual void barrier() = 0;
+
+  // Arena buffers (backend memory), n elements on every rank.
+  // After return, data[shard_range(n, rank)] holds the sum over ranks; the
+  // rest of data is left unspecified (it is scratch for the exchange).
+  virtual void reduce_scatter_sum(float* data, int64_t n) = 0;
+  // Every rank receives data[shard_range(n, r)] from rank r.
+  virtual void all_gather(float* data, int64_t n) = 0;
+  // data <- sum over ranks, the same bits on every rank.
+  virtual void all_reduce_sum(float* data, int64_t n) = 0;
+
+  // Host values.
+  virtual void all_reduce_sum_host(double* data, int64_t n) = 0;
+  virtual void broadcast_host(void* data, size_t bytes, int root) = 0;
+  // True on every rank when `flag` is true on any rank.
+  virtual bool any(bool flag) = 0;
+
+  // Ends the whole job with `code` (MPI_Abort); never returns.
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+// A string from `root` to every rank.
+std::string broadcast_string(Communicator& comm, const std::string& value, int root);
+
+// True when this process was started by an MPI launcher (mpirun, mpiexec,
+// srun --mpi=pmix): one of the launchers' environment variables is set.
+bool launched_by_mpi();
+
+// The communicator for this process: a single-process one (world 1, MPI never
+// initialised) unless launched_by_mpi(); then MPI, or NCCL when `device` is
+// "cuda" and kdtrain was built with NCCL (which also selects GPU local_rank).
+// timeout_s <= 0 disables the collective watchdog.
+std::unique_ptr<Communicator> make_communicator(const std::string& device, double timeout_s);
+
+// Always world 1: every collective is the identity.
+std::unique_ptr<Communicator> make_single_communicator();
+
+}  // namespace kdtrain::dist
