@@ -1,0 +1,65 @@
+// CPU mirror of the fused (flash) attention kernels in kernels/flash_attention_*.cu:
+// the same blocked algorithm, the same passes and tile loops, in T = float or double,
+// so the algorithm is verified against the unfused reference (cpu_attention.cpp)
+// without a GPU. docs/flash_attention.md describes the algorithm per variant.
+//
+// Numerics:
+// - forward, per (b, h, query tile of Br rows): online softmax over key tiles of Bc
+//   rows (running max m and sum l per row, accumulator rescaled by e^{m_old - m_new});
+//   the sink logit initialises m = s_h, l = 1, so it joins the denominator without a
+//   key; key tiles entirely above the diagonal are skipped, the others masked j <= i.
+//   affine: the prefix sum S_i = sum_{j<=i} v_j rides along the key loop, the sum of
+//   fully visible tiles shared by the tile's rows plus a per-row partial over the
+//   diagonal tile(s). out_i = alpha_i acc_i / l_i + beta_i S_i, lse_i = m_i + log l_i.
+// - backward (FlashAttention-2, P recomputed from lse, nothing stored by the forward
+//   beyond out and lse):
+//     1. affine: S = prefix sums of v per (b, kv head)                 (workspace)
+//     2. per row: D_i = dO_i . (out_i - beta_i S_i)  [= dO'_i . (PV)_i, no division
+//        by alpha], sigma_i = dO_i . S_i                               (workspace)
+//     3. sink: dsinks_h -= sum_{b,i} e^{s_h - lse_i} D_i, serial fixed order
+//     4. dq pass, per (b, h, query tile): dS = P (alpha dPraw - D), dq = scale dS K;
+//        affine: dalpha_i = sum_j P_ij dPraw_ij - sigma_i / N_i  (dPraw = dO v^T)
+//     5. dk/dv pass, per (b, kv head, key tile): loops the group's heads, then the
+//        query tiles from the diagonal on; dv = sum P^T (alpha dO), dk = scale dS^T Q;
+//        affine: dv_j += sum_{i>=j} beta_i dO_i, riding along the query loop.
+// - deterministic and independent of the OpenMP thread count: each work item owns
+//   its outputs and reduces in a fixed order; no output is shared between items.
+#pragma once
+#include <cstdint>
+
+#include "backend/cpu/cpu_ops.h"
+#include "config/config.h"
+
+namespace kdtrain::cpu {
+
+// Tile sizes for tests; 0 = the default of kdtrain::flash::flash_tiles().
+struct FlashTileOverride {
+  int Br = 0;  // query rows per tile (forward and both backward passes)
+  int Bc = 0;  // key rows per tile
+};
+
+template <typename T>
+void flash_attention_forward(T* out,             // (B, T, H, D), written
+                             T* lse,             // (B, H, T), written
+                             const T* qkv,       // (B, T, H + 2*Hkv, D)
+                             const T* sinks,     // (H)        [sink]
+                             const T* alpha,     // (B, T, H)  [affine]
+                             const T* alpha_ma,  // (H)        [affine]
+                             AttnDims dims, T scale, AttentionVariant variant,
+                             FlashTileOverride tiles = {});
+
+template <typename T>
+void flash_attention_backward(T* dqkv,            // (B, T, H + 2*Hkv, D), written
+                              T* dsinks,          // (H), accumulated   [sink]
+                              T* dalpha,          // (B, T, H), written [affine]
+                              const T* dout,      // (B, T, H, D)
+                              const T* qkv,       // (B, T, H + 2*Hkv, D)
+                              const T* out,       // (B, T, H, D) forward output
+                              const T* lse,       // (B, H, T)
+                              const T* sinks,     // (H)        [sink]
+                              const T* alpha,     // (B, T, H)  [affine]
+                              const T* alpha_ma,  // (H)        [affine]
+                              AttnDims dims, T scale, AttentionVariant variant,
+                              FlashTileOverride tiles = {});
+
+}  // namespace kdtrain::cpu

@@ -1,0 +1,283 @@
+// CUDA fused attention (kernels/flash_attention_*.cu) against the fp32 CPU reference
+// (cpu_attention.cpp), every variant, head dims 64 and 128, MHA and GQA,
+// T in {1, 7, 128, 1000, 2048}.
+//
+// Tolerance rule (FlashAttention's): per output,
+//   max |kernel - truth| <= 2 * max |lowp - truth| + atol,   atol = 2^-8 * max |truth|
+// where truth = the fp32 reference on the unrounded fp32 inputs, and lowp = the same
+// fp32 reference run on the bf16-rounded inputs with its bf16 outputs (out, dqkv,
+// dalpha) rounded to bf16: the error any bf16 implementation is expected to have.
+// The kernel runs on the bf16-rounded inputs. The floor atol (one bf16 step at the
+// largest magnitude) covers outputs where lowp happens to be nearly exact.
+// Also: no NaN/inf, guard elements after every output unchanged, and forward and
+// backward bit-identical over two runs.
+//
+// Without a CUDA build or a device the test case prints a visible skip.
+#include <catch2/catch.hpp>
+
+#ifndef KDTRAIN_HAVE_CUDA
+
+TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][attention]") {
+  WARN("SKIPPED: no CUDA device (built without CUDA)");
+}
+
+#else
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "cuda_check.cuh"
+#include "cuda_probe.h"
+#include "flash_attention.cuh"
+
+using namespace kdtrain;
+
+namespace {
+
+constexpr size_t kGuardCount = 32;        // guard elements after each output buffer
+constexpr uint16_t kGuardHalf = 0x7fb3;   // bf16 NaN payload no kernel writes
+constexpr uint32_t kGuardWord = 0x7fb3c3c3u;  // fp32 NaN payload no kernel writes
+
+uint16_t bf16_bits(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float bf16_value(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+float round_bf16(float f) { return bf16_value(bf16_bits(f)); }
+
+// n elements plus kGuardCount guard elements on the device.
+template <typename E>
+struct Buffer {
+  size_t n;
+  E* ptr = nullptr;
+  explicit Buffer(size_t count) : n(count) { CUDA_CHECK(cudaMalloc(&ptr, (n + kGuardCount) * sizeof(E))); }
+  ~Buffer() { cudaFree(ptr); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void put(const std::vector<E>& v, E guard) {
+    std::vector<E> h(v);
+    h.resize(n + kGuardCount, guard);
+    CUDA_CHECK(cudaMemcpy(ptr, h.data(), h.size() * sizeof(E), cudaMemcpyHostToDevice));
+  }
+  std::vector<E> get() const {  // values and guards
+    std::vector<E> h(n + kGuardCount);
+    CUDA_CHECK(cudaMemcpy(h.data(), ptr, h.size() * sizeof(E), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+template <typename E>
+bool guards_intact(const std::vector<E>& h, size_t n, E guard) {
+  for (size_t k = n; k < h.size(); ++k)
+    if (std::memcmp(&h[k], &guard, sizeof(E)) != 0) return false;
+  return true;
+}
+
+float guard_float() {
+  float f;
+  std::memcpy(&f, &kGuardWord, sizeof f);
+  return f;
+}
+
+std::vector<float> widen(const std::vector<uint16_t>& h, size_t n) {
+  std::vector<float> v(n);
+  for (size_t k = 0; k < n; ++k) v[k] = bf16_value(h[k]);
+  return v;
+}
+
+// The FlashAttention rule for one output.
+void check_rule(const std::string& what, const std::vector<float>& got, const std::vector<float>& lowp,
+                const std::vector<float>& truth) {
+  double err = 0, err_lowp = 0, scale = 0;
+  bool finite = true;
+  for (size_t k = 0; k < truth.size(); ++k) {
+    finite = finite && std::isfinite(got[k]);
+    err = std::max(err, std::fabs(static_cast<double>(got[k]) - truth[k]));
+    err_lowp = std::max(err_lowp, std::fabs(static_cast<double>(lowp[k]) - truth[k]));
+    scale = std::max(scale, std::fabs(static_cast<double>(truth[k])));
+  }
+  const double atol = std::ldexp(scale, -8);
+  INFO(what << ": kernel err " << err << ", bf16 reference err " << err_lowp << ", max |truth| "
+            << scale << ", bound " << 2 * err_lowp + atol);
+  CHECK(finite);
+  CHECK(err <= 2 * err_lowp + atol);
+}
+
+struct Host {
+  std::vector<float> qkv, sinks, alpha, alpha_ma, dout;
+};
+
+struct Outputs {
+  std::vector<float> out, lse, dqkv, dsinks, dalpha;
+};
+
+Outputs reference(const Host& in, cpu::AttnDims dims, AttentionVariant v, bool round_outputs) {
+  Outputs r;
+  r.out.assign(static_cast<size_t>(dims.B * dims.T * dims.H * dims.D), 0.f);
+  r.lse.assign(static_cast<size_t>(dims.B * dims.H * dims.T), 0.f);
+  r.dqkv.assign(in.qkv.size(), 0.f);
+  r.dsinks.assign(in.sinks.size(), 0.f);
+  r.dalpha.assign(in.alpha.size(), 0.f);
+  const float scale = 1.f / std::sqrt(static_cast<float>(dims.D));
+  cpu::attention_forward<float>(r.out.data(), r.lse.data(), in.qkv.data(), in.sinks.data(),
+                                in.alpha.data(), in.alpha_ma.data(), dims, scale, v);
+  cpu::attention_backward<float>(r.dqkv.data(), r.dsinks.data(), r.dalpha.data(), in.dout.data(),
+                                 in.qkv.data(), r.lse.data(), in.sinks.data(), in.alpha.data(),
+                                 in.alpha_ma.data(), dims, scale, v);
+  if (round_outputs)
+    for (auto* vec : {&r.out, &r.dqkv, &r.dalpha})
+      for (float& x : *vec) x = round_bf16(x);
+  return r;
+}
+
+void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, AttentionVariant variant) {
+  INFO("variant " << static_cast<int>(variant) << " B=" << B << " T=" << T << " H=" << H
+                  << " Hkv=" << Hkv << " D=" << D);
+  const cpu::AttnDims dims{B, T, H, Hkv, D};
+  std::mt19937 rng(static_cast<uint32_t>(T * 131 + D * 7 + Hkv * 3 + static_cast<int>(variant)));
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_real_distribution<float> unit(0.f, 1.f);
+  Host exact;
+  exact.qkv.resize(static_cast<size_t>(B * T * (H + 2 * Hkv) * D));
+  for (float& x : exact.qkv) x = normal(rng);
+  exact.sinks.resize(static_cast<size_t>(H));
+  for (float& x : exact.sinks) x = normal(rng);
+  exact.alpha.resize(static_cast<size_t>(B * T * H));
+  for (size_t k = 0; k < exact.alpha.size(); ++k) exact.alpha[k] = k % 5 == 0 ? 0.f : unit(rng);
+  exact.alpha_ma.resize(static_cast<size_t>(H));
+  for (float& x : exact.alpha_ma) x = 0.3f + 0.6f * unit(rng);
+  exact.dout.resize(static_cast<size_t>(B * T * H * D));
+  for (float& x : exact.dout) x = normal(rng);
+
+  Host rounded = exact;
+  for (auto* vec : {&rounded.qkv, &rounded.alpha, &rounded.dout})
+    for (float& x : *vec) x = round_bf16(x);
+  const Outputs truth = reference(exact, dims, variant, false);
+  const Outputs lowp = reference(rounded, dims, variant, true);
+
+  auto to_bits = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t k = 0; k < v.size(); ++k) h[k] = bf16_bits(v[k]);
+    return h;
+  };
+  const size_t n_out = truth.out.size(), n_lse = truth.lse.size(), n_qkv = truth.dqkv.size();
+  const size_t n_alpha = truth.dalpha.size();
+  Buffer<uint16_t> qkv(n_qkv), alpha(n_alpha), dout(n_out), out(n_out), dqkv(n_qkv), dalpha(n_alpha);
+  Buffer<float> sinks(static_cast<size_t>(H)), alpha_ma(static_cast<size_t>(H)), lse(n_lse),
+      dsinks(static_cast<size_t>(H));
+  qkv.put(to_bits(rounded.qkv), 0);
+  alpha.put(to_bits(rounded.alpha), 0);
+  dout.put(to_bits(rounded.dout), 0);
+  sinks.put(rounded.sinks, 0.f);
+  alpha_ma.put(rounded.alpha_ma, 0.f);
+  const size_t ws_bytes = cuda::flash_attention_backward_workspace_bytes({B, T, H, Hkv, D}, variant);
+  Buffer<unsigned char> ws(ws_bytes);
+
+  AttentionForwardArgs fa;
+  fa.shape = {B, T, H, Hkv, D};
+  fa.variant = variant;
+  fa.scale = 1.f / std::sqrt(static_cast<float>(D));
+  fa.qkv = qkv.ptr;
+  fa.sinks = sinks.ptr;
+  fa.alpha = alpha.ptr;
+  fa.alpha_ma = alpha_ma.ptr;
+  fa.out = out.ptr;
+  fa.lse = lse.ptr;
+  AttentionBackwardArgs ba;
+  ba.shape = fa.shape;
+  ba.variant = variant;
+  ba.scale = fa.scale;
+  ba.qkv = qkv.ptr;
+  ba.sinks = sinks.ptr;
+  ba.alpha = alpha.ptr;
+  ba.alpha_ma = alpha_ma.ptr;
+  ba.out = out.ptr;
+  ba.lse = lse.ptr;
+  ba.dout = dout.ptr;
+  ba.dqkv = dqkv.ptr;
+  ba.dsinks = dsinks.ptr;
+  ba.dalpha = dalpha.ptr;
+
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  std::vector<uint16_t> out_h[2], dqkv_h[2], dalpha_h[2];
+  std::vector<float> lse_h[2], dsinks_h[2];
+  for (int run = 0; run < 2; ++run) {
+    out.put(std::vector<uint16_t>(n_out, kGuardHalf), kGuardHalf);  // unwritten -> NaN
+    lse.put(std::vector<float>(n_lse, guard_float()), guard_float());
+    dqkv.put(std::vector<uint16_t>(n_qkv, kGuardHalf), kGuardHalf);
+    dalpha.put(std::vector<uint16_t>(n_alpha, has_affine(variant) ? kGuardHalf : uint16_t{0}), kGuardHalf);
+    dsinks.put(std::vector<float>(static_cast<size_t>(H), 0.f), guard_float());
+    cuda::flash_attention_forward(fa, stream);
+    cuda::flash_attention_backward(ba, ws.ptr, ws_bytes, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    out_h[run] = out.get();
+    lse_h[run] = lse.get();
+    dqkv_h[run] = dqkv.get();
+    dalpha_h[run] = dalpha.get();
+    dsinks_h[run] = dsinks.get();
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+
+  CHECK(guards_intact(out_h[0], n_out, kGuardHalf));
+  CHECK(guards_intact(lse_h[0], n_lse, guard_float()));
+  CHECK(guards_intact(dqkv_h[0], n_qkv, kGuardHalf));
+  CHECK(guards_intact(dalpha_h[0], n_alpha, kGuardHalf));
+  CHECK(guards_intact(dsinks_h[0], static_cast<size_t>(H), guard_float()));
+  CHECK(out_h[0] == out_h[1]);
+  CHECK(dqkv_h[0] == dqkv_h[1]);
+  CHECK(dalpha_h[0] == dalpha_h[1]);
+  CHECK(std::memcmp(lse_h[0].data(), lse_h[1].data(), n_lse * sizeof(float)) == 0);
+  CHECK(std::memcmp(dsinks_h[0].data(), dsinks_h[1].data(), H * sizeof(float)) == 0);
+
+  check_rule("out", widen(out_h[0], n_out), lowp.out, truth.out);
+  lse_h[0].resize(n_lse);
+  check_rule("lse", lse_h[0], lowp.lse, truth.lse);
+  check_rule("dqkv", widen(dqkv_h[0], n_qkv), lowp.dqkv, truth.dqkv);
+  if (has_sink(variant)) {
+    dsinks_h[0].resize(static_cast<size_t>(H));
+    check_rule("dsinks", dsinks_h[0], lowp.dsinks, truth.dsinks);
+  }
+  if (has_affine(variant)) check_rule("dalpha", widen(dalpha_h[0], n_alpha), lowp.dalpha, truth.dalpha);
+}
+
+}  // namespace
+
+TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][attention]") {
+  if (!cuda::device_present()) {
+    WARN("SKIPPED: no CUDA device");
+    return;
+  }
+  const AttentionVariant variants[] = {AttentionVariant::baseline, AttentionVariant::sink,
+                                       AttentionVariant::affine, AttentionVariant::gated,
+                                       AttentionVariant::affine_gated};
+  for (AttentionVariant v : variants)
+    for (int64_t T : {1, 7, 128, 1000, 2048})
+      for (int64_t D : {64, 128})
+        for (int64_t Hkv : {4, 1}) {  // MHA, GQA (group 4)
+          const int64_t B = T >= 1000 ? 1 : 2;
+          run_case(B, T, 4, Hkv, D, v);
+        }
+}
+
+TEST_CASE("cuda flash attention rejects unsupported head dims", "[cuda][flash][attention]") {
+  CHECK_FALSE(cuda::flash_attention_supported({1, 8, 2, 2, 96}));
+  CHECK(cuda::flash_attention_supported({1, 8, 4, 2, 128}));
+}
+
+#endif  // KDTRAIN_HAVE_CUDA
