@@ -55,18 +55,10 @@ PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dat
 std::string resolve_model_dir(const std::string& path) {
   const fs::path p(path);
   if (fs::exists(p / "config.json") && fs::exists(p / "model.safetensors")) return p.string();
-  const fs::path latest = p / "checkpoints" / "latest";
-  KD_CHECK(fs::exists(latest), path,
+  KD_CHECK(fs::exists(p / "checkpoints" / "latest"), path,
            ": neither a model checkpoint (config.json + model.safetensors) nor a run directory "
            "(checkpoints/latest)");
-  std::ifstream in(latest);
-  std::string name;
-  std::getline(in, name);
-  while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
-  const fs::path dir = p / "checkpoints" / name;
-  KD_CHECK(fs::exists(dir / "model.safetensors"), latest.string(), " names ", name,
-           ", which holds no model.safetensors");
-  return dir.string();
+  return latest_checkpoint(path);
 }
 
 std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& backend) {

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -64,16 +65,12 @@ void remove_stale_staging(const fs::path& root) {
 fs::path resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
   if (fs::exists(p / kStateFile)) return p;
-  const fs::path latest = p / "checkpoints" / kLatest;
-  KD_CHECK(fs::exists(latest), "--resume ", path,
+  KD_CHECK(fs::exists(p / "checkpoints" / kLatest), "--resume ", path,
            ": neither a checkpoint directory (no ", kStateFile, ") nor a run directory (no checkpoints/",
            kLatest, ")");
-  std::string name = read_text(latest.string());
-  name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c == '\n' || c == '\r'; }),
-             name.end());
-  const fs::path dir = p / "checkpoints" / name;
-  KD_CHECK(fs::exists(dir / kStateFile), latest.string(), " names ", name,
-           ", which is not a complete checkpoint");
+  const fs::path dir = latest_checkpoint(path);
+  KD_CHECK(fs::exists(dir / kStateFile), dir.string(), ": not a complete training checkpoint (no ",
+           kStateFile, ")");
   return dir;
 }
 
@@ -92,6 +89,18 @@ void check_same_architecture(const ModelConfig& a, const AttentionConfig& aa, co
 }
 
 }  // namespace
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  const fs::path latest = fs::path(run_dir) / "checkpoints" / kLatest;
+  KD_CHECK(fs::exists(latest), run_dir, ": not a run directory (no checkpoints/", kLatest, ")");
+  std::string name = read_text(latest.string());
+  name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
+             name.end());
+  const fs::path dir = fs::path(run_dir) / "checkpoints" / name;
+  KD_CHECK(fs::exists(dir / "model.safetensors"), latest.string(), " names ", name,
+           ", which holds no model.safetensors");
+  return dir.string();
+}
 
 LoadedModel load_model_dir(const std::string& dir) {
   LoadedModel loaded;

@@ -70,6 +70,8 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
 // (default: the whole arena) from the checkpoint's optimizer file(s).
 TrainingState load_training_checkpoint(const std::string& path, const Config& config, Model& model,
                                        dist::Range moments = {0, -1});
+// The checkpoint directory <run>/checkpoints/latest names; throws unless it holds a model.
+std::string latest_checkpoint(const std::string& run_dir);
 // The run directory a --resume path belongs to.
 std::string run_dir_of(const std::string& resume_path);
 // <run>/config.json: the resolved config, written atomically.
