@@ -11,6 +11,7 @@
 #                          [--limit N] [--teacher-config F] [--student-config F]
 #                          [--tokenizer DIR] [--fineweb FILE...] [--c4 FILE]
 #                          [--variants "baseline sink ..."] [--kdtrain BIN]
+#                          [--student-set section.key=value ...]
 #
 # Default (CPU): configs/study/cpu-{teacher,student}.json, bytes as tokens
 # (vocabulary 256; a byte-level HF tokenizer is built for the export), the
@@ -25,7 +26,7 @@ cd "$ROOT"
 SHARED="$ROOT/../shared/data"
 
 OUT=""; SMOKE=0; GPU=0; DEVICE=""; LIMIT=""; TEACHER_CFG=""; STUDENT_CFG=""
-TOKENIZER=""; FINEWEB=(); C4=""; VARIANTS="baseline sink affine gated affine-gated"
+TOKENIZER=""; FINEWEB=(); C4=""; STUDENT_SET=(); VARIANTS="baseline sink affine gated affine-gated"
 KDTRAIN="${KDTRAIN:-build/kdtrain}"
 while (($#)); do
   case "$1" in
@@ -41,7 +42,8 @@ while (($#)); do
     --c4) C4="$2"; shift 2 ;;
     --variants) VARIANTS="$2"; shift 2 ;;
     --kdtrain) KDTRAIN="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --student-set) STUDENT_SET+=(--set "$2"); shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "small_study.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -143,7 +145,7 @@ for v in $VARIANTS; do
   if ! finished "$run" "$STUDENT_STEPS"; then rm -rf "$run"; fi
   stage "$v: train (KD from teacher)" "$run/checkpoints/latest" \
     "$KDTRAIN" train --config "$STUDENT_CFG" --attention "$v" "${COMMON[@]}" \
-      --set "kd.teacher=$TEACHER" --run-dir "$run"
+      --set "kd.teacher=$TEACHER" ${STUDENT_SET[@]+"${STUDENT_SET[@]}"} --run-dir "$run"
   ckpt="$run/checkpoints/$(cat "$run/checkpoints/latest")"
   stage "$v: info" "$run/info.json" \
     bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$run/config.json" "$run/info.json"
