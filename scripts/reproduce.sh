@@ -105,9 +105,7 @@ C4_SHARDS="$C4DIR/c4_val_*.bin"
 # ---- 2. train
 SETS=(--set "kd.teacher=$TEACHER" --set "data.train=$FW/fineweb_edu_train_*.bin"
       --set "data.val=$FW/fineweb_edu_val_*.bin" --set "train.device=$DEVICE")
-TOTAL=$(cfg train steps)
 if [[ -n $STEPS ]]; then
-  TOTAL=$STEPS
   SETS+=(--set "train.steps=$STEPS")
   warmup=$(cfg schedule warmup); warmup=${warmup:-100}
   if ((warmup > STEPS)); then SETS+=(--set "schedule.warmup=$((STEPS / 10))"); fi
@@ -116,19 +114,25 @@ if [[ -n $STEPS ]]; then
   ev=$(cfg eval interval); ev=${ev:-0}
   if ((ev > STEPS)); then SETS+=(--set "eval.interval=0"); fi
 fi
-FINAL=$(printf 'step_%08d' "$TOTAL")
+if [[ -f $RUN/config.json ]]; then
+  have=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['attention']['variant'])" "$RUN/config.json")
+  [[ $have == "$VARIANT" ]] || die "$RUN holds a '$have' run, not '$VARIANT' (use another --out)"
+fi
+# The final step as the run resolved it (its config.json, written by kdtrain train).
+final_of_run() { python3 -c "import json,sys; print('step_%08d' % json.load(open(sys.argv[1]))['train']['steps'])" "$RUN/config.json"; }
 # shellcheck disable=SC2206
 LAUNCHER=($LAUNCH)
-if [[ -f $RUN/checkpoints/latest && $(cat "$RUN/checkpoints/latest") == "$FINAL" ]]; then
-  log "train: skipped, $RUN/checkpoints/$FINAL exists"
+if [[ -f $RUN/checkpoints/latest && $(cat "$RUN/checkpoints/latest") == "$(final_of_run)" ]]; then
+  log "train: skipped, $RUN/checkpoints/$(final_of_run) exists"
 elif [[ -f $RUN/checkpoints/latest ]]; then
   log "train: resuming $RUN from $(cat "$RUN/checkpoints/latest") ..."
   ${LAUNCHER[@]+"${LAUNCHER[@]}"} "$KDTRAIN" train --resume "$RUN"
 else
-  log "train: $TOTAL steps ..."
+  log "train: ${STEPS:-$(cfg train steps)} steps ..."
   ${LAUNCHER[@]+"${LAUNCHER[@]}"} "$KDTRAIN" train --config "$CONFIG" --attention "$VARIANT" \
     "${SETS[@]}" --run-dir "$RUN"
 fi
+FINAL=$(final_of_run)
 [[ $(cat "$RUN/checkpoints/latest") == "$FINAL" ]] ||
   die "training stopped at $(cat "$RUN/checkpoints/latest"), expected $FINAL (rerun to resume)"
 CKPT="$RUN/checkpoints/$FINAL"
