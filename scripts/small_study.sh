@@ -5,7 +5,8 @@
 # distilled from it; each student is evaluated (C4 perplexity with `kdtrain eval`,
 # the six zero-shot tasks with scripts/run_zero_shot.py on its Hugging Face
 # export), analysed (`kdtrain analyze`), and scripts/report.py writes the tables
-# and figures. Finished stages are skipped on a rerun (delete a file to redo it).
+# and figures. Finished stages are skipped on a rerun (delete a file to redo it);
+# a run whose config file or overrides changed is redone with its evaluations.
 #
 #   scripts/small_study.sh [--out DIR] [--smoke] [--gpu] [--device cpu|cuda]
 #                          [--limit N] [--teacher-config F] [--student-config F]
@@ -89,10 +90,15 @@ stage() {
   log "$name: ${dt}s"
 }
 cfg_value() { python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c[sys.argv[2]][sys.argv[3]])" "$@"; }
-# A run is finished when its latest checkpoint is the final step.
+# A run's stamp: sha256 of its config file's bytes and its command-line overrides
+# (and, for students, the teacher's stamp). A run is finished when its latest
+# checkpoint is the final step and its stamp is unchanged; otherwise it is
+# deleted (with its evaluations) and redone.
+stamp_of() { { cat "$1"; shift; printf '%s\n' "$@"; } | sha256sum | cut -d' ' -f1; }
 finished() {
-  local run="$1" steps="$2"
-  [[ -f $run/checkpoints/latest ]] && [[ $(cat "$run/checkpoints/latest") == "$(printf 'step_%08d' "$steps")" ]]
+  local run="$1" steps="$2" stamp="$3"
+  [[ -f $run/checkpoints/latest ]] && [[ $(cat "$run/checkpoints/latest") == "$(printf 'step_%08d' "$steps")" ]] &&
+    [[ -f $run/study_stamp ]] && [[ $(cat "$run/study_stamp") == "$stamp" ]]
 }
 
 # ---- 1. tokenizer and data
@@ -128,9 +134,11 @@ ZS_ARGS=(--device "$DEVICE")
 # ---- 2. teacher (cross-entropy only)
 TEACHER_RUN="$OUT/runs/teacher"
 TEACHER_STEPS=$(steps_of "$TEACHER_CFG")
-if ! finished "$TEACHER_RUN" "$TEACHER_STEPS"; then rm -rf "$TEACHER_RUN"; fi
+TEACHER_STAMP=$(stamp_of "$TEACHER_CFG" "${COMMON[@]}")
+if ! finished "$TEACHER_RUN" "$TEACHER_STEPS" "$TEACHER_STAMP"; then rm -rf "$TEACHER_RUN"; fi
 stage "teacher: train" "$TEACHER_RUN/checkpoints/latest" \
   "$KDTRAIN" train --config "$TEACHER_CFG" "${COMMON[@]}" --run-dir "$TEACHER_RUN"
+echo "$TEACHER_STAMP" > "$TEACHER_RUN/study_stamp"
 TEACHER="$TEACHER_RUN/checkpoints/$(cat "$TEACHER_RUN/checkpoints/latest")"
 stage "teacher: C4 eval" "$TEACHER_RUN/eval_c4.json" \
   "$KDTRAIN" eval --checkpoint "$TEACHER" --data "$C4_SHARDS" "${EVAL_ARGS[@]}" "${DEV[@]}" \
@@ -142,10 +150,12 @@ runs=()
 for v in $VARIANTS; do
   run="$OUT/runs/$v"
   runs+=("$run")
-  if ! finished "$run" "$STUDENT_STEPS"; then rm -rf "$run"; fi
+  args=(--attention "$v" "${COMMON[@]}" --set "kd.teacher=$TEACHER" ${STUDENT_SET[@]+"${STUDENT_SET[@]}"})
+  st=$(stamp_of "$STUDENT_CFG" "${args[@]}" "teacher $TEACHER_STAMP")
+  if ! finished "$run" "$STUDENT_STEPS" "$st"; then rm -rf "$run"; fi
   stage "$v: train (KD from teacher)" "$run/checkpoints/latest" \
-    "$KDTRAIN" train --config "$STUDENT_CFG" --attention "$v" "${COMMON[@]}" \
-      --set "kd.teacher=$TEACHER" ${STUDENT_SET[@]+"${STUDENT_SET[@]}"} --run-dir "$run"
+    "$KDTRAIN" train --config "$STUDENT_CFG" "${args[@]}" --run-dir "$run"
+  echo "$st" > "$run/study_stamp"
   ckpt="$run/checkpoints/$(cat "$run/checkpoints/latest")"
   stage "$v: info" "$run/info.json" \
     bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$run/config.json" "$run/info.json"

@@ -152,3 +152,16 @@ def test_small_study_smoke_end_to_end(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "teacher: train: done already" in again.stdout
     assert "affine: zero-shot: done already" in again.stdout
+    # a changed student override redoes that student (and its evaluations), not the teacher
+    before = (out / "runs" / "affine" / "metrics.jsonl").read_text()
+    changed = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
+                              "--out", str(out), "--kdtrain", str(KDTRAIN), "--variants", "affine",
+                              "--student-set", "train.seed=9"],
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert "teacher: train: done already" in changed.stdout
+    assert "affine: train (KD from teacher): done already" not in changed.stdout
+    assert "affine: zero-shot: done already" not in changed.stdout
+    cfg = json.loads((out / "runs" / "affine" / "config.json").read_text())
+    assert cfg["train"]["seed"] == 9
+    assert (out / "runs" / "affine" / "metrics.jsonl").read_text() != before
