@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# One row of the paper's Table 1/2, end to end:
+#   prepare data -> train (KD from the teacher) -> export -> C4 perplexity ->
+#   zero-shot (six lm-eval tasks) -> attention analysis -> report.
+#
+#   scripts/reproduce.sh --config configs/paper/llama3.2-1b.json --attention affine \
+#       --data-dir DIR --teacher HF_DIR --out RUN_DIR
+#       [--tokenizer DIR] [--steps N] [--device cpu|cuda] [--launch "mpirun -np 8"]
+#       [--fineweb FILE...] [--c4 FILE] [--limit N] [--batch-size N] [--report DIR]
+#       [--eval-windows N] [--analyze-seqs N] [--kdtrain BIN]
+#
+# Every stage is skipped when its output exists (delete the file to redo it); an
+# interrupted training run is resumed with `kdtrain train --resume`. Data:
+# DIR/fineweb_edu (prepare_fineweb_edu.py) and DIR/c4 (prepare_c4.py), tokenized
+# with --tokenizer (default: the teacher's tokenizer files, else ../shared/data's
+# Llama-3 / Qwen2 tokenizer by the config's model family). --fineweb / --c4 name
+# the raw inputs (default: the small slices in ../shared/data, enough for a test,
+# not for the paper's 18.9B tokens). docs/reproduce.md explains each stage.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SHARED="$ROOT/../shared/data"
+
+CONFIG=""; VARIANT=""; DATA_DIR=""; TEACHER=""; RUN=""; TOKENIZER=""; STEPS=""; DEVICE=""
+LAUNCH=""; FINEWEB=(); C4=""; LIMIT=""; BATCH=""; REPORT=""; EVAL_WINDOWS=""; ANALYZE_SEQS=""
+KDTRAIN="${KDTRAIN:-$ROOT/build/kdtrain}"
+usage() { sed -n "2,19p" "$0"; }
+while (($#)); do
+  case "$1" in
+    --config) CONFIG="$2"; shift 2 ;;
+    --attention) VARIANT="$2"; shift 2 ;;
+    --data-dir) DATA_DIR="$2"; shift 2 ;;
+    --teacher) TEACHER="$2"; shift 2 ;;
+    --out) RUN="$2"; shift 2 ;;
+    --tokenizer) TOKENIZER="$2"; shift 2 ;;
+    --steps) STEPS="$2"; shift 2 ;;
+    --device) DEVICE="$2"; shift 2 ;;
+    --launch) LAUNCH="$2"; shift 2 ;;
+    --fineweb) shift; while (($#)) && [[ $1 != --* ]]; do FINEWEB+=("$1"); shift; done ;;
+    --c4) C4="$2"; shift 2 ;;
+    --limit) LIMIT="$2"; shift 2 ;;
+    --batch-size) BATCH="$2"; shift 2 ;;
+    --report) REPORT="$2"; shift 2 ;;
+    --eval-windows) EVAL_WINDOWS="$2"; shift 2 ;;
+    --analyze-seqs) ANALYZE_SEQS="$2"; shift 2 ;;
+    --kdtrain) KDTRAIN="$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "reproduce.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+die() { echo "reproduce.sh: $*" >&2; exit 1; }
+[[ -n $CONFIG && -n $VARIANT && -n $DATA_DIR && -n $TEACHER && -n $RUN ]] ||
+  die "--config, --attention, --data-dir, --teacher and --out are required (--help)"
+[[ -f $CONFIG ]] || die "--config $CONFIG: no such file"
+[[ -d $TEACHER ]] || die "--teacher $TEACHER: not a directory (a Hugging Face or kdtrain checkpoint)"
+[[ -x $KDTRAIN ]] || die "$KDTRAIN is not built (cmake -S . -B build && cmake --build build)"
+case "$VARIANT" in baseline|sink|affine|gated|affine-gated) ;; *) die "--attention $VARIANT: unknown variant" ;; esac
+
+cfg() { python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get(sys.argv[2], {}).get(sys.argv[3], ''))" "$CONFIG" "$1" "$2"; }
+: "${DEVICE:=$(cfg train device)}"; : "${DEVICE:=cpu}"
+: "${REPORT:=$RUN/report}"
+((${#FINEWEB[@]})) || FINEWEB=("$SHARED/text/fineweb_edu_sample10BT.rows000-099.csv")
+: "${C4:=$SHARED/text/c4_validation_2k.rows0000-0999.jsonl}"
+if [[ -z $TOKENIZER ]]; then
+  if [[ -f $TEACHER/tokenizer.json || -f $TEACHER/tokenizer.model ]]; then
+    TOKENIZER="$TEACHER"
+  else
+    family=$(python3 -c "
+import json, subprocess, sys
+out = subprocess.run([sys.argv[1], 'info', '--config', sys.argv[2], '--json'], capture_output=True, text=True)
+try:
+    info = json.loads(out.stdout)
+    print(info.get('architecture', {}).get('family', ''))
+except Exception:
+    print('')" "$KDTRAIN" "$CONFIG")
+    case "$family" in
+      qwen2) TOKENIZER="$SHARED/tokenizers/qwen2" ;;
+      *) TOKENIZER="$SHARED/tokenizers/llama3" ;;
+    esac
+  fi
+fi
+[[ -e $TOKENIZER ]] || die "tokenizer $TOKENIZER not found (pass --tokenizer)"
+
+START=$(date +%s)
+log() { printf '[reproduce %s +%ds] %s\n' "$(date -u +%H:%M:%S)" "$(($(date +%s) - START))" "$*"; }
+# stage NAME DONE_FILE CMD...: run CMD unless DONE_FILE exists.
+stage() {
+  local name="$1" done_file="$2"; shift 2
+  if [[ -e $done_file ]]; then log "$name: skipped, $done_file exists"; return 0; fi
+  local t0; t0=$(date +%s)
+  log "$name ..."
+  "$@"
+  log "$name: done in $(($(date +%s) - t0))s"
+}
+log "row: $(basename "$CONFIG" .json) / $VARIANT -> $RUN (device $DEVICE, tokenizer $TOKENIZER)"
+
+# ---- 1. data
+FW="$DATA_DIR/fineweb_edu"; C4DIR="$DATA_DIR/c4"
+stage "prepare FineWeb-Edu -> $FW" "$FW/manifest.json" \
+  python3 "$ROOT/scripts/prepare_fineweb_edu.py" --tokenizer "$TOKENIZER" --input "${FINEWEB[@]}" \
+    --out "$FW" --overwrite
+stage "prepare C4 validation -> $C4DIR" "$C4DIR/manifest.json" \
+  python3 "$ROOT/scripts/prepare_c4.py" --tokenizer "$TOKENIZER" --input "$C4" --out "$C4DIR" --overwrite
+C4_SHARDS="$C4DIR/c4_val_*.bin"
+
+# ---- 2. train
+SETS=(--set "kd.teacher=$TEACHER" --set "data.train=$FW/fineweb_edu_train_*.bin"
+      --set "data.val=$FW/fineweb_edu_val_*.bin" --set "train.device=$DEVICE")
+if [[ -n $STEPS ]]; then
+  SETS+=(--set "train.steps=$STEPS")
+  warmup=$(cfg schedule warmup); warmup=${warmup:-100}
+  if ((warmup > STEPS)); then SETS+=(--set "schedule.warmup=$((STEPS / 10))"); fi
+  interval=$(cfg checkpoint interval); interval=${interval:-0}
+  if ((interval > STEPS)); then SETS+=(--set "checkpoint.interval=0"); fi
+  ev=$(cfg eval interval); ev=${ev:-0}
+  if ((ev > STEPS)); then SETS+=(--set "eval.interval=0"); fi
+fi
+if [[ -f $RUN/config.json ]]; then
+  have=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['attention']['variant'])" "$RUN/config.json")
+  [[ $have == "$VARIANT" ]] || die "$RUN holds a '$have' run, not '$VARIANT' (use another --out)"
+fi
+# The final step as the run resolved it (its config.json, written by kdtrain train).
+final_of_run() { python3 -c "import json,sys; print('step_%08d' % json.load(open(sys.argv[1]))['train']['steps'])" "$RUN/config.json"; }
+# shellcheck disable=SC2206
+LAUNCHER=($LAUNCH)
+if [[ -f $RUN/checkpoints/latest && $(cat "$RUN/checkpoints/latest") == "$(final_of_run)" ]]; then
+  log "train: skipped, $RUN/checkpoints/$(final_of_run) exists"
+elif [[ -f $RUN/checkpoints/latest ]]; then
+  log "train: resuming $RUN from $(cat "$RUN/checkpoints/latest") ..."
+  ${LAUNCHER[@]+"${LAUNCHER[@]}"} "$KDTRAIN" train --resume "$RUN"
+else
+  log "train: ${STEPS:-$(cfg train steps)} steps ..."
+  ${LAUNCHER[@]+"${LAUNCHER[@]}"} "$KDTRAIN" train --config "$CONFIG" --attention "$VARIANT" \
+    "${SETS[@]}" --run-dir "$RUN"
+fi
+FINAL=$(final_of_run)
+[[ $(cat "$RUN/checkpoints/latest") == "$FINAL" ]] ||
+  die "training stopped at $(cat "$RUN/checkpoints/latest"), expected $FINAL (rerun to resume)"
+CKPT="$RUN/checkpoints/$FINAL"
+SEQ_LEN=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['train']['seq_len'])" "$RUN/config.json")
+
+# ---- 3. export, evaluate, analyse
+stage "info" "$RUN/info.json" \
+  bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$RUN/config.json" "$RUN/info.json"
+stage "export -> $RUN/hf" "$RUN/hf/config.json" \
+  "$KDTRAIN" export --checkpoint "$CKPT" --out "$RUN/hf" --tokenizer "$TOKENIZER" --force
+EV=(--seq-len "$SEQ_LEN" --device "$DEVICE")
+[[ -n $EVAL_WINDOWS ]] && EV+=(--max-windows "$EVAL_WINDOWS")
+stage "C4 perplexity (seq $SEQ_LEN)" "$RUN/eval_c4.json" \
+  "$KDTRAIN" eval --checkpoint "$CKPT" --data "$C4_SHARDS" "${EV[@]}" --out "$RUN/eval_c4.json"
+ZS=(--device "$DEVICE")
+[[ -n $LIMIT ]] && ZS+=(--limit "$LIMIT")
+[[ -n $BATCH ]] && ZS+=(--batch-size "$BATCH")
+[[ $DEVICE == cuda* ]] && ZS+=(--dtype bfloat16)
+stage "zero-shot (six tasks)" "$RUN/zero_shot.json" \
+  python3 "$ROOT/scripts/run_zero_shot.py" --model "$RUN/hf" --out "$RUN/zero_shot.json" "${ZS[@]}"
+AN=(--device "$DEVICE")
+[[ -n $ANALYZE_SEQS ]] && AN+=(--num-seqs "$ANALYZE_SEQS")
+((SEQ_LEN < 1024)) && AN+=(--seq-len "$SEQ_LEN")  # the paper's 1024 unless trained shorter
+stage "attention analysis" "$RUN/analysis/analysis.json" \
+  "$KDTRAIN" analyze --checkpoint "$CKPT" --data "$C4_SHARDS" "${AN[@]}" --out "$RUN/analysis"
+
+# ---- 4. report (always redone)
+log "report -> $REPORT"
+python3 "$ROOT/scripts/report.py" "$RUN" --out "$REPORT" --kdtrain "$KDTRAIN" >/dev/null
+cat "$REPORT"/table1.md 2>/dev/null || true
+log "finished; to put rows together: python3 scripts/report.py RUN_DIR... --out DIR"

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# The small study (issue 8, item 7): a scaled-down Table 1 on real text.
+# A teacher is trained with cross-entropy, then one student per attention variant
+# (baseline, sink, affine, gated, affine-gated; same seed, same data order) is
+# distilled from it; each student is evaluated (C4 perplexity with `kdtrain eval`,
+# the six zero-shot tasks with scripts/run_zero_shot.py on its Hugging Face
+# export), analysed (`kdtrain analyze`), and scripts/report.py writes the tables
+# and figures. Finished stages are skipped on a rerun (delete a file to redo it);
+# a run whose config file or overrides changed is redone with its evaluations.
+#
+#   scripts/small_study.sh [--out DIR] [--smoke] [--gpu] [--device cpu|cuda]
+#                          [--limit N] [--teacher-config F] [--student-config F]
+#                          [--tokenizer DIR] [--fineweb FILE...] [--c4 FILE]
+#                          [--variants "baseline sink ..."] [--kdtrain BIN]
+#                          [--student-set section.key=value ...]
+#
+# Default (CPU): configs/study/cpu-{teacher,student}.json, bytes as tokens
+# (vocabulary 256; a byte-level HF tokenizer is built for the export), the
+# FineWeb-Edu sample of ../shared/data for training, the C4 validation slice for
+# perplexity, zero-shot on the first --limit 100 items of each task.
+# --gpu: configs/study/gpu-*.json, the Llama-3 tokenizer, --device cuda, all items.
+# --smoke: 5 steps per run, --limit 2, tiny evaluations (the pytest uses it).
+# docs/reproduce.md, "The small study", has the measured run.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+SHARED="$ROOT/../shared/data"
+
+OUT=""; SMOKE=0; GPU=0; DEVICE=""; LIMIT=""; TEACHER_CFG=""; STUDENT_CFG=""
+TOKENIZER=""; FINEWEB=(); C4=""; STUDENT_SET=(); VARIANTS="baseline sink affine gated affine-gated"
+KDTRAIN="${KDTRAIN:-build/kdtrain}"
+while (($#)); do
+  case "$1" in
+    --out) OUT="$2"; shift 2 ;;
+    --smoke) SMOKE=1; shift ;;
+    --gpu) GPU=1; shift ;;
+    --device) DEVICE="$2"; shift 2 ;;
+    --limit) LIMIT="$2"; shift 2 ;;
+    --teacher-config) TEACHER_CFG="$2"; shift 2 ;;
+    --student-config) STUDENT_CFG="$2"; shift 2 ;;
+    --tokenizer) TOKENIZER="$2"; shift 2 ;;
+    --fineweb) shift; while (($#)) && [[ $1 != --* ]]; do FINEWEB+=("$1"); shift; done ;;
+    --c4) C4="$2"; shift 2 ;;
+    --variants) VARIANTS="$2"; shift 2 ;;
+    --kdtrain) KDTRAIN="$2"; shift 2 ;;
+    --student-set) STUDENT_SET+=(--set "$2"); shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    *) echo "small_study.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+if ((GPU)); then
+  : "${OUT:=small-study-gpu}" "${DEVICE:=cuda}" "${TEACHER_CFG:=configs/study/gpu-teacher.json}"
+  : "${STUDENT_CFG:=configs/study/gpu-student.json}" "${TOKENIZER:=$SHARED/tokenizers/llama3}"
+  VAL_TOKENS=1000000; EVAL_WINDOWS=0
+else
+  : "${OUT:=small-study}" "${DEVICE:=cpu}" "${TEACHER_CFG:=configs/study/cpu-teacher.json}"
+  : "${STUDENT_CFG:=configs/study/cpu-student.json}" "${LIMIT:=100}"
+  VAL_TOKENS=20000; EVAL_WINDOWS=256
+fi
+((${#FINEWEB[@]})) || FINEWEB=("$SHARED/text/fineweb_edu_sample10BT.rows000-099.csv")
+: "${C4:=$SHARED/text/c4_validation_2k.rows0000-0999.jsonl}"
+ANALYZE_SEQS=10
+SMOKE_SET=()
+if ((SMOKE)); then
+  LIMIT=2; EVAL_WINDOWS=4; ANALYZE_SEQS=1
+  SMOKE_SET=(--set train.steps=5 --set schedule.warmup=1 --set train.global_batch=4
+             --set train.micro_batch=4)
+fi
+
+[[ -x $KDTRAIN ]] || { echo "small_study.sh: $KDTRAIN not built (cmake -S . -B build && cmake --build build)" >&2; exit 1; }
+for f in "${FINEWEB[@]}" "$C4"; do
+  [[ -f $f ]] || { echo "small_study.sh: missing input $f" >&2; exit 1; }
+done
+mkdir -p "$OUT/runs"
+TIMINGS="$OUT/timings.tsv"
+[[ -f $TIMINGS ]] || printf 'stage\tseconds\n' > "$TIMINGS"
+STUDY_START=$(date +%s)
+
+log() { printf '[small-study %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+# stage NAME DONE_FILE CMD...: runs CMD unless DONE_FILE exists, records the time.
+stage() {
+  local name="$1" done_file="$2"; shift 2
+  if [[ -e $done_file ]]; then log "$name: done already ($done_file)"; return 0; fi
+  log "$name ..."
+  local t0; t0=$(date +%s.%N)
+  "$@"
+  local dt; dt=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
+  printf '%s\t%s\n' "$name" "$dt" >> "$TIMINGS"
+  log "$name: ${dt}s"
+}
+cfg_value() { python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c[sys.argv[2]][sys.argv[3]])" "$@"; }
+# A run's stamp: sha256 of its config file's bytes and its command-line overrides
+# (and, for students, the teacher's stamp). A run is finished when its latest
+# checkpoint is the final step and its stamp is unchanged; otherwise it is
+# deleted (with its evaluations) and redone.
+stamp_of() { { cat "$1"; shift; printf '%s\n' "$@"; } | sha256sum | cut -d' ' -f1; }
+finished() {
+  local run="$1" steps="$2" stamp="$3"
+  [[ -f $run/checkpoints/latest ]] && [[ $(cat "$run/checkpoints/latest") == "$(printf 'step_%08d' "$steps")" ]] &&
+    [[ -f $run/study_stamp ]] && [[ $(cat "$run/study_stamp") == "$stamp" ]]
+}
+
+# ---- 1. tokenizer and data
+if [[ -z $TOKENIZER ]]; then
+  TOKENIZER="$OUT/tokenizer"
+  stage "byte tokenizer" "$TOKENIZER/tokenizer.json" python3 scripts/make_byte_tokenizer.py --out "$TOKENIZER"
+  SEP=(--separator "$(python3 -c 'import sys; sys.path.insert(0, "scripts"); import make_byte_tokenizer as m; print(m.byte_alphabet()[m.NEWLINE])')" --separator-position after)
+else
+  SEP=()
+fi
+DATA="$OUT/data"
+stage "prepare FineWeb-Edu" "$DATA/fineweb_edu/manifest.json" \
+  python3 scripts/prepare_fineweb_edu.py --tokenizer "$TOKENIZER" --input "${FINEWEB[@]}" \
+    --out "$DATA/fineweb_edu" --val-tokens "$VAL_TOKENS" --overwrite --quiet ${SEP[@]+"${SEP[@]}"}
+stage "prepare C4 validation" "$DATA/c4/manifest.json" \
+  python3 scripts/prepare_c4.py --tokenizer "$TOKENIZER" --input "$C4" --out "$DATA/c4" \
+    --overwrite --quiet ${SEP[@]+"${SEP[@]}"}
+TRAIN_SHARDS="$DATA/fineweb_edu/fineweb_edu_train_*.bin"
+VAL_SHARDS="$DATA/fineweb_edu/fineweb_edu_val_*.bin"
+C4_SHARDS="$DATA/c4/c4_val_*.bin"
+COMMON=(--set "data.train=$TRAIN_SHARDS" --set "data.val=$VAL_SHARDS" --set "train.device=$DEVICE"
+        ${SMOKE_SET[@]+"${SMOKE_SET[@]}"})
+steps_of() {  # the resolved step count of a config with the study's overrides
+  if ((SMOKE)); then echo 5; else cfg_value "$1" train steps; fi
+}
+SEQ_LEN=$(cfg_value "$STUDENT_CFG" train seq_len)
+DEV=(--device "$DEVICE")
+EVAL_ARGS=(--seq-len "$SEQ_LEN")
+((EVAL_WINDOWS > 0)) && EVAL_ARGS+=(--max-windows "$EVAL_WINDOWS")
+ZS_ARGS=(--device "$DEVICE")
+[[ -n $LIMIT ]] && ZS_ARGS+=(--limit "$LIMIT")
+
+# ---- 2. teacher (cross-entropy only)
+TEACHER_RUN="$OUT/runs/teacher"
+TEACHER_STEPS=$(steps_of "$TEACHER_CFG")
+TEACHER_STAMP=$(stamp_of "$TEACHER_CFG" "${COMMON[@]}")
+if ! finished "$TEACHER_RUN" "$TEACHER_STEPS" "$TEACHER_STAMP"; then rm -rf "$TEACHER_RUN"; fi
+stage "teacher: train" "$TEACHER_RUN/checkpoints/latest" \
+  "$KDTRAIN" train --config "$TEACHER_CFG" "${COMMON[@]}" --run-dir "$TEACHER_RUN"
+echo "$TEACHER_STAMP" > "$TEACHER_RUN/study_stamp"
+TEACHER="$TEACHER_RUN/checkpoints/$(cat "$TEACHER_RUN/checkpoints/latest")"
+stage "teacher: C4 eval" "$TEACHER_RUN/eval_c4.json" \
+  "$KDTRAIN" eval --checkpoint "$TEACHER" --data "$C4_SHARDS" "${EVAL_ARGS[@]}" "${DEV[@]}" \
+    --out "$TEACHER_RUN/eval_c4.json"
+
+# ---- 3. students, one per variant, then their evaluation and analysis
+STUDENT_STEPS=$(steps_of "$STUDENT_CFG")
+runs=()
+for v in $VARIANTS; do
+  run="$OUT/runs/$v"
+  runs+=("$run")
+  args=(--attention "$v" "${COMMON[@]}" --set "kd.teacher=$TEACHER" ${STUDENT_SET[@]+"${STUDENT_SET[@]}"})
+  st=$(stamp_of "$STUDENT_CFG" "${args[@]}" "teacher $TEACHER_STAMP")
+  if ! finished "$run" "$STUDENT_STEPS" "$st"; then rm -rf "$run"; fi
+  stage "$v: train (KD from teacher)" "$run/checkpoints/latest" \
+    "$KDTRAIN" train --config "$STUDENT_CFG" "${args[@]}" --run-dir "$run"
+  echo "$st" > "$run/study_stamp"
+  ckpt="$run/checkpoints/$(cat "$run/checkpoints/latest")"
+  stage "$v: info" "$run/info.json" \
+    bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$run/config.json" "$run/info.json"
+  stage "$v: C4 eval" "$run/eval_c4.json" \
+    "$KDTRAIN" eval --checkpoint "$ckpt" --data "$C4_SHARDS" "${EVAL_ARGS[@]}" "${DEV[@]}" \
+      --out "$run/eval_c4.json"
+  stage "$v: export" "$run/hf/config.json" \
+    "$KDTRAIN" export --checkpoint "$ckpt" --out "$run/hf" --tokenizer "$TOKENIZER" --force
+  stage "$v: zero-shot" "$run/zero_shot.json" \
+    python3 scripts/run_zero_shot.py --model "$run/hf" --out "$run/zero_shot.json" "${ZS_ARGS[@]}"
+  stage "$v: analyze" "$run/analysis/analysis.json" \
+    "$KDTRAIN" analyze --checkpoint "$ckpt" --data "$C4_SHARDS" --seq-len "$SEQ_LEN" \
+      --num-seqs "$ANALYZE_SEQS" "${DEV[@]}" --out "$run/analysis"
+done
+
+# ---- 4. report (always redone: cheap)
+log "report ..."
+python3 scripts/report.py "${runs[@]}" --out "$OUT/report" --kdtrain "$KDTRAIN" >/dev/null
+printf 'total (this invocation)\t%s\n' "$(($(date +%s) - STUDY_START))" >> "$TIMINGS"
+log "done in $(($(date +%s) - STUDY_START))s; report in $OUT/report"
+echo
+cat "$OUT/report/table1.md" "$OUT/report/table2.md" 2>/dev/null || true
+python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print(f\"teacher: C4 PPL {e['perplexity']:.3f} (mean CE {e['mean_ce']:.4f})\")" "$TEACHER_RUN/eval_c4.json"

@@ -1,0 +1,167 @@
+"""The small study: the byte-level tokenizer (scripts/make_byte_tokenizer.py) and a
+smoke run of scripts/small_study.sh end to end.
+
+The tokenizer must map text to exactly the ids kdtrain's byte corpora use
+(id = byte value, vocabulary 256), in `tokenizers` and through transformers'
+AutoTokenizer (what lm-eval loads), and prepare_fineweb_edu.py with it must write
+the text's bytes plus the newline separator.
+
+The smoke run (`small_study.sh --smoke`: 5 steps per run, `--limit 2` zero-shot,
+3 variants to keep it short) needs build/kdtrain (or $KDTRAIN_BIN),
+../shared/data and lm_eval; it skips cleanly without them.
+"""
+import csv
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "data"
+KDTRAIN = Path(os.environ.get("KDTRAIN_BIN", REPO / "build" / "kdtrain"))
+sys.path.insert(0, str(REPO / "scripts"))
+
+
+def have(*modules):
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+needs_tokenizers = pytest.mark.skipif(not have("tokenizers"), reason="tokenizers not installed")
+
+
+def sample_texts():
+    rng = random.Random(7)
+    texts = ["", "a", "Hello, world!", " leading and trailing spaces  ", "tabs\tand\nnew\r\nlines",
+             "Über café naïve — “quotes” 日本語 한국어 🙂🚀", "\x00\x01\x7f control bytes",
+             "".join(chr(c) for c in range(256)),  # every Latin-1 code point (1-2 UTF-8 bytes)
+             "Question: Which gas do plants absorb?\nAnswer: carbon dioxide"]
+    pools = [range(32, 127), range(0, 0x800), range(0x800, 0x3000), range(0x1F300, 0x1F600)]
+    for _ in range(50):
+        pool = rng.choice(pools)
+        texts.append("".join(chr(rng.choice(pool)) for _ in range(rng.randint(1, 60))))
+    return texts
+
+
+@needs_tokenizers
+def test_byte_tokenizer_ids_are_the_bytes(tmp_path):
+    import make_byte_tokenizer as mbt
+    from tokenizers import Tokenizer
+
+    mbt.write(tmp_path)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert tok.get_vocab_size(with_added_tokens=True) == 256
+    vocab = tok.get_vocab(with_added_tokens=True)
+    assert sorted(vocab.values()) == list(range(256))
+    for text in sample_texts():
+        ids = tok.encode(text, add_special_tokens=False).ids
+        assert ids == list(text.encode("utf-8")), text
+        assert tok.decode(ids) == text
+    # a single byte id decodes to that byte (for ASCII, to the character itself)
+    for b in range(128):
+        assert tok.decode([b]) == chr(b)
+
+
+@pytest.mark.skipif(not have("tokenizers", "transformers"), reason="transformers not installed")
+def test_byte_tokenizer_through_autotokenizer(tmp_path):
+    import make_byte_tokenizer as mbt
+    from transformers import AutoTokenizer
+
+    mbt.write(tmp_path)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert len(tok) == 256
+    assert tok.eos_token_id == 10 and tok.pad_token_id == 10 and tok.bos_token_id is None
+    for text in sample_texts():
+        assert tok(text)["input_ids"] == list(text.encode("utf-8"))  # no BOS/EOS added
+        assert tok.decode(list(text.encode("utf-8"))) == text
+
+
+@needs_tokenizers
+def test_prepare_with_byte_tokenizer_writes_bytes(tmp_path):
+    import numpy as np
+    import make_byte_tokenizer as mbt
+
+    mbt.write(tmp_path / "tok")
+    docs = ["First document.\nWith two lines.", "Zweites Dokument: Größe ✓", "third"]
+    src = tmp_path / "docs.csv"
+    with open(src, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "text"])
+        for i, d in enumerate(docs):
+            w.writerow([i, d])
+    sep = mbt.byte_alphabet()[mbt.NEWLINE]
+    subprocess.run([sys.executable, str(REPO / "scripts" / "prepare_fineweb_edu.py"),
+                    "--tokenizer", str(tmp_path / "tok"), "--input", str(src),
+                    "--out", str(tmp_path / "shards"), "--val-tokens", "0", "--quiet",
+                    "--separator", sep, "--separator-position", "after"], check=True)
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    assert manifest["vocab_size"] == 256 and manifest["dtype"] == "uint16"
+    assert manifest["separator"]["id"] == 10
+    shard = tmp_path / "shards" / manifest["shards"][0]["file"]
+    tokens = np.fromfile(shard, dtype="<u2", offset=256 * 4)
+    want = b"".join(d.encode("utf-8") + b"\n" for d in docs)
+    assert tokens.tolist() == list(want)
+
+
+needs_study = pytest.mark.skipif(
+    not (SHARED / "text").is_dir() or not (SHARED / "evals").is_dir()
+    or not have("lm_eval", "torch", "transformers", "tokenizers", "matplotlib")
+    or not KDTRAIN.exists(),
+    reason="needs ../shared/data, lm_eval/torch/transformers/matplotlib and build/kdtrain")
+
+
+@needs_study
+def test_small_study_smoke_end_to_end(tmp_path):
+    out = tmp_path / "study"
+    variants = ["baseline", "sink", "affine"]
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
+                           "--out", str(out), "--kdtrain", str(KDTRAIN),
+                           "--variants", " ".join(variants)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    teacher = out / "runs" / "teacher"
+    assert (teacher / "checkpoints" / "latest").read_text().strip() == "step_00000005"
+    assert json.loads((teacher / "eval_c4.json").read_text())["perplexity"] > 1
+    for v in variants:
+        run = out / "runs" / v
+        cfg = json.loads((run / "config.json").read_text())
+        assert cfg["attention"]["variant"] == v
+        assert cfg["kd"]["teacher"].endswith("runs/teacher/checkpoints/step_00000005")
+        assert json.loads((run / "eval_c4.json").read_text())["perplexity"] > 1
+        zs = json.loads((run / "zero_shot.json").read_text())
+        assert zs["limit"] == 2 and len(zs["tasks"]) == 6
+        assert (run / "analysis" / "analysis.json").is_file()
+        assert (run / "hf" / "tokenizer.json").is_file()
+    report = out / "report"
+    for name in ["report.md", "table1.md", "table1.csv", "table4.md", "table5.md"]:
+        assert (report / name).is_file(), name
+    assert list(report.glob("fig*.png"))
+    with open(report / "table1.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["Method"] for r in rows] == ["Baseline", "Sink", "Affine-Scaled"]
+    assert all(r["C4 PPL"] for r in rows)
+    # a rerun skips every finished stage
+    again = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
+                            "--out", str(out), "--kdtrain", str(KDTRAIN),
+                            "--variants", " ".join(variants)],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "teacher: train: done already" in again.stdout
+    assert "affine: zero-shot: done already" in again.stdout
+    # a changed student override redoes that student (and its evaluations), not the teacher
+    before = (out / "runs" / "affine" / "metrics.jsonl").read_text()
+    changed = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
+                              "--out", str(out), "--kdtrain", str(KDTRAIN), "--variants", "affine",
+                              "--student-set", "train.seed=9"],
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert "teacher: train: done already" in changed.stdout
+    assert "affine: train (KD from teacher): done already" not in changed.stdout
+    assert "affine: zero-shot: done already" not in changed.stdout
+    cfg = json.loads((out / "runs" / "affine" / "config.json").read_text())
+    assert cfg["train"]["seed"] == 9
+    assert (out / "runs" / "affine" / "metrics.jsonl").read_text() != before
