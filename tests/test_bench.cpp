@@ -122,3 +122,36 @@ TEST_CASE("bench: bad arguments fail with a message", "[bench]") {
   CHECK(code == 1);
   CHECK(out.find("--steps") != std::string::npos);
 }
+
+TEST_CASE("bench --attention-only: every variant, FLOP convention, head-dim rescaling", "[bench]") {
+  CHECK(kdtrain::bench::attention_fwd_bwd_flops(2, 4, 64, 16) == Approx(3.5 * 4 * 2 * 4 * 64 * 64 * 16 / 2));
+  for (const char* variant : {"baseline", "sink", "affine", "gated", "affine-gated"}) {
+    SECTION(variant) {
+      std::string out;
+      const int code = kdtrain::testing::run(
+          {KDTRAIN_BINARY, "bench", "--attention-only", "--preset", "tiny-llama", "--attention", variant,
+           "--device", "cpu", "--micro-batch", "2", "--seq-len", "32", "--steps", "2", "--warmup", "1",
+           "--json"},
+          &out, "test_bench_attention.log");
+      INFO(out);
+      REQUIRE(code == 0);
+      const json r = last_json_line(out);
+      CHECK(r["mode"] == "attention-only");
+      CHECK(r["attention"] == variant);
+      CHECK(r["H"] == 4);
+      CHECK(r["Hkv"] == 2);
+      CHECK(r["D"] == 16);
+      CHECK(r["fwd_bwd_ms"].get<double>() > 0);
+      CHECK(r["flops_fwd_bwd"].get<double>() == Approx(kdtrain::bench::attention_fwd_bwd_flops(2, 4, 32, 16)));
+      CHECK(r["tflops"].get<double>() > 0);
+    }
+  }
+  std::string out;
+  REQUIRE(kdtrain::testing::run({KDTRAIN_BINARY, "bench", "--attention-only", "--preset", "tiny-llama",
+                                 "--head-dim", "32", "--device", "cpu", "--micro-batch", "1", "--seq-len",
+                                 "16", "--steps", "1", "--json"},
+                                &out, "test_bench_attention_hd.log") == 0);
+  const json r = last_json_line(out);
+  CHECK(r["H"] == 2);  // H*D = 64 kept
+  CHECK(r["Hkv"] == 1);  // GQA ratio 2 kept
+}

@@ -157,10 +157,13 @@ nlohmann::json run_bench(const BenchOptions& o) {
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.model.vocab_size - 1));
   std::vector<int32_t> inputs(B * T), targets(B * T);
   for (int64_t b = 0; b < B; ++b) {
-    std::vector<int32_t> row(T + 1);
-    for (auto& t : row) t = pick(rng);
-    std::copy(row.begin(), row.begin() + T, inputs.begin() + b * T);
-    std::copy(row.begin() + 1, row.end(), targets.begin() + b * T);
+    int32_t previous = pick(rng);
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t next = pick(rng);
+      inputs[b * T + t] = previous;
+      targets[b * T + t] = next;
+      previous = next;
+    }
   }
   const float grad_scale = 1.0f / float(B * T);
   const float lr = static_cast<float>(c.optimizer.lr);
@@ -314,6 +317,168 @@ std::string format_report(const nlohmann::json& r) {
   else
     line(", peak device memory not measured\n");
   return s;
+}
+
+}  // namespace kdtrain::bench
+
+namespace kdtrain::bench {
+
+double attention_fwd_bwd_flops(int64_t B, int64_t H, int64_t T, int64_t D) {
+  return 3.5 * 4.0 * double(B) * double(H) * double(T) * double(T) * double(D) / 2.0;
+}
+
+namespace {
+
+// A buffer in backend memory filled from host fp32 values (converted to the act dtype
+// unless `f32`).
+struct DeviceBuffer {
+  Backend& backend;
+  void* ptr = nullptr;
+  DeviceBuffer(Backend& b, const std::vector<float>& host, bool f32) : backend(b) {
+    const size_t n = host.size();
+    ptr = backend.alloc(n * (f32 ? 4 : dtype_size(backend.act_dtype())));
+    if (f32) {
+      backend.to_device(ptr, host.data(), n * 4);
+    } else {
+      float* staging = static_cast<float*>(backend.alloc(n * 4));
+      backend.to_device(staging, host.data(), n * 4);
+      backend.convert_from_f32(ptr, staging, static_cast<int64_t>(n));
+      backend.synchronize();
+      backend.release(staging);
+    }
+  }
+  ~DeviceBuffer() { backend.release(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+std::vector<float> random_values(std::mt19937_64& rng, int64_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+}  // namespace
+
+nlohmann::json run_attention_bench(const BenchOptions& o) {
+  Config c = load_config(o.config_path, o.preset, o.attention, o.overrides);
+  const int64_t B = o.micro_batch > 0 ? o.micro_batch : c.train.micro_batch;
+  const int64_t T = o.seq_len > 0 ? o.seq_len : c.train.seq_len;
+  KD_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
+  KD_CHECK(o.warmup >= 0, "--warmup must be >= 0, got ", o.warmup);
+  const std::string device = o.device.empty() ? c.train.device : o.device;
+  const int64_t H0 = c.model.num_attention_heads, D0 = c.model.head_dim;
+  const int64_t group = H0 / c.model.num_key_value_heads;
+  const int64_t D = o.head_dim > 0 ? o.head_dim : D0;
+  KD_CHECK((H0 * D0) % D == 0, "--head-dim ", D, " does not divide H*D = ", H0 * D0);
+  const int64_t H = H0 * D0 / D;
+  const int64_t Hkv = std::max<int64_t>(1, H / group);
+  KD_CHECK(H % Hkv == 0, "--head-dim ", D, ": ", H, " heads do not split into groups of ", group);
+  const AttentionVariant v = c.attention.variant;
+
+  std::unique_ptr<Backend> backend = make_backend(device, c.train.threads);
+  Backend& be = *backend;
+  std::mt19937_64 rng(o.seed);
+  const int64_t N = B * T;
+  DeviceBuffer qkv(be, random_values(rng, N * (H + 2 * Hkv) * D, -1.f, 1.f), false);
+  DeviceBuffer sinks(be, random_values(rng, H, -0.05f, 0.05f), true);
+  DeviceBuffer alpha(be, random_values(rng, N * H, 0.f, 1.f), false);
+  DeviceBuffer alpha_ma(be, std::vector<float>(static_cast<size_t>(H), 0.5f), true);
+  DeviceBuffer gate(be, random_values(rng, N * H * D, -2.f, 2.f), false);
+  DeviceBuffer dout(be, random_values(rng, N * H * D, -1.f, 1.f), false);
+  const std::vector<float> zeros_hd(static_cast<size_t>(N * H * D), 0.f);
+  DeviceBuffer out(be, zeros_hd, false), gated(be, zeros_hd, false), dcore(be, zeros_hd, false),
+      dgate(be, zeros_hd, false);
+  DeviceBuffer lse(be, std::vector<float>(static_cast<size_t>(N * H), 0.f), true);
+  DeviceBuffer dqkv(be, std::vector<float>(static_cast<size_t>(N * (H + 2 * Hkv) * D), 0.f), false);
+  DeviceBuffer dsinks(be, std::vector<float>(static_cast<size_t>(H), 0.f), true);
+  DeviceBuffer dalpha(be, std::vector<float>(static_cast<size_t>(N * H), 0.f), false);
+
+  const AttentionShape shape{B, T, H, Hkv, D};
+  const float scale = 1.0f / std::sqrt(float(D));
+  AttentionForwardArgs fa;
+  fa.shape = shape;
+  fa.variant = v;
+  fa.scale = scale;
+  fa.qkv = qkv.ptr;
+  fa.sinks = has_sink(v) ? static_cast<const float*>(sinks.ptr) : nullptr;
+  fa.alpha = has_affine(v) ? alpha.ptr : nullptr;
+  fa.alpha_ma = has_affine(v) ? static_cast<const float*>(alpha_ma.ptr) : nullptr;
+  fa.out = out.ptr;
+  fa.lse = static_cast<float*>(lse.ptr);
+  AttentionBackwardArgs ba;
+  ba.shape = shape;
+  ba.variant = v;
+  ba.scale = scale;
+  ba.qkv = qkv.ptr;
+  ba.sinks = fa.sinks;
+  ba.alpha = fa.alpha;
+  ba.alpha_ma = fa.alpha_ma;
+  ba.out = out.ptr;
+  ba.lse = fa.lse;
+  ba.dout = has_gate(v) ? dcore.ptr : dout.ptr;
+  ba.dqkv = dqkv.ptr;
+  ba.dsinks = has_sink(v) ? static_cast<float*>(dsinks.ptr) : nullptr;
+  ba.dalpha = has_affine(v) ? dalpha.ptr : nullptr;
+  const int64_t n_out = N * H * D;
+
+  std::vector<double> t_fwd, t_bwd;
+  be.synchronize();
+  for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
+    const auto a = Clock::now();
+    be.attention_forward(fa);
+    if (has_gate(v)) be.sigmoid_gate_forward(gated.ptr, out.ptr, gate.ptr, n_out);
+    be.synchronize();
+    const auto b = Clock::now();
+    if (has_gate(v)) be.sigmoid_gate_backward(dcore.ptr, dgate.ptr, dout.ptr, out.ptr, gate.ptr, n_out);
+    be.attention_backward(ba);
+    be.synchronize();
+    const auto d = Clock::now();
+    if (i < o.warmup) continue;
+    t_fwd.push_back(ms_since(a, b));
+    t_bwd.push_back(ms_since(b, d));
+  }
+  std::vector<double> t_total(t_fwd.size());
+  for (size_t i = 0; i < t_fwd.size(); ++i) t_total[i] = t_fwd[i] + t_bwd[i];
+  const double ms = median(t_total);
+  const double flops = attention_fwd_bwd_flops(B, H, T, D);
+  nlohmann::json r;
+  r["mode"] = "attention-only";
+  r["preset"] = c.model.preset;
+  r["attention"] = to_string(v);
+  r["device"] = be.name();
+  r["act_dtype"] = be.act_dtype() == DType::f32 ? "fp32" : "bf16";
+  r["B"] = B;
+  r["T"] = T;
+  r["H"] = H;
+  r["Hkv"] = Hkv;
+  r["D"] = D;
+  r["warmup"] = o.warmup;
+  r["steps"] = o.steps;
+  r["forward_ms"] = median(t_fwd);
+  r["backward_ms"] = median(t_bwd);
+  r["fwd_bwd_ms"] = ms;
+  r["flops_fwd_bwd"] = flops;
+  r["tflops"] = ms > 0 ? flops / (ms / 1e3) / 1e12 : 0.0;
+  r["flop_convention"] = "causal fwd 4*B*H*T^2*D/2; fwd+bwd = 3.5 x fwd; variant extras not counted";
+  r["includes"] = has_gate(v) ? "attention core + sigmoid gate op" : "attention core";
+  return r;
+}
+
+std::string format_attention_report(const nlohmann::json& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "kdtrain bench --attention-only: %s on %s (%s), B=%lld T=%lld H=%lld Hkv=%lld D=%lld\n"
+                "  forward %.3f ms  backward %.3f ms  fwd+bwd %.3f ms  %.4f TFLOP/s\n  FLOPs: %s\n",
+                r["attention"].get<std::string>().c_str(), r["device"].get<std::string>().c_str(),
+                r["act_dtype"].get<std::string>().c_str(), (long long)r["B"].get<int64_t>(),
+                (long long)r["T"].get<int64_t>(), (long long)r["H"].get<int64_t>(),
+                (long long)r["Hkv"].get<int64_t>(), (long long)r["D"].get<int64_t>(),
+                r["forward_ms"].get<double>(), r["backward_ms"].get<double>(),
+                r["fwd_bwd_ms"].get<double>(), r["tflops"].get<double>(),
+                r["flop_convention"].get<std::string>().c_str());
+  return buf;
 }
 
 }  // namespace kdtrain::bench

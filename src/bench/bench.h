@@ -33,7 +33,17 @@ struct BenchOptions {
   int64_t warmup = 2;
   double peak_tflops = 0.0;   // 0 = 989 on cuda, none on cpu
   uint64_t seed = 1234;
+  // --attention-only: time the backend's attention core (and the gate op for the
+  // gated variants) forward and backward on random inputs, nothing else.
+  bool attention_only = false;
+  int64_t head_dim = 0;       // 0 = the preset's; else H = H0*D0/D, Hkv keeps the GQA ratio
 };
+
+// Causal attention FLOPs of one forward+backward (bench_attention.py's convention):
+// forward 4*B*H*T^2*D/2 (causal half), forward+backward 3.5 x forward.
+double attention_fwd_bwd_flops(int64_t B, int64_t H, int64_t T, int64_t D);
+// Runs the attention-only benchmark; the report as JSON.
+nlohmann::json run_attention_bench(const BenchOptions& options);
 
 // Parameters that count in the 6N term (see above).
 int64_t flop_params(const ParamLayout& layout, const ModelConfig& model);
@@ -48,6 +58,7 @@ double teacher_forward_flops_per_token(const ModelConfig& model, const Attention
 nlohmann::json run_bench(const BenchOptions& options);
 // The human-readable form of the report.
 std::string format_report(const nlohmann::json& report);
+std::string format_attention_report(const nlohmann::json& report);
 
 // Median of the values (0 for none).
 double median(std::vector<double> values);

@@ -32,17 +32,23 @@ void register_bench(CLI::App& app) {
                   "peak TFLOP/s for MFU (default 989 on cuda: H100/H200 dense bf16; none on cpu)");
   cmd->add_option("--seed", o->bench.seed, "seed of the tokens and the random init");
   cmd->add_flag("--json", o->json, "print the report as one JSON object");
+  cmd->add_flag("--attention-only", o->bench.attention_only,
+                "time only the attention core (and gate) forward+backward on random inputs");
+  cmd->add_option("--head-dim", o->bench.head_dim,
+                  "with --attention-only: head dim (heads rescaled to keep H*D and the GQA ratio)");
   cmd->callback([o] {
     bench::BenchOptions b = o->bench;
     b.config_path = o->common.config_path;
     b.preset = o->common.preset;
     b.attention = o->common.attention;
     b.overrides = o->common.overrides;
-    const nlohmann::json report = bench::run_bench(b);
+    const nlohmann::json report =
+        b.attention_only ? bench::run_attention_bench(b) : bench::run_bench(b);
     if (o->json)
       std::cout << report.dump() << std::endl;
     else
-      std::cout << bench::format_report(report);
+      std::cout << (b.attention_only ? bench::format_attention_report(report)
+                                     : bench::format_report(report));
   });
 }
 
