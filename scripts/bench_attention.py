@@ -12,7 +12,13 @@ backward does 5 of the 2-matmul units: recompute QK^T, dV, dP, dQ, dK =
 work (sink column, alpha/beta prefix sum, gate) is not counted, so a slower
 variant shows as lower TFLOP/s.
 
-  python3 scripts/bench_attention.py --device cuda --json > attn.json
+  python3 scripts/bench_attention.py --device cuda --compile --kdtrain build/kdtrain --json > attn.json
+
+With --kdtrain, `kdtrain bench --attention-only` runs on the same shapes (H and the
+GQA ratio from --kdtrain-preset rescaled to each D) and the report adds
+attn_fwdbwd_vs_sdpa (per D: SDPA time / kdtrain baseline time, > 1 = kdtrain
+faster), variant_attn_slowdown (per D and variant: kdtrain time / kdtrain
+baseline time) and variant_speedup_vs_torch_best (best PyTorch time / kdtrain).
 """
 import argparse
 import json
@@ -131,10 +137,47 @@ def run(args):
         for r in results:
             if r["D"] == D and "ms" in r:
                 r["slowdown_vs_sdpa"] = r["ms"] / ref
-    return {"tool": "bench_attention", "torch": torch.__version__, "device": dev.type,
-            "dtype": str(dtype).replace("torch.", ""), "tokens": B * T, "flop_convention": FLOP_CONVENTION,
-            "kdtrain": "not measured: kdtrain has no attention-only bench mode (docs/performance.md)",
-            "results": results}
+    report = {"tool": "bench_attention", "torch": torch.__version__, "device": dev.type,
+              "dtype": str(dtype).replace("torch.", ""), "tokens": B * T,
+              "flop_convention": FLOP_CONVENTION, "results": results}
+    if args.kdtrain:
+        report.update(run_kdtrain(args, B, T, results))
+    return report
+
+
+def run_kdtrain(args, B, T, results):
+    """`kdtrain bench --attention-only` on the same shapes, and the ratios of issue 5."""
+    import subprocess
+    rows, summary_vs_sdpa, slowdown, vs_torch = [], {}, {}, {}
+    for D in args.head_dims:
+        for variant in VARIANTS:
+            cmd = [args.kdtrain, "bench", "--attention-only", "--preset", args.kdtrain_preset,
+                   "--attention", variant, "--device", args.device, "--micro-batch", str(B),
+                   "--seq-len", str(T), "--head-dim", str(D), "--steps", str(args.iters),
+                   "--warmup", str(args.warmup), "--json"]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                rows.append({"variant": variant, "D": D, "error": (p.stdout + p.stderr)[-300:]})
+                continue
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            if r["H"] != args.channels // D:
+                r["warning"] = f"kdtrain preset has H*D={r['H'] * D}, not --channels {args.channels}"
+            rows.append(r)
+        mine = {r["attention"]: r["fwd_bwd_ms"] for r in rows if r.get("D") == D and "fwd_bwd_ms" in r}
+        sdpa = next((r["ms"] for r in results if r["case"] == "sdpa" and r["D"] == D and "ms" in r), None)
+        if "baseline" in mine and sdpa:
+            summary_vs_sdpa[str(D)] = sdpa / mine["baseline"]  # > 1: kdtrain faster
+        if "baseline" in mine:
+            slowdown[str(D)] = {v: mine[v] / mine["baseline"] for v in mine}
+        torch_best = {}
+        for r in results:
+            if r["D"] == D and "ms" in r and r["case"] != "sdpa":
+                torch_best[r["variant"]] = min(torch_best.get(r["variant"], 1e30), r["ms"])
+        vs_torch[str(D)] = {v: torch_best[v] / mine[v] for v in mine if v in torch_best}
+    return {"kdtrain": rows,
+            "attn_fwdbwd_vs_sdpa": summary_vs_sdpa,       # per D: SDPA time / kdtrain baseline time
+            "variant_attn_slowdown": slowdown,            # per D, variant: kdtrain time / kdtrain baseline
+            "variant_speedup_vs_torch_best": vs_torch}    # per D, variant: best PyTorch time / kdtrain
 
 
 class _null:
@@ -156,6 +199,9 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile'd variants")
+    ap.add_argument("--kdtrain", default="", help="kdtrain binary: also run kdtrain bench --attention-only")
+    ap.add_argument("--kdtrain-preset", default="llama3.2-1b",
+                    help="preset whose H*D and GQA ratio kdtrain uses (llama3.2-1b: 2048, 4)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     r = run(args)
@@ -169,6 +215,15 @@ def main(argv=None):
         else:
             print(f"  D={x['D']:<4} {x['case']:<28} {x['ms']:9.3f} ms {x['tflops']:8.3f} TFLOP/s "
                   f"x{x['slowdown_vs_sdpa']:.2f} vs sdpa")
+    for x in r.get("kdtrain", []):
+        if "error" in x:
+            print(f"  D={x['D']:<4} kdtrain {x['variant']:<20} {x['error']}")
+        else:
+            print(f"  D={x['D']:<4} kdtrain {x['attention']:<20} {x['fwd_bwd_ms']:9.3f} ms "
+                  f"{x['tflops']:8.3f} TFLOP/s")
+    for key in ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "variant_speedup_vs_torch_best"):
+        if key in r:
+            print(f"  {key}: {json.dumps(r[key])}")
 
 
 if __name__ == "__main__":

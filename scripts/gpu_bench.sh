@@ -24,6 +24,7 @@ WARMUP="${WARMUP:-3}"
 DEVICE="${DEVICE:-cuda}"          # cpu: a smoke run of this script with tiny shapes
 MODES="${MODES:-eager compile}"  # bench_pytorch.py modes
 ATTN_ARGS="${ATTN_ARGS:-}"       # extra bench_attention.py arguments (tiny shapes on cpu)
+TEACHER="${TEACHER:-llama3.2-3b}" # with-teacher pass (kdtrain and torch.compile); "" skips it
 PKG="$ROOT/.carry/gpu"
 if [[ -x "$PKG/bin/kdtrain" ]]; then
   export LD_LIBRARY_PATH="$PKG/lib:${LD_LIBRARY_PATH:-}"
@@ -49,9 +50,21 @@ for V in baseline sink affine gated affine-gated; do
       > "$OUTDIR/torch_${MODE}_$V.json" || echo "bench_pytorch $V $MODE failed"
   done
 done
-echo "== attention only"
-python3 scripts/bench_attention.py --device "$DEVICE" --compile $ATTN_ARGS --json > "$OUTDIR/attention.json" \
-  || echo "bench_attention failed"
+if [[ -n "$TEACHER" ]]; then
+  for V in baseline sink affine gated affine-gated; do
+    echo "== $V with teacher $TEACHER"
+    "$KDTRAIN" bench --preset "$PRESET" --attention "$V" --micro-batch "$MB" --seq-len "$SEQ" \
+      --steps "$STEPS" --warmup "$WARMUP" --device "$DEVICE" --teacher "$TEACHER" --json \
+      > "$OUTDIR/kdtrain_teacher_$V.json" || echo "kdtrain bench $V teacher failed"
+    python3 scripts/bench_pytorch.py --preset "$PRESET" --attention "$V" --micro-batch "$MB" \
+      --seq-len "$SEQ" --steps "$STEPS" --warmup "$WARMUP" --device "$DEVICE" --teacher "$TEACHER" \
+      $([[ " $MODES " == *" compile "* ]] && echo --compile) --json \
+      > "$OUTDIR/torch_teacher_$V.json" || echo "bench_pytorch $V teacher failed"
+  done
+fi
+echo "== attention only (PyTorch and kdtrain bench --attention-only)"
+python3 scripts/bench_attention.py --device "$DEVICE" --compile --kdtrain "$KDTRAIN" $ATTN_ARGS --json \
+  > "$OUTDIR/attention.json" || echo "bench_attention failed"
 
 python3 - "$OUTDIR" "$PRESET" "$SEQ" "${1:-}" <<'PY'
 import json, os, sys
@@ -69,28 +82,26 @@ te = {v: load(f"torch_eager_{v}.json") for v in V}
 att = load("attention.json")
 def ratio(a, b):
     return a / b if a and b else None
+kt = {v: load(f"kdtrain_teacher_{v}.json") for v in V}
+tt = {v: load(f"torch_teacher_{v}.json") for v in V}
 summary = {
-    "bench_config": {"preset": preset, "seq_len": seq},
-    "mfu_1b_t2048": kd["baseline"]["mfu"] if kd["baseline"] else None,
-    "mfu_1b_t2048_by_variant": {v: kd[v]["mfu"] if kd[v] else None for v in V},
+    "bench_config": {"preset": preset, "seq_len": seq,
+                     "micro_batch": kd["baseline"]["micro_batch"] if kd["baseline"] else None},
+    # per variant, a fraction; student only (no teacher)
+    "mfu_1b_t2048": {v: kd[v]["mfu"] if kd[v] else None for v in V},
+    "mfu_1b_t2048_with_teacher": {v: kt[v]["mfu"] if kt[v] else None for v in V},
     "step_speedup_vs_torch_compile": {
         v: ratio(kd[v] and kd[v]["tokens_per_s"], tc[v] and tc[v]["tokens_per_s"]) for v in V},
     "step_speedup_vs_torch_eager": {
         v: ratio(kd[v] and kd[v]["tokens_per_s"], te[v] and te[v]["tokens_per_s"]) for v in V},
+    "step_speedup_vs_torch_with_teacher": {
+        v: ratio(kt[v] and kt[v]["tokens_per_s"], tt[v] and tt[v]["tokens_per_s"]) for v in V},
     "variant_step_slowdown_kdtrain": {
         v: ratio(kd[v] and kd[v]["step_ms"], kd["baseline"] and kd["baseline"]["step_ms"]) for v in V},
-    # kdtrain has no attention-only mode yet: only PyTorch's variants against SDPA.
-    "attn_fwdbwd_vs_sdpa": "not measured: kdtrain bench has no attention-only mode",
-    "variant_attn_slowdown": None,
+    "attn_fwdbwd_vs_sdpa": (att or {}).get("attn_fwdbwd_vs_sdpa"),
+    "variant_attn_slowdown": (att or {}).get("variant_attn_slowdown"),
+    "variant_attn_speedup_vs_torch_best": (att or {}).get("variant_speedup_vs_torch_best"),
 }
-if att:
-    dims = sorted({r["D"] for r in att["results"]})
-    d = 64 if 64 in dims else dims[0]
-    best = {}
-    for r in att["results"]:
-        if r.get("D") == d and "ms" in r and r["case"] != "sdpa":
-            best[r["variant"]] = min(best.get(r["variant"], 1e30), r["slowdown_vs_sdpa"])
-    summary["variant_attn_slowdown"] = {f"torch_best_of_eager_sdpa_compile_D{d}": best}
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
 print(json.dumps(summary, indent=2))
@@ -100,6 +111,8 @@ if update:
     doc = json.load(open(path)) if os.path.exists(path) else {}
     doc.update({k: summary[k] for k in ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown",
                                         "step_speedup_vs_torch_compile", "mfu_1b_t2048")})
+    doc["bench_commit"] = os.popen("git rev-parse HEAD").read().strip()
+    doc["bench_gpu"] = os.popen("nvidia-smi --query-gpu=name --format=csv,noheader").read().strip().splitlines()[:1]
     json.dump(doc, open(path, "w"), indent=2)
     print("updated", path)
 PY
