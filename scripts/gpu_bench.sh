@@ -8,7 +8,8 @@
 #   MICRO_BATCH=8 STEPS=10 scripts/gpu_bench.sh [--update-docs]
 # CPU smoke run of the script itself (numbers meaningless):
 #   DEVICE=cpu PRESET=tiny-llama SEQ=32 MICRO_BATCH=2 STEPS=2 WARMUP=1 MODES=eager \
-#     ATTN_ARGS="--tokens 64 --seq-len 32 --head-dims 16 --channels 64 --iters 1" OUT=/tmp/gb scripts/gpu_bench.sh
+#     TEACHER=tiny-llama ATTN_ARGS="--tokens 64 --seq-len 32 --head-dims 16 --channels 64 --gqa 2 \
+#     --iters 1 --kdtrain-preset tiny-llama" OUT=/tmp/gb scripts/gpu_bench.sh
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
