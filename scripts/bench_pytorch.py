@@ -354,7 +354,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.teacher and args.teacher not in PRESETS:
         ap.error(f"--teacher: unknown preset {args.teacher}")
-    r = run(args)
+    try:
+        r = run(args)
+    except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
+        if "out of memory" not in str(e).lower():
+            raise
+        # e.g. the eager sink variant materialises fp32 (B, H, T, T) scores per layer
+        print(json.dumps({"tool": "bench_pytorch", "preset": args.preset, "attention": args.attention,
+                          "micro_batch": args.micro_batch, "seq_len": args.seq_len,
+                          "compile": args.compile, "error": "out of memory: " + str(e)[:300]}))
+        sys.exit(3)
     if args.json:
         print(json.dumps(r))
     else:
