@@ -25,5 +25,6 @@ void register_teacher_cache(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_analyze(CLI::App& app);
 void register_export(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace kdtrain::cli

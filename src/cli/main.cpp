@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   kdtrain::cli::register_eval(app);
   kdtrain::cli::register_analyze(app);
   kdtrain::cli::register_export(app);
+  kdtrain::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Attention-only forward+backward benchmark in PyTorch: SDPA (flash backend on
+cuda) against each kdtrain attention variant written in PyTorch, eager and
+torch.compile'd, at B*T tokens (default 16k), T = 2048, D in {64, 128}, with
+H*D = 2048 query channels and 4 query heads per kv head (llama3.2-1b-like).
+
+FLOP convention (stated in the output and docs/performance.md): causal
+forward = 4*B*H*T^2*D / 2 (QK^T and PV, 2 FLOPs per multiply-add, half the
+score matrix under the causal mask); forward+backward = 3.5 x forward (the
+backward does 5 of the 2-matmul units: recompute QK^T, dV, dP, dQ, dK =
+2.5 x forward), as FlashAttention-2 reports. The variants' extra elementwise
+work (sink column, alpha/beta prefix sum, gate) is not counted, so a slower
+variant shows as lower TFLOP/s.
+
+  python3 scripts/bench_attention.py --device cuda --compile --kdtrain build/kdtrain --json > attn.json
+
+With --kdtrain, `kdtrain bench --attention-only` runs on the same shapes (H and the
+GQA ratio from --kdtrain-preset rescaled to each D) and the report adds
+attn_fwdbwd_vs_sdpa (per D: SDPA time / kdtrain baseline time, > 1 = kdtrain
+faster), variant_attn_slowdown (per D and variant: kdtrain time / kdtrain
+baseline time) and variant_speedup_vs_torch_best (best PyTorch time / kdtrain).
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+VARIANTS = ("baseline", "sink", "affine", "gated", "affine-gated")
+FLOP_CONVENTION = "causal fwd 4*B*H*T^2*D/2; fwd+bwd = 3.5 x fwd; variant extras not counted"
+
+
+def fwd_bwd_flops(B, H, T, D):
+    return 3.5 * 4 * B * H * T * T * D / 2
+
+
+def make_attention(torch, variant, H, Hkv, D, eager_softmax):
+    """f(q, k, v, extras) -> (B, T, H*D); q (B,H,T,D), k/v (B,Hkv,T,D)."""
+    F = torch.nn.functional
+    rep = H // Hkv
+    affine = variant in ("affine", "affine-gated")
+    gated = variant in ("gated", "affine-gated")
+
+    def core(q, k, v, sinks):
+        T = q.shape[2]
+        if eager_softmax or variant == "sink":
+            kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            s = (q @ kk.transpose(-1, -2)).float() / math.sqrt(D)
+            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1),
+                              float("-inf"))
+            if variant == "sink":
+                col = sinks.float().view(1, H, 1, 1).expand(s.shape[0], H, T, 1)
+                p = torch.softmax(torch.cat((s, col), -1), -1)[..., :T]
+            else:
+                p = torch.softmax(s, -1)
+            return p.to(vv.dtype) @ vv
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=rep > 1)
+
+    def f(q, k, v, x):
+        B, _, T, _ = q.shape
+        o = core(q, k, v, x["sinks"]).transpose(1, 2)  # (B, T, H, D)
+        if affine:
+            alpha = (0.1 * x["alpha_z"].float() + 0.5).clamp(0, 1)  # (B, T, H)
+            n = torch.arange(1, T + 1, device=q.device, dtype=torch.float32).view(1, T, 1)
+            beta = (x["alpha_ma"].view(1, 1, H) - alpha) / n
+            prefix = v.transpose(1, 2).float().cumsum(1).repeat_interleave(rep, 2)
+            o = (alpha.unsqueeze(-1) * o.float() + beta.unsqueeze(-1) * prefix).to(q.dtype)
+        o = o.reshape(B, T, H * D)
+        if gated:
+            o = o * torch.sigmoid(x["gate_z"])
+        return o
+
+    return f
+
+
+def time_case(torch, fn, inputs, grads_of, warmup, iters, sync):
+    def once():
+        out = fn(*inputs)
+        out.backward(torch.ones_like(out))
+        for t in grads_of:
+            t.grad = None
+    for _ in range(warmup):
+        once()
+    sync()
+    ms = []
+    for _ in range(iters):
+        sync()
+        a = time.perf_counter()
+        once()
+        sync()
+        ms.append((time.perf_counter() - a) * 1e3)
+    return statistics.median(ms)
+
+
+def run(args):
+    import torch
+    dev = torch.device(args.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    T = args.seq_len
+    B = max(1, args.tokens // T)
+    results = []
+    for D in args.head_dims:
+        H = args.channels // D
+        Hkv = max(1, H // args.gqa)
+        g = torch.Generator(device="cpu").manual_seed(0)
+
+        def rnd(*shape, scale=1.0):
+            return (torch.randn(*shape, generator=g) * scale).to(dev, dtype).requires_grad_(True)
+
+        q, k, v = rnd(B, H, T, D), rnd(B, Hkv, T, D), rnd(B, Hkv, T, D)
+        extras = {"sinks": rnd(H, scale=0.02), "alpha_z": rnd(B, T, H),
+                  "alpha_ma": torch.full((H,), 0.5, device=dev), "gate_z": rnd(B, T, H * D)}
+        leaves = [q, k, v] + [t for t in extras.values() if t.requires_grad]
+        flops = fwd_bwd_flops(B, H, T, D)
+        cases = [("sdpa", "baseline", False)] + [(f"{v_}-eager", v_, True) for v_ in VARIANTS]
+        cases += [(f"{v_}-sdpa", v_, False) for v_ in VARIANTS if v_ != "sink"]
+        for name, variant, eager in cases:
+            for compiled in ([False, True] if args.compile else [False]):
+                fn = make_attention(torch, variant, H, Hkv, D, eager)
+                if compiled:
+                    fn = torch.compile(fn)
+                label = name + ("+compile" if compiled else "")
+                ctx = torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION) \
+                    if (dev.type == "cuda" and name == "sdpa") else _null()
+                try:
+                    with ctx:
+                        ms = time_case(torch, fn, (q, k, v, extras), leaves, args.warmup, args.iters, sync)
+                    results.append({"case": label, "variant": variant, "D": D, "H": H, "Hkv": Hkv,
+                                    "B": B, "T": T, "ms": ms, "tflops": flops / (ms / 1e3) / 1e12})
+                except Exception as e:  # e.g. out of memory for the eager T x T scores
+                    results.append({"case": label, "variant": variant, "D": D, "H": H, "Hkv": Hkv,
+                                    "B": B, "T": T, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+                    if dev.type == "cuda":
+                        torch.cuda.empty_cache()
+        ref = next(r["ms"] for r in results if r["case"] == "sdpa" and r["D"] == D and "ms" in r)
+        for r in results:
+            if r["D"] == D and "ms" in r:
+                r["slowdown_vs_sdpa"] = r["ms"] / ref
+    report = {"tool": "bench_attention", "torch": torch.__version__, "device": dev.type,
+              "dtype": str(dtype).replace("torch.", ""), "tokens": B * T,
+              "flop_convention": FLOP_CONVENTION, "results": results}
+    if args.kdtrain:
+        report.update(run_kdtrain(args, B, T, results))
+    return report
+
+
+def run_kdtrain(args, B, T, results):
+    """`kdtrain bench --attention-only` on the same shapes, and the ratios of issue 5."""
+    import subprocess
+    rows, summary_vs_sdpa, slowdown, vs_torch = [], {}, {}, {}
+    for D in args.head_dims:
+        for variant in VARIANTS:
+            cmd = [args.kdtrain, "bench", "--attention-only", "--preset", args.kdtrain_preset,
+                   "--attention", variant, "--device", args.device, "--micro-batch", str(B),
+                   "--seq-len", str(T), "--head-dim", str(D), "--steps", str(args.iters),
+                   "--warmup", str(args.warmup), "--json"]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                rows.append({"variant": variant, "D": D, "error": (p.stdout + p.stderr)[-300:]})
+                continue
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            if r["H"] != args.channels // D:
+                r["warning"] = f"kdtrain preset has H*D={r['H'] * D}, not --channels {args.channels}"
+            rows.append(r)
+        mine = {r["attention"]: r["fwd_bwd_ms"] for r in rows if r.get("D") == D and "fwd_bwd_ms" in r}
+        sdpa = next((r["ms"] for r in results if r["case"] == "sdpa" and r["D"] == D and "ms" in r), None)
+        if "baseline" in mine and sdpa:
+            summary_vs_sdpa[str(D)] = sdpa / mine["baseline"]  # > 1: kdtrain faster
+        if "baseline" in mine:
+            slowdown[str(D)] = {v: mine[v] / mine["baseline"] for v in mine}
+        torch_best = {}
+        for r in results:
+            if r["D"] == D and "ms" in r and r["case"] != "sdpa":
+                torch_best[r["variant"]] = min(torch_best.get(r["variant"], 1e30), r["ms"])
+        vs_torch[str(D)] = {v: torch_best[v] / mine[v] for v in mine if v in torch_best}
+    return {"kdtrain": rows,
+            "attn_fwdbwd_vs_sdpa": summary_vs_sdpa,       # per D: SDPA time / kdtrain baseline time
+            "variant_attn_slowdown": slowdown,            # per D, variant: kdtrain time / kdtrain baseline
+            "variant_speedup_vs_torch_best": vs_torch}    # per D, variant: best PyTorch time / kdtrain
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tokens", type=int, default=16384, help="B*T")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--channels", type=int, default=2048, help="H*D")
+    ap.add_argument("--gqa", type=int, default=4, help="query heads per kv head")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile'd variants")
+    ap.add_argument("--kdtrain", default="", help="kdtrain binary: also run kdtrain bench --attention-only")
+    ap.add_argument("--kdtrain-preset", default="llama3.2-1b",
+                    help="preset whose H*D and GQA ratio kdtrain uses (llama3.2-1b: 2048, 4)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    r = run(args)
+    if args.json:
+        print(json.dumps(r))
+        return
+    print(f"bench_attention: {r['device']} {r['dtype']}, {r['tokens']} tokens; {r['flop_convention']}")
+    for x in r["results"]:
+        if "error" in x:
+            print(f"  D={x['D']:<4} {x['case']:<28} {x['error']}")
+        else:
+            print(f"  D={x['D']:<4} {x['case']:<28} {x['ms']:9.3f} ms {x['tflops']:8.3f} TFLOP/s "
+                  f"x{x['slowdown_vs_sdpa']:.2f} vs sdpa")
+    for x in r.get("kdtrain", []):
+        if "error" in x:
+            print(f"  D={x['D']:<4} kdtrain {x['variant']:<20} {x['error']}")
+        else:
+            print(f"  D={x['D']:<4} kdtrain {x['attention']:<20} {x['fwd_bwd_ms']:9.3f} ms "
+                  f"{x['tflops']:8.3f} TFLOP/s")
+    for key in ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "variant_speedup_vs_torch_best"):
+        if key in r:
+            print(f"  {key}: {json.dumps(r[key])}")
+
+
+if __name__ == "__main__":
+    main()

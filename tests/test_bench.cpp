@@ -1,0 +1,157 @@
+// kdtrain bench: the report of every attention variant on tiny-llama (fields,
+// phase times adding up to the step), and the FLOP formula on known shapes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench.h"
+#include "config/config.h"
+#include "process_util.h"
+
+using nlohmann::json;
+
+namespace {
+
+// The last line of the output that parses as a JSON object.
+json last_json_line(const std::string& out) {
+  size_t end = out.size();
+  while (end > 0) {
+    size_t start = out.rfind('\n', end - 1);
+    start = start == std::string::npos ? 0 : start + 1;
+    const std::string line = out.substr(start, end - start);
+    if (!line.empty() && line[0] == '{') {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_discarded()) return j;
+    }
+    if (start == 0) break;
+    end = start - 1;
+  }
+  return json();
+}
+
+json run_bench(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {KDTRAIN_BINARY, "bench", "--preset", "tiny-llama", "--device", "cpu",
+                                   "--micro-batch", "2", "--seq-len", "32", "--steps", "2",
+                                   "--warmup", "1", "--json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::string out;
+  const int code = kdtrain::testing::run(args, &out, "test_bench_output.log");
+  INFO(out);
+  REQUIRE(code == 0);
+  const json j = last_json_line(out);
+  REQUIRE(j.is_object());
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("bench: FLOP formula on tiny-llama shapes", "[bench]") {
+  const kdtrain::ModelConfig m = kdtrain::model_preset("tiny-llama");
+  kdtrain::AttentionConfig a;
+  // per layer: q 64*64 + k,v 2*64*32 + o 64*64 = 12288; MLP 3*64*176 = 33792; norms 128
+  // two layers + final norm 64 + tied head 256*64 counted once (the embedding is not)
+  const double n = 2 * (12288 + 33792 + 128) + 64 + 256 * 64;
+  REQUIRE(kdtrain::bench::flop_params(kdtrain::make_param_layout(m, a), m) == int64_t(n));
+  const double T = 32;
+  CHECK(kdtrain::bench::student_train_flops_per_token(m, a, 32) == Approx(6 * n + 12 * 2 * 4 * 16 * T));
+  CHECK(kdtrain::bench::teacher_forward_flops_per_token(m, a, 32) == Approx(2 * n + 4 * 2 * 4 * 16 * T));
+  a.variant = kdtrain::AttentionVariant::gated;  // gate_proj (H*D, C) per layer adds 2*64*64
+  CHECK(kdtrain::bench::flop_params(kdtrain::make_param_layout(m, a), m) == int64_t(n + 2 * 64 * 64));
+}
+
+TEST_CASE("bench: median", "[bench]") {
+  CHECK(kdtrain::bench::median({}) == 0.0);
+  CHECK(kdtrain::bench::median({3, 1, 2}) == 2.0);
+  CHECK(kdtrain::bench::median({4, 1, 2, 3}) == 2.5);
+}
+
+TEST_CASE("bench: every variant on tiny-llama reports consistent JSON", "[bench]") {
+  for (const char* variant : {"baseline", "sink", "affine", "gated", "affine-gated"}) {
+    SECTION(variant) {
+      const json r = run_bench({"--attention", variant});
+      CHECK(r["attention"] == variant);
+      CHECK(r["device"] == "cpu");
+      CHECK(r["tokens_per_step"] == 64);
+      CHECK(r["steps"] == 2);
+      CHECK(r["tokens_per_s"].get<double>() > 0);
+      CHECK(std::isfinite(r["final_loss"].get<double>()));
+      CHECK(r["mfu"].is_null());  // no peak given on cpu
+      const json& p = r["phase_ms"];
+      for (const char* k : {"teacher_forward", "student_forward_loss", "backward", "optimizer"})
+        REQUIRE(p.contains(k));
+      CHECK(p["teacher_forward"].get<double>() < 1.0 + 0.25 * r["step_ms"].get<double>());  // no teacher
+      // Medians of the phases need not add up exactly to the median step; with two
+      // steps they are means of two, so the sum matches within rounding.
+      const double sum = p["teacher_forward"].get<double>() + p["student_forward_loss"].get<double>() +
+                         p["backward"].get<double>() + p["optimizer"].get<double>();
+      CHECK(sum == Approx(r["step_ms"].get<double>()).epsilon(0.05).margin(0.05));
+      const json& m = r["memory"];
+      CHECK(m["params_bytes"].get<double>() > 0);
+      CHECK(m["grads_bytes"] == m["params_bytes"]);  // fp32 master only on cpu
+      CHECK(m["optimizer_bytes"].get<double>() == Approx(2 * m["grads_bytes"].get<double>()));
+      CHECK(m["peak_rss_bytes"].get<int64_t>() > 0);
+      const double student = r["flops_per_token"]["student_train"].get<double>();
+      const double expected = kdtrain::bench::student_train_flops_per_token(
+          kdtrain::model_preset("tiny-llama"),
+          kdtrain::AttentionConfig{kdtrain::parse_attention_variant(variant)}, 32);
+      CHECK(student == Approx(expected));
+    }
+  }
+}
+
+TEST_CASE("bench: teacher from a preset and MFU from --peak-tflops", "[bench]") {
+  const json r = run_bench({"--teacher", "tiny-llama", "--peak-tflops", "1"});
+  CHECK(r["teacher_source"] == "preset (random init)");
+  CHECK(r["flops_per_token"]["teacher_forward"].get<double>() > 0);
+  CHECK(r["flops_per_token"]["total"].get<double>() ==
+        Approx(r["flops_per_token"]["student_train"].get<double>() +
+               r["flops_per_token"]["teacher_forward"].get<double>()));
+  CHECK(r["mfu"].get<double>() == Approx(r["achieved_tflops"].get<double>() / 1.0));
+  CHECK(r["memory"]["teacher_params_bytes"].get<double>() > 0);
+}
+
+TEST_CASE("bench: bad arguments fail with a message", "[bench]") {
+  std::string out;
+  const int code = kdtrain::testing::run(
+      {KDTRAIN_BINARY, "bench", "--preset", "tiny-llama", "--steps", "0", "--device", "cpu"}, &out,
+      "test_bench_bad.log");
+  CHECK(code == 1);
+  CHECK(out.find("--steps") != std::string::npos);
+}
+
+TEST_CASE("bench --attention-only: every variant, FLOP convention, head-dim rescaling", "[bench]") {
+  CHECK(kdtrain::bench::attention_fwd_bwd_flops(2, 4, 64, 16) == Approx(3.5 * 4 * 2 * 4 * 64 * 64 * 16 / 2));
+  for (const char* variant : {"baseline", "sink", "affine", "gated", "affine-gated"}) {
+    SECTION(variant) {
+      std::string out;
+      const int code = kdtrain::testing::run(
+          {KDTRAIN_BINARY, "bench", "--attention-only", "--preset", "tiny-llama", "--attention", variant,
+           "--device", "cpu", "--micro-batch", "2", "--seq-len", "32", "--steps", "2", "--warmup", "1",
+           "--json"},
+          &out, "test_bench_attention.log");
+      INFO(out);
+      REQUIRE(code == 0);
+      const json r = last_json_line(out);
+      CHECK(r["mode"] == "attention-only");
+      CHECK(r["attention"] == variant);
+      CHECK(r["H"] == 4);
+      CHECK(r["Hkv"] == 2);
+      CHECK(r["D"] == 16);
+      CHECK(r["fwd_bwd_ms"].get<double>() > 0);
+      CHECK(r["flops_fwd_bwd"].get<double>() == Approx(kdtrain::bench::attention_fwd_bwd_flops(2, 4, 32, 16)));
+      CHECK(r["tflops"].get<double>() > 0);
+    }
+  }
+  std::string out;
+  REQUIRE(kdtrain::testing::run({KDTRAIN_BINARY, "bench", "--attention-only", "--preset", "tiny-llama",
+                                 "--head-dim", "32", "--device", "cpu", "--micro-batch", "1", "--seq-len",
+                                 "16", "--steps", "1", "--json"},
+                                &out, "test_bench_attention_hd.log") == 0);
+  const json r = last_json_line(out);
+  CHECK(r["H"] == 2);  // H*D = 64 kept
+  CHECK(r["Hkv"] == 1);  // GQA ratio 2 kept
+}
