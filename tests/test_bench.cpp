@@ -11,6 +11,7 @@
 #include "bench/bench.h"
 #include "config/config.h"
 #include "process_util.h"
+#include "temp_dir.h"
 
 using nlohmann::json;
 
@@ -33,13 +34,20 @@ json last_json_line(const std::string& out) {
   return json();
 }
 
+// Runs kdtrain with its output in a private temporary file, so tests that ctest
+// runs in parallel never read each other's output.
+int run_kdtrain(const std::vector<std::string>& args, std::string* out) {
+  const kdtrain::testing::TempDir dir("bench");
+  return kdtrain::testing::run(args, out, dir.file("output.log"));
+}
+
 json run_bench(const std::vector<std::string>& extra) {
   std::vector<std::string> args = {KDTRAIN_BINARY, "bench", "--preset", "tiny-llama", "--device", "cpu",
                                    "--micro-batch", "2", "--seq-len", "32", "--steps", "2",
                                    "--warmup", "1", "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::string out;
-  const int code = kdtrain::testing::run(args, &out, "test_bench_output.log");
+  const int code = run_kdtrain(args, &out);
   INFO(out);
   REQUIRE(code == 0);
   const json j = last_json_line(out);
@@ -116,9 +124,8 @@ TEST_CASE("bench: teacher from a preset and MFU from --peak-tflops", "[bench]") 
 
 TEST_CASE("bench: bad arguments fail with a message", "[bench]") {
   std::string out;
-  const int code = kdtrain::testing::run(
-      {KDTRAIN_BINARY, "bench", "--preset", "tiny-llama", "--steps", "0", "--device", "cpu"}, &out,
-      "test_bench_bad.log");
+  const int code = run_kdtrain(
+      {KDTRAIN_BINARY, "bench", "--preset", "tiny-llama", "--steps", "0", "--device", "cpu"}, &out);
   CHECK(code == 1);
   CHECK(out.find("--steps") != std::string::npos);
 }
@@ -128,11 +135,11 @@ TEST_CASE("bench --attention-only: every variant, FLOP convention, head-dim resc
   for (const char* variant : {"baseline", "sink", "affine", "gated", "affine-gated"}) {
     SECTION(variant) {
       std::string out;
-      const int code = kdtrain::testing::run(
+      const int code = run_kdtrain(
           {KDTRAIN_BINARY, "bench", "--attention-only", "--preset", "tiny-llama", "--attention", variant,
            "--device", "cpu", "--micro-batch", "2", "--seq-len", "32", "--steps", "2", "--warmup", "1",
            "--json"},
-          &out, "test_bench_attention.log");
+          &out);
       INFO(out);
       REQUIRE(code == 0);
       const json r = last_json_line(out);
@@ -147,10 +154,10 @@ TEST_CASE("bench --attention-only: every variant, FLOP convention, head-dim resc
     }
   }
   std::string out;
-  REQUIRE(kdtrain::testing::run({KDTRAIN_BINARY, "bench", "--attention-only", "--preset", "tiny-llama",
+  REQUIRE(run_kdtrain({KDTRAIN_BINARY, "bench", "--attention-only", "--preset", "tiny-llama",
                                  "--head-dim", "32", "--device", "cpu", "--micro-batch", "1", "--seq-len",
                                  "16", "--steps", "1", "--json"},
-                                &out, "test_bench_attention_hd.log") == 0);
+                                &out) == 0);
   const json r = last_json_line(out);
   CHECK(r["H"] == 2);  // H*D = 64 kept
   CHECK(r["Hkv"] == 1);  // GQA ratio 2 kept
