@@ -20,7 +20,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// A unique directory under the system temp dir, removed with its contents.
 using kdtrain::testing::TempDir;
 
 // Writes a raw safetensors file from a header string and a data buffer.

@@ -11,12 +11,10 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "cli/commands.h"
 #include "data/shard.h"
 #include "data/shard_tools.h"
 
-namespace kdtrain::cli {
-void register_data(CLI::App& app);  // declared in commands.h once main wires it in
-}
 
 using namespace kdtrain;
 using namespace kdtrain::data;

@@ -6,7 +6,7 @@
 // the weight files are checked against it (names, shapes, dtypes; no data read).
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "io/checkpoint_format.h"
+#include "io/file_util.h"
 #include "io/hf_checkpoint.h"
 #include "model/param_layout.h"
 
@@ -101,10 +102,9 @@ Config config_from_checkpoint(const InfoOptions& o, CheckpointFacts* facts) {
            "--checkpoint: the model comes from the checkpoint; do not combine it with --config, "
            "--preset, --attention or --set");
   const std::string config_path = o.checkpoint + "/config.json";
-  std::ifstream in(config_path);
-  KD_CHECK(in.good(), config_path, ": cannot open (is ", o.checkpoint, " a checkpoint directory?)");
-  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  KD_CHECK(!doc.is_discarded(), config_path, ": not valid JSON");
+  KD_CHECK(std::filesystem::exists(config_path), config_path, ": cannot open (is ", o.checkpoint,
+           " a checkpoint directory?)");
+  const nlohmann::json doc = io::read_json_file(config_path);
   Config c;
   io::parse_hf_config(doc, config_path, &c.model, &c.attention);
   facts->dir = o.checkpoint;

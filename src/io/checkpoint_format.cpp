@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <sstream>
 
@@ -72,9 +71,8 @@ std::vector<std::string> weight_files(const std::string& dir) {
            pytorch_bin ? " (PyTorch .bin weights are not read: re-save them with "
                          "save_pretrained(dir, safe_serialization=True))"
                        : "");
-  std::ifstream in(index);
-  json doc = json::parse(in, nullptr, false);
-  KD_CHECK(!doc.is_discarded() && doc.is_object(), index.string(), ": not a valid JSON object");
+  const json doc = read_json_file(index.string());
+  KD_CHECK(doc.is_object(), index.string(), ": not a valid JSON object");
   const json& map = require(doc, "weight_map", index.string());
   KD_CHECK(map.is_object(), index.string(), ": 'weight_map' must be an object");
   std::vector<std::string> files;
@@ -236,11 +234,7 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
 }
 
 void read_hf_config(const std::string& config_path, ModelConfig* model, AttentionConfig* attention) {
-  std::ifstream in(config_path);
-  KD_CHECK(in.good(), config_path, ": cannot open: ", errno_text());
-  json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  KD_CHECK(!doc.is_discarded(), config_path, ": not valid JSON");
-  parse_hf_config(doc, config_path, model, attention);
+  parse_hf_config(read_json_file(config_path), config_path, model, attention);
 }
 
 void write_model_files(const std::string& dir, const ModelConfig& model,

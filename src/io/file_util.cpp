@@ -1,5 +1,7 @@
 #include "io/file_util.h"
 
+#include <fstream>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -128,6 +130,14 @@ void fsync_file(const std::string& path) {
   std::string why = rc == 0 ? "" : errno_text();
   ::close(fd);
   KD_CHECK(rc == 0, path, ": fsync failed: ", why);
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  KD_CHECK(in.good(), path, ": cannot open: ", errno_text());
+  nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  KD_CHECK(!doc.is_discarded(), path, ": not valid JSON");
+  return doc;
 }
 
 }  // namespace kdtrain::io

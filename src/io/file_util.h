@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace kdtrain::io {
@@ -52,6 +53,9 @@ class AtomicFileWriter {
   int fd_ = -1;
   bool committed_ = false;
 };
+
+// A whole JSON file; errors name the file ("cannot open: <errno>", "not valid JSON").
+nlohmann::json read_json_file(const std::string& path);
 
 // fsync of a directory (so renames and new entries in it are durable).
 void fsync_directory(const std::string& dir);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
@@ -35,14 +34,6 @@ void write_text(const std::string& path, const std::string& text) {
   out.commit();
 }
 
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  KD_CHECK(in.good(), path, ": cannot open: ", errno_text());
-  json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  KD_CHECK(!doc.is_discarded(), path, ": not valid JSON");
-  return doc;
-}
-
 // Largest token id a tokenizer file defines, or -1 when it defines none we know of.
 int64_t max_token_id(const fs::path& file) {
   const std::string name = file.filename().string();
@@ -53,9 +44,9 @@ int64_t max_token_id(const fs::path& file) {
         if (it.value().is_number_integer()) m = std::max(m, it.value().get<int64_t>());
     return m;
   };
-  if (name == "vocab.json" || name == "added_tokens.json") return max_of_values(read_json(file.string()));
+  if (name == "vocab.json" || name == "added_tokens.json") return max_of_values(read_json_file(file.string()));
   if (name != "tokenizer.json") return -1;
-  const json doc = read_json(file.string());
+  const json doc = read_json_file(file.string());
   int64_t m = -1;
   if (doc.contains("model") && doc["model"].contains("vocab")) m = max_of_values(doc["model"]["vocab"]);
   if (doc.contains("added_tokens") && doc["added_tokens"].is_array())

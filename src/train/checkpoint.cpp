@@ -299,8 +299,8 @@ TrainingState load_training_checkpoint(const std::string& path, const Config& co
   model.set_params(params_for(loaded, model, dir.string()));
 
   const std::string state_path = (dir / kStateFile).string();
-  nlohmann::json trainer = nlohmann::json::parse(read_text(state_path), nullptr, false);
-  KD_CHECK(!trainer.is_discarded() && trainer.is_object(), state_path, ": not valid JSON");
+  const nlohmann::json trainer = io::read_json_file(state_path);
+  KD_CHECK(trainer.is_object(), state_path, ": not valid JSON");
   for (const char* key : {"step", "skipped_steps", "sampler", "data_fingerprint"})
     KD_CHECK(trainer.contains(key), state_path, ": missing key '", key, "'");
   state.step = trainer["step"].get<int64_t>();
