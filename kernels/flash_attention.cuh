@@ -4,7 +4,7 @@
 //
 // Contract: backend.h's AttentionForwardArgs / AttentionBackwardArgs with
 // bf16 qkv/out/dout/dqkv/alpha/dalpha and fp32 sinks/alpha_ma/lse/dsinks.
-// Numerics (docs/flash_attention.md; the CPU mirror cpu_flash_attention.cpp runs
+// Numerics (docs/flash_attention.md; the CPU mirror cpu_flash_attention_{fwd,bwd}.cpp runs
 // the same blocked algorithm in float/double):
 // - fp32 accumulation and softmax statistics; bf16 tensor-core tile products
 //   (WMMA 16x16x16); P and dS are rounded to bf16 before their products, as in

@@ -1,6 +1,6 @@
 // Fused causal attention, backward (FlashAttention-2 structure, no float atomics).
 // Contract and numerics: flash_attention.cuh; the CPU mirror is
-// src/backend/cpu/cpu_flash_attention.cpp.
+// src/backend/cpu/cpu_flash_attention_bwd.cpp.
 //
 // Kernels, in launch order (workspace: drow, sigma (B,H,T) fp32; prefix (B,T,Hkv,D) fp32):
 //   prefix_kernel   [affine] S_i = sum_{j<=i} v_j per (b, kv head), one thread per column

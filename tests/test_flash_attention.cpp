@@ -1,4 +1,4 @@
-// CPU mirror of the fused attention (cpu_flash_attention.cpp) against the unfused CPU
+// CPU mirror of the fused attention (cpu_flash_attention_{fwd,bwd}.cpp) against the unfused CPU
 // reference (cpu_attention.cpp): forward (out, lse) and backward (dqkv, dsinks,
 // dalpha), every variant, MHA and GQA, default and forced-small tile sizes
 // (including tiles that do not divide T, and Bc != Br).

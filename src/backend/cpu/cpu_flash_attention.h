@@ -1,4 +1,5 @@
-// CPU mirror of the fused (flash) attention kernels in kernels/flash_attention_*.cu:
+// CPU mirror of the fused (flash) attention kernels in kernels/flash_attention_*.cu
+// (cpu_flash_attention_fwd.cpp, cpu_flash_attention_bwd.cpp):
 // the same blocked algorithm, the same passes and tile loops, in T = float or double,
 // so the algorithm is verified against the unfused reference (cpu_attention.cpp)
 // without a GPU. docs/flash_attention.md describes the algorithm per variant.

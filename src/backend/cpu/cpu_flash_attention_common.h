@@ -1,0 +1,59 @@
+// Shared by the two halves of the CPU flash-attention mirror (cpu_flash_attention_fwd.cpp,
+// cpu_flash_attention_bwd.cpp): typed views of the packed buffers through the FlashParams
+// strides, tile choice and argument checks. Internal to src/backend/cpu.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+
+#include "backend/cpu/cpu_flash_attention.h"
+#include "flash_params.h"
+
+namespace kdtrain::cpu::flash_mirror {
+
+using flash::FlashParams;
+using flash::FlashPass;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Typed views of the packed buffers, addressed through the shared FlashParams strides.
+template <typename T>
+struct Views {
+  const FlashParams& p;
+  const T* q(const T* qkv, int64_t b, int64_t t, int64_t h) const {
+    return qkv + b * p.qkv_batch + t * p.qkv_token + h * p.D;
+  }
+  const T* k(const T* qkv, int64_t b, int64_t t, int64_t g) const {
+    return qkv + b * p.qkv_batch + t * p.qkv_token + p.k_offset + g * p.D;
+  }
+  const T* v(const T* qkv, int64_t b, int64_t t, int64_t g) const {
+    return qkv + b * p.qkv_batch + t * p.qkv_token + p.v_offset + g * p.D;
+  }
+  int64_t o(int64_t b, int64_t t, int64_t h) const { return b * p.o_batch + t * p.o_token + h * p.D; }
+  int64_t row(int64_t b, int64_t h, int64_t t) const { return b * p.lse_batch + h * p.lse_head + t; }
+  int64_t a(int64_t b, int64_t t, int64_t h) const { return b * p.alpha_batch + t * p.alpha_token + h; }
+};
+
+template <typename T>
+T dot(const T* x, const T* y, int64_t n) {
+  T s = 0;
+  for (int64_t d = 0; d < n; ++d) s += x[d] * y[d];
+  return s;
+}
+
+inline flash::FlashTiles pick_tiles(int64_t D, bool sink, bool affine, FlashPass pass,
+                                    FlashTileOverride over) {
+  flash::FlashTiles t = flash::flash_tiles(static_cast<int>(D), sink, affine, pass);
+  if (over.Br > 0) t.Br = over.Br;
+  if (over.Bc > 0) t.Bc = over.Bc;
+  return t;
+}
+
+inline void check_args(AttnDims dims, AttentionVariant variant, FlashTileOverride tiles) {
+  if (dims.Hkv <= 0 || dims.H % dims.Hkv != 0)
+    throw std::invalid_argument("flash attention: H must be a positive multiple of Hkv");
+  if (has_sink(variant) && has_affine(variant))
+    throw std::invalid_argument("flash attention: sink and affine cannot be combined");
+  if (tiles.Br < 0 || tiles.Bc < 0) throw std::invalid_argument("flash attention: negative tile size");
+}
+
+}  // namespace kdtrain::cpu::flash_mirror
