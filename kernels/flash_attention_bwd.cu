@@ -30,7 +30,6 @@ namespace {
 
 using namespace flash_detail;
 using kdtrain::flash::FlashParams;
-using kdtrain::flash::FlashPass;
 
 constexpr int kRowWarps = 8;        // rows per block in rowstat_kernel
 constexpr int kSinkThreads = 256;   // threads per block in dsink_kernel
@@ -456,7 +455,7 @@ void launch_backward(const FlashParams& p, const AttentionBackwardArgs& a, unsig
   }
 
   {
-    constexpr auto tiles = kdtrain::flash::flash_tiles(D, kSink, kAffine, FlashPass::backward_dq);
+    constexpr kdtrain::flash::FlashTiles tiles{64, 64, 4};  // the two-pass kernel's own tiles
     using L = DqLayout<D, tiles.Br, tiles.Bc>;
     static_assert(L::kWarps == tiles.warps, "flash_tiles and the dq kernel disagree on warps");
     auto kernel = dq_kernel<D, tiles.Br, tiles.Bc, Flags>;
@@ -468,7 +467,7 @@ void launch_backward(const FlashParams& p, const AttentionBackwardArgs& a, unsig
     CUDA_CHECK_LAUNCH();
   }
   {
-    constexpr auto tiles = kdtrain::flash::flash_tiles(D, kSink, kAffine, FlashPass::backward_dkdv);
+    constexpr kdtrain::flash::FlashTiles tiles{64, 64, 4};
     using L = DkvLayout<D, tiles.Br, tiles.Bc>;
     static_assert(L::kWarps == tiles.warps, "flash_tiles and the dk/dv kernel disagree on warps");
     auto kernel = dkdv_kernel<D, tiles.Br, tiles.Bc, Flags>;

@@ -17,30 +17,32 @@ namespace kdtrain::flash {
 
 // Which kernel of the family a tile size is for.
 enum class FlashPass {
-  forward,        // one work item per (b, h, query tile), loops key tiles
-  backward_dq,    // one work item per (b, h, query tile), loops key tiles; writes dq, dalpha
-  backward_dkdv,  // one work item per (b, kv head, key tile), loops group heads x query tiles
+  forward,   // one work item per (b, h, query tile), loops key tiles
+  backward,  // one work item per (b, kv head, key tile), loops query tiles x group heads
+             // (flash_bwd_schedule.h); dk/dv in registers, dq through an ordered accumulator
 };
 
 // Tile shape of one pass. Br query rows x Bc key rows per step.
 struct FlashTiles {
-  int Br = 0;     // query rows per tile (per work item in forward / dq)
-  int Bc = 0;     // key rows per tile (per work item in dk/dv)
-  int warps = 0;  // CUDA warps per block; each warp owns 16 rows (query rows, or key rows in dk/dv)
+  int Br = 0;     // query rows per tile (per work item in forward)
+  int Bc = 0;     // key rows per tile (per work item in backward)
+  int warps = 0;  // CUDA warps per block; each warp owns 16 rows (query rows in forward, key
+                  // rows in backward)
 };
 
 // The one place tile sizes come from. The CUDA kernels support head_dim 64 and 128;
 // the CPU mirror accepts any head_dim and uses the 64 row.
 //  - forward: Br = 64 (4 warps x 16 rows); Bc = 64 for D=64, 32 for D=128 so that
 //    Q, K, V and the per-warp fp32 scratch fit comfortably in shared memory.
-//  - backward: Br = Bc = 64 in both passes (the dk/dv pass relies on Br == Bc so the
-//    diagonal query tile of a key tile starts at the same row); affine adds a
-//    Bc x D fp32 partial-sum buffer in shared memory but keeps the same tiles.
+//  - backward: Bc = 128 key rows per block (8 warps x 16; dk and dv of a warp's 16 rows
+//    stay in registers: 2 x 16 x D fp32), Br = 64 query rows per step, for both head
+//    dims and every variant (docs/flash_attention.md has the register, shared-memory and
+//    traffic arithmetic: the dq accumulator traffic per FLOP falls as 1/Bc).
 constexpr FlashTiles flash_tiles(int head_dim, bool sink, bool affine, FlashPass pass) {
   (void)sink;
   (void)affine;
   if (pass == FlashPass::forward) return FlashTiles{64, head_dim > 64 ? 32 : 64, 4};
-  return FlashTiles{64, 64, 4};
+  return FlashTiles{64, 128, 8};
 }
 
 // Shapes and strides of one call, in elements. Layouts (backend.h):

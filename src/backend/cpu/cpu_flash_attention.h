@@ -12,19 +12,22 @@
 //   affine: the prefix sum S_i = sum_{j<=i} v_j rides along the key loop, the sum of
 //   fully visible tiles shared by the tile's rows plus a per-row partial over the
 //   diagonal tile(s). out_i = alpha_i acc_i / l_i + beta_i S_i, lse_i = m_i + log l_i.
-// - backward (FlashAttention-2, P recomputed from lse, nothing stored by the forward
-//   beyond out and lse):
-//     1. affine: S = prefix sums of v per (b, kv head)                 (workspace)
-//     2. per row: D_i = dO_i . (out_i - beta_i S_i)  [= dO'_i . (PV)_i, no division
-//        by alpha], sigma_i = dO_i . S_i                               (workspace)
-//     3. sink: dsinks_h -= sum_{b,i} e^{s_h - lse_i} D_i, serial fixed order
-//     4. dq pass, per (b, h, query tile): dS = P (alpha dPraw - D), dq = scale dS K;
-//        affine: dalpha_i = sum_j P_ij dPraw_ij - sigma_i / N_i  (dPraw = dO v^T)
-//     5. dk/dv pass, per (b, kv head, key tile): loops the group's heads, then the
-//        query tiles from the diagonal on; dv = sum P^T (alpha dO), dk = scale dS^T Q;
-//        affine: dv_j += sum_{i>=j} beta_i dO_i, riding along the query loop.
+// - backward (P recomputed from lse; the forward stores only out and lse), the
+//   passes of the CUDA kernels (docs/flash_attention.md):
+//     1. preprocessing, per (b, kv head, chunk of kRowChunk rows), every head of the
+//        group: D_i = dO_i . (out_i - beta_i S_i) [= dO'_i . (PV)_i, no division by
+//        alpha]; affine: S = prefix sums of v (forward scan) first, sigma_i = dO_i . S_i,
+//        and u_i = sum_h beta_ih dO_ih, reverse-scanned into R_j = sum_{i>=j} u_i;
+//        sink: partial sums per (h, b, chunk), then dsinks_h -= their sum in a fixed order;
+//     2. one item per (b, kv head, key tile of Bc rows), walked as flash_bwd_schedule.h
+//        says (query tiles downwards, the group's heads inner): dS = P (alpha dPraw - D),
+//        dv += (alpha P)^T dO, dk += dS^T Q; dq of (b, h, query tile) gets dS K from
+//        every key tile in key-tile order (stored by the first, added by the next,
+//        written as scale * sum by the last); affine: sum_j P dPraw rides along dq and
+//        dalpha_i = that - sigma_i / N_i; finally dk *= scale, dv += R (affine).
 // - deterministic and independent of the OpenMP thread count: each work item owns
-//   its outputs and reduces in a fixed order; no output is shared between items.
+//   its outputs and reduces in a fixed order; the dq contributions of one (b, kv head)
+//   run on one thread in key-tile order, the order the CUDA semaphores enforce.
 #pragma once
 #include <cstdint>
 
@@ -35,7 +38,7 @@ namespace kdtrain::cpu {
 
 // Tile sizes for tests; 0 = the default of kdtrain::flash::flash_tiles().
 struct FlashTileOverride {
-  int Br = 0;  // query rows per tile (forward and both backward passes)
+  int Br = 0;  // query rows per tile (forward and backward)
   int Bc = 0;  // key rows per tile
 };
 

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_flash_attention.h"
 #include "backend/cpu/cpu_flash_attention_common.h"
+#include "flash_bwd_schedule.h"
 
 namespace kdtrain::cpu {
 
@@ -16,216 +17,204 @@ namespace {
 
 using namespace flash_mirror;
 
-
-// Everything the backward passes share, computed once per call.
+// Buffers the preprocessing produces for the main pass (the CUDA workspace, in T).
 template <typename T>
-struct BackwardState {
-  std::vector<T> prefix;  // (B, T, Hkv, D) S_i = sum_{j<=i} v_j          [affine]
+struct Workspace {
   std::vector<T> drow;    // (B, H, T) D_i = dO'_i . (PV)_i
-  std::vector<T> sigma;   // (B, H, T) dO_i . S_i                         [affine]
+  std::vector<T> sigma;   // (B, H, T) dO_i . S_i                              [affine]
+  std::vector<T> vsum;    // (B, T, Hkv, D) S_i, then u_i, then R_j            [affine]
+  std::vector<T> dq_acc;  // (B, H, T, D) dq accumulated over key tiles
+  std::vector<T> rs_acc;  // (B, H, T) sum_j P_ij dPraw_ij accumulated          [affine]
 };
 
-// P_ij recomputed from the saved statistics; dPraw_ij = dO_i . v_j (not alpha-scaled).
-template <typename T>
-struct Recompute {
-  T p, dpraw;
-};
-
+// Preprocessing, as the CUDA preprocessing kernels do it:
+//  - affine: S_i = sum_{j<=i} v_j per (b, kv head) (the forward scan);
+//  - per (b, kv head, chunk of kRowChunk rows), every head h of the group:
+//      D_ih = dO_ih . (out_ih - beta_ih S_i)   [= dO'.(PV), no division by alpha]
+//      sigma_ih = dO_ih . S_i, and u_i = sum_h beta_ih dO_ih replaces S_i   [affine]
+//      sink partial(h, b, chunk) = sum_i e^{s_h - lse_ih} D_ih             [sink]
+//  - sink: dsinks_h -= sum over (b, chunk) of the partials, in that fixed order;
+//  - affine: R_j = sum_{i>=j} u_i (the reverse scan), in place.
 template <typename T, typename Flags>
-void backward_impl(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv, const T* out,
-                   const T* lse, const T* sinks, const T* alpha, const T* alpha_ma,
-                   const FlashParams& p, T scale, flash::FlashTiles tq, flash::FlashTiles tkv) {
+void preprocess(Workspace<T>& ws, T* dsinks, const T* dout, const T* qkv, const T* out,
+                const T* lse, const T* sinks, const T* alpha, const T* alpha_ma, const FlashParams& p) {
   constexpr bool kSink = Flags::kSink, kAffine = Flags::kAffine;
   const Views<T> ix{p};
   const int64_t B = p.B, Tn = p.T, H = p.H, Hkv = p.Hkv, D = p.D;
-  BackwardState<T> st;
-  st.drow.resize(static_cast<size_t>(B * H * Tn));
-  auto alpha_of = [&](int64_t b, int64_t i, int64_t h) {
-    if constexpr (kAffine) return alpha[ix.a(b, i, h)];
-    return T(1);
-  };
-  auto beta_of = [&](int64_t b, int64_t i, int64_t h) {
-    return (alpha_ma[h] - alpha[ix.a(b, i, h)]) / static_cast<T>(i + 1);
-  };
-  auto prefix_of = [&](int64_t b, int64_t i, int64_t g) {
-    return st.prefix.data() + ((b * Tn + i) * Hkv + g) * D;
-  };
-
-  // 1. prefix sums of v, one (b, kv head) per item, rows in order.
+  const int64_t n_chunks = ceil_div(Tn, flash::kRowChunk);
+  auto vsum = [&](int64_t b, int64_t i, int64_t g) { return ws.vsum.data() + ((b * Tn + i) * Hkv + g) * D; };
   if constexpr (kAffine) {
-    st.prefix.resize(static_cast<size_t>(B * Tn * Hkv * D));
-    st.sigma.resize(static_cast<size_t>(B * H * Tn));
 #pragma omp parallel for schedule(static)
     for (int64_t item = 0; item < B * Hkv; ++item) {
       const int64_t b = item / Hkv, g = item % Hkv;
       for (int64_t i = 0; i < Tn; ++i) {
         const T* vi = ix.v(qkv, b, i, g);
-        T* si = prefix_of(b, i, g);
-        const T* prev = i > 0 ? prefix_of(b, i - 1, g) : nullptr;
-        for (int64_t d = 0; d < D; ++d) si[d] = (prev ? prev[d] : T(0)) + vi[d];
+        T* si = vsum(b, i, g);
+        for (int64_t d = 0; d < D; ++d) si[d] = (i > 0 ? si[d - Hkv * D] : T(0)) + vi[d];
       }
     }
   }
-
-  // 2. D_i = dO'_i.(PV)_i = dO_i . (alpha_i (PV)_i) = dO_i . (out_i - beta_i S_i): no
-  //    division by alpha (which linear_clip can make exactly 0).
-#pragma omp parallel for schedule(static)
-  for (int64_t item = 0; item < B * H * Tn; ++item) {
-    const int64_t b = item / (H * Tn), h = (item / Tn) % H, i = item % Tn;
-    const T* dO = dout + ix.o(b, i, h);
-    const T* o = out + ix.o(b, i, h);
-    if constexpr (kAffine) {
-      const T* si = prefix_of(b, i, h / p.group);
-      const T beta = beta_of(b, i, h);
-      T dsum = 0, ssum = 0;
-      for (int64_t d = 0; d < D; ++d) {
-        dsum += dO[d] * (o[d] - beta * si[d]);
-        ssum += dO[d] * si[d];
+  std::vector<T> partial(kSink ? static_cast<size_t>(H * B * n_chunks) : 0);
+#pragma omp parallel
+  {
+    std::vector<T> u(kAffine ? static_cast<size_t>(flash::kRowChunk * D) : 0);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < B * Hkv * n_chunks; ++item) {
+      const int64_t b = item / (Hkv * n_chunks), g = (item / n_chunks) % Hkv, c = item % n_chunks;
+      const int64_t i0 = c * flash::kRowChunk, i_end = std::min<int64_t>(Tn, i0 + flash::kRowChunk);
+      std::fill(u.begin(), u.end(), T(0));
+      for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
+        T sink_acc = 0;
+        for (int64_t i = i0; i < i_end; ++i) {
+          const int64_t r = ix.row(b, h, i);
+          const T* dO = dout + ix.o(b, i, h);
+          const T* o = out + ix.o(b, i, h);
+          if constexpr (kAffine) {
+            const T* si = vsum(b, i, g);
+            const T beta = (alpha_ma[h] - alpha[ix.a(b, i, h)]) / static_cast<T>(i + 1);
+            T dsum = 0, ssum = 0;
+            for (int64_t d = 0; d < D; ++d) {
+              dsum += dO[d] * (o[d] - beta * si[d]);
+              ssum += dO[d] * si[d];
+              u[(i - i0) * D + d] += beta * dO[d];
+            }
+            ws.drow[r] = dsum;
+            ws.sigma[r] = ssum;
+          } else {
+            ws.drow[r] = dot(dO, o, D);
+          }
+          if constexpr (kSink) sink_acc += std::exp(sinks[h] - lse[r]) * ws.drow[r];
+        }
+        if constexpr (kSink) partial[(h * B + b) * n_chunks + c] = sink_acc;
       }
-      st.drow[item] = dsum;
-      st.sigma[item] = ssum;
-    } else {
-      st.drow[item] = dot(dO, o, D);
+      // Every head of the group has read S_i: u_i takes its place.
+      if constexpr (kAffine)
+        for (int64_t i = i0; i < i_end; ++i) std::copy_n(u.data() + (i - i0) * D, D, vsum(b, i, g));
     }
   }
-
-  // 3. dsinks_h -= sum_{b,i} p_sink,i D_i, serial in (b, i) order.
   if constexpr (kSink) {
     if (dsinks != nullptr) {
       for (int64_t h = 0; h < H; ++h) {
         T acc = 0;
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t i = 0; i < Tn; ++i) {
-            const int64_t r = ix.row(b, h, i);
-            acc += std::exp(sinks[h] - lse[r]) * st.drow[r];
-          }
+        for (int64_t k = 0; k < B * n_chunks; ++k) acc += partial[h * B * n_chunks + k];
         dsinks[h] -= acc;
       }
     }
   }
-
-  auto recompute = [&](int64_t b, int64_t h, int64_t g, int64_t i, int64_t j) {
-    const T x = scale * dot(ix.q(qkv, b, i, h), ix.k(qkv, b, j, g), D);
-    return Recompute<T>{std::exp(x - lse[ix.row(b, h, i)]), dot(dout + ix.o(b, i, h), ix.v(qkv, b, j, g), D)};
-  };
-
-  // 4. dq (and dalpha) per (b, h, query tile), key tiles in order.
-  {
-    const int64_t Br = tq.Br, Bc = tq.Bc, n_qt = ceil_div(Tn, Br);
-#pragma omp parallel
-    {
-      std::vector<T> dq(static_cast<size_t>(Br * D)), rsum(static_cast<size_t>(Br));
-#pragma omp for schedule(dynamic)
-      for (int64_t item = 0; item < B * H * n_qt; ++item) {
-        const int64_t b = item / (H * n_qt), h = (item / n_qt) % H, qt = item % n_qt;
-        const int64_t g = h / p.group, i0 = qt * Br, rows = std::min(Br, Tn - i0);
-        std::fill(dq.begin(), dq.end(), T(0));
-        std::fill(rsum.begin(), rsum.end(), T(0));
-        for (int64_t j0 = 0; j0 < i0 + rows; j0 += Bc) {
-          const int64_t cols = std::min(Bc, Tn - j0);
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t i = i0 + r;
-            const T a = alpha_of(b, i, h), Di = st.drow[ix.row(b, h, i)];
-            T* dqr = dq.data() + r * D;
-            for (int64_t c = 0; c < cols && j0 + c <= i; ++c) {
-              const Recompute<T> rc = recompute(b, h, g, i, j0 + c);
-              const T ds = rc.p * (a * rc.dpraw - Di);
-              if constexpr (kAffine) rsum[r] += rc.p * rc.dpraw;
-              const T* kj = ix.k(qkv, b, j0 + c, g);
-              for (int64_t d = 0; d < D; ++d) dqr[d] += ds * kj[d];
-            }
-          }
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t i = i0 + r;
-          T* dqi = dqkv + (ix.q(qkv, b, i, h) - qkv);
-          for (int64_t d = 0; d < D; ++d) dqi[d] = scale * dq[r * D + d];
-          // dalpha_i = dO_i . ((PV)_i - S_i / N_i), (PV)_i . dO_i = sum_j P_ij dPraw_ij.
-          if constexpr (kAffine)
-            dalpha[ix.a(b, i, h)] = rsum[r] - st.sigma[ix.row(b, h, i)] / static_cast<T>(i + 1);
-        }
+  if constexpr (kAffine) {
+#pragma omp parallel for schedule(static)
+    for (int64_t item = 0; item < B * Hkv; ++item) {
+      const int64_t b = item / Hkv, g = item % Hkv;
+      for (int64_t i = Tn - 2; i >= 0; --i) {
+        T* ri = vsum(b, i, g);
+        for (int64_t d = 0; d < D; ++d) ri[d] += ri[d + Hkv * D];
       }
     }
   }
+}
 
-  // 5. dk, dv per (b, kv head, key tile): group heads in order, query tiles in order
-  //    from the first one reaching the key tile.
-  {
-    const int64_t Br = tkv.Br, Bc = tkv.Bc, n_kt = ceil_div(Tn, Bc);
+// The main pass: one work item per (b, kv head, key tile), walked as flash_bwd_schedule.h
+// says. Items of one (b, kv head) run in key-tile order on one thread, which is the
+// order the CUDA semaphores enforce on the dq accumulator.
+template <typename T, typename Flags>
+void main_pass(Workspace<T>& ws, T* dqkv, T* dalpha, const T* dout, const T* qkv, const T* lse,
+               const T* alpha, const FlashParams& p, T scale, flash::FlashTiles tiles) {
+  constexpr bool kAffine = Flags::kAffine;
+  const Views<T> ix{p};
+  const int64_t Tn = p.T, Hkv = p.Hkv, D = p.D;
+  const flash::BwdSchedule sc = flash::make_bwd_schedule(p, tiles, 1);
+  const int64_t Br = sc.Br, Bc = sc.Bc;
 #pragma omp parallel
-    {
-      std::vector<T> dk(static_cast<size_t>(Bc * D)), dv(static_cast<size_t>(Bc * D));
-      std::vector<T> rfull(kAffine ? static_cast<size_t>(D) : 0);
-      std::vector<T> rpart(kAffine ? static_cast<size_t>(Bc * D) : 0);
+  {
+    std::vector<T> dk(static_cast<size_t>(Bc * D)), dv(static_cast<size_t>(Bc * D));
+    std::vector<T> dq(static_cast<size_t>(Br * D)), rs(static_cast<size_t>(Br));
 #pragma omp for schedule(dynamic)
-      for (int64_t item = 0; item < B * Hkv * n_kt; ++item) {
-        const int64_t b = item / (Hkv * n_kt), g = (item / n_kt) % Hkv, kt = item % n_kt;
+    for (int64_t grp = 0; grp < sc.groups; ++grp) {
+      const int64_t b = grp / Hkv, g = grp % Hkv;
+      for (int kt = 0; kt < sc.n_kt; ++kt) {
         const int64_t j0 = kt * Bc, cols = std::min(Bc, Tn - j0);
         std::fill(dk.begin(), dk.end(), T(0));
         std::fill(dv.begin(), dv.end(), T(0));
-        if constexpr (kAffine) {
-          std::fill(rfull.begin(), rfull.end(), T(0));
-          std::fill(rpart.begin(), rpart.end(), T(0));
-        }
-        for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
-          for (int64_t i0 = (j0 / Br) * Br; i0 < Tn; i0 += Br) {
-            const int64_t rows = std::min(Br, Tn - i0);
-            const bool full = i0 >= j0 + cols - 1;  // every query sees every key of the tile
-            for (int64_t c = 0; c < cols; ++c) {
-              const int64_t j = j0 + c;
-              T* dkc = dk.data() + c * D;
-              T* dvc = dv.data() + c * D;
-              for (int64_t r = std::max<int64_t>(0, j - i0); r < rows; ++r) {
-                const int64_t i = i0 + r;
-                const Recompute<T> rc = recompute(b, h, g, i, j);
-                const T a = alpha_of(b, i, h);
-                const T ds = rc.p * (a * rc.dpraw - st.drow[ix.row(b, h, i)]);
-                const T pa = rc.p * a;
-                const T* dO = dout + ix.o(b, i, h);
-                const T* qi = ix.q(qkv, b, i, h);
-                for (int64_t d = 0; d < D; ++d) {
-                  dvc[d] += pa * dO[d];
-                  dkc[d] += ds * qi[d];
-                }
-              }
-            }
-            if constexpr (kAffine) {
-              // dv_j += sum_{i >= j} beta_i dO_i: whole tiles into rfull, the
-              // diagonal tile(s) per key row.
-              if (full) {
-                for (int64_t r = 0; r < rows; ++r) {
-                  const T beta = beta_of(b, i0 + r, h);
-                  const T* dO = dout + ix.o(b, i0 + r, h);
-                  for (int64_t d = 0; d < D; ++d) rfull[d] += beta * dO[d];
-                }
-              } else {
-                for (int64_t c = 0; c < cols; ++c) {
-                  T* rp = rpart.data() + c * D;
-                  for (int64_t r = std::max<int64_t>(0, j0 + c - i0); r < rows; ++r) {
-                    const T beta = beta_of(b, i0 + r, h);
-                    const T* dO = dout + ix.o(b, i0 + r, h);
-                    for (int64_t d = 0; d < D; ++d) rp[d] += beta * dO[d];
-                  }
-                }
+        for (int64_t s = 0; s < sc.steps(kt); ++s) {
+          const flash::BwdStep st = sc.step(static_cast<int>(s));
+          const int64_t h = g * p.group + st.head_in_group;
+          const int64_t i0 = st.qt * Br, rows = std::min(Br, Tn - i0);
+          const bool masked = sc.masked(st.qt, kt);
+          std::fill(dq.begin(), dq.end(), T(0));
+          std::fill(rs.begin(), rs.end(), T(0));
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t j = j0 + c;
+            const T* kj = ix.k(qkv, b, j, g);
+            const T* vj = ix.v(qkv, b, j, g);
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t i = i0 + r;
+              if (masked && j > i) continue;
+              const T* qi = ix.q(qkv, b, i, h);
+              const T* dO = dout + ix.o(b, i, h);
+              const T a = kAffine ? alpha[ix.a(b, i, h)] : T(1);
+              const T pij = std::exp(scale * dot(qi, kj, D) - lse[ix.row(b, h, i)]);
+              const T dpraw = dot(dO, vj, D);
+              const T ds = pij * (a * dpraw - ws.drow[ix.row(b, h, i)]);
+              if constexpr (kAffine) rs[r] += pij * dpraw;
+              for (int64_t d = 0; d < D; ++d) {
+                dv[c * D + d] += (a * pij) * dO[d];
+                dk[c * D + d] += ds * qi[d];
+                dq[r * D + d] += ds * kj[d];
               }
             }
           }
+          // The contribution of key tile kt to dq of (b, h, qt): stored by the first
+          // contributor, added by the next ones, finished by the last.
+          const bool first = kt == 0, last = kt == sc.last_kt(st.qt);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t i = i0 + r;
+            T* acc = ws.dq_acc.data() + ix.row(b, h, i) * D;
+            for (int64_t d = 0; d < D; ++d) acc[d] = first ? dq[r * D + d] : acc[d] + dq[r * D + d];
+            if constexpr (kAffine) {
+              T& racc = ws.rs_acc[ix.row(b, h, i)];
+              racc = first ? rs[r] : racc + rs[r];
+            }
+            if (!last) continue;
+            T* dqi = dqkv + (ix.q(qkv, b, i, h) - qkv);
+            for (int64_t d = 0; d < D; ++d) dqi[d] = scale * acc[d];
+            // dalpha_i = dO_i . ((PV)_i - S_i / N_i), (PV)_i . dO_i = sum_j P_ij dPraw_ij.
+            if constexpr (kAffine)
+              dalpha[ix.a(b, i, h)] = ws.rs_acc[ix.row(b, h, i)] - ws.sigma[ix.row(b, h, i)] / static_cast<T>(i + 1);
+          }
         }
         for (int64_t c = 0; c < cols; ++c) {
-          T* dkj = dqkv + (ix.k(qkv, b, j0 + c, g) - qkv);
-          T* dvj = dqkv + (ix.v(qkv, b, j0 + c, g) - qkv);
+          const int64_t j = j0 + c;
+          T* dkj = dqkv + (ix.k(qkv, b, j, g) - qkv);
+          T* dvj = dqkv + (ix.v(qkv, b, j, g) - qkv);
+          const T* rj = kAffine ? ws.vsum.data() + ((b * Tn + j) * Hkv + g) * D : nullptr;
           for (int64_t d = 0; d < D; ++d) {
             dkj[d] = scale * dk[c * D + d];
-            if constexpr (kAffine)
-              dvj[d] = dv[c * D + d] + (rfull[d] + rpart[c * D + d]);
-            else
-              dvj[d] = dv[c * D + d];
+            dvj[d] = kAffine ? dv[c * D + d] + rj[d] : dv[c * D + d];
           }
         }
       }
     }
   }
 }
+
+template <typename T, typename Flags>
+void backward_impl(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv, const T* out,
+                   const T* lse, const T* sinks, const T* alpha, const T* alpha_ma,
+                   const FlashParams& p, T scale, flash::FlashTiles tiles) {
+  constexpr bool kAffine = Flags::kAffine;
+  const size_t rows = static_cast<size_t>(p.B * p.H * p.T);
+  Workspace<T> ws;
+  ws.drow.resize(rows);
+  ws.dq_acc.resize(rows * static_cast<size_t>(p.D));
+  if constexpr (kAffine) {
+    ws.sigma.resize(rows);
+    ws.vsum.resize(static_cast<size_t>(p.B * p.T * p.Hkv * p.D));
+    ws.rs_acc.resize(rows);
+  }
+  preprocess<T, Flags>(ws, dsinks, dout, qkv, out, lse, sinks, alpha, alpha_ma, p);
+  main_pass<T, Flags>(ws, dqkv, dalpha, dout, qkv, lse, alpha, p, scale, tiles);
+}
+
 }  // namespace
 
 template <typename T>
@@ -238,11 +227,10 @@ void flash_attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, cons
   const FlashParams p = flash::make_flash_params(dims.B, dims.T, dims.H, dims.Hkv, dims.D,
                                                  static_cast<float>(scale));
   const bool sink = has_sink(variant), affine = has_affine(variant);
-  const flash::FlashTiles tq = pick_tiles(dims.D, sink, affine, FlashPass::backward_dq, tiles);
-  const flash::FlashTiles tkv = pick_tiles(dims.D, sink, affine, FlashPass::backward_dkdv, tiles);
+  const flash::FlashTiles t = pick_tiles(dims.D, sink, affine, FlashPass::backward, tiles);
   flash::flash_dispatch(sink, affine, [&](auto flags) {
     backward_impl<T, decltype(flags)>(dqkv, dsinks, dalpha, dout, qkv, out, lse, sinks, alpha,
-                                      alpha_ma, p, scale, tq, tkv);
+                                      alpha_ma, p, scale, t);
   });
 }
 
@@ -255,6 +243,5 @@ template void flash_attention_backward<double>(double*, double*, double*, const 
                                                const double*, const double*, const double*,
                                                AttnDims, double, AttentionVariant,
                                                FlashTileOverride);
-
 
 }  // namespace kdtrain::cpu
