@@ -42,13 +42,6 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-// Sets an environment variable (inherited by spawned jobs) for a scope.
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const std::string& n, const std::string& value) : name(n) { setenv(n.c_str(), value.c_str(), 1); }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
-};
-
 std::string find_mpirun() {
   const char* path = std::getenv("PATH");
   std::string dirs = path ? path : "/usr/bin";
@@ -86,6 +79,14 @@ std::vector<std::string> train_args(const std::string& shard, const fs::path& ru
       "--set", "optimizer.lr=3e-3", "--set", "train.threads=1",
       "--run-dir", run_dir.string()};
   args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// The same run under kdtrain_probe (tests/probe/): the trainer with a test
+// observer, e.g. {"--record", dir} for per-rank step records.
+std::vector<std::string> with_probe(std::vector<std::string> args, const std::vector<std::string>& probe) {
+  args[0] = KDTRAIN_PROBE;
+  args.insert(args.begin() + 1, probe.begin(), probe.end());
   return args;
 }
 
@@ -276,9 +277,8 @@ TEST_CASE("dist: 2 and 3 ranks match one process, same world size is bit-exact, 
     SECTION("ZeRO-1 over " + std::to_string(ranks) + " ranks") {
       const fs::path run = tmp.path / ("zero1_" + std::to_string(ranks));
       const fs::path debug = tmp.path / ("debug_" + std::to_string(ranks));
-      setenv("KDTRAIN_DIST_DEBUG", debug.string().c_str(), 1);
-      const int code = run_logged(under_mpi(ranks, train_args(shard, run, 6)), tmp.path / "a.log", &out);
-      unsetenv("KDTRAIN_DIST_DEBUG");
+      const int code = run_logged(under_mpi(ranks, with_probe(train_args(shard, run, 6), {"--record", debug.string()})),
+                                  tmp.path / "a.log", &out);
       INFO(out);
       REQUIRE(code == 0);
       CHECK(out.find("ZeRO-1") != std::string::npos);
@@ -331,11 +331,10 @@ TEST_CASE("dist: every window is read exactly once per epoch across ranks", "[di
   const int ranks = 3;
   const int64_t steps = 2 * kWindows / 12;  // two epochs
   const fs::path debug = tmp.path / "debug";
-  setenv("KDTRAIN_DIST_DEBUG", debug.string().c_str(), 1);
   std::string out;
-  const int code = run_logged(under_mpi(ranks, train_args(shard, tmp.path / "run", steps)),
+  const int code = run_logged(under_mpi(ranks, with_probe(train_args(shard, tmp.path / "run", steps),
+                                                          {"--record", debug.string()})),
                               tmp.path / "run.log", &out);
-  unsetenv("KDTRAIN_DIST_DEBUG");
   INFO(out);
   REQUIRE(code == 0);
   std::vector<std::vector<nlohmann::json>> logs;
@@ -433,9 +432,8 @@ TEST_CASE("dist: SIGTERM to one rank stops every rank at the same step, resume i
   REQUIRE(run_logged(under_mpi(3, train_args(shard, full, steps, quiet)), tmp.path / "full.log", &out) == 0);
 
   const fs::path run = tmp.path / "run", debug = tmp.path / "debug";
-  setenv("KDTRAIN_DIST_DEBUG", debug.string().c_str(), 1);
-  const Process job = spawn(under_mpi(3, train_args(shard, run, steps, quiet)), (tmp.path / "job.log").string());
-  unsetenv("KDTRAIN_DIST_DEBUG");
+  const Process job = spawn(under_mpi(3, with_probe(train_args(shard, run, steps, quiet), {"--record", debug.string()})),
+                            (tmp.path / "job.log").string());
   REQUIRE(job.pid > 0);
   const auto start = std::chrono::steady_clock::now();
   while (read_jsonl(debug / "rank1.jsonl").size() < 2 &&
@@ -469,14 +467,15 @@ TEST_CASE("dist: a NaN gradient on one rank is skipped or stops on every rank al
   TempDir tmp("nan");
   const std::string shard = window_shard(tmp.path);
   std::string out;
-  const ScopedEnv nan("KDTRAIN_DIST_DEBUG_NAN", "2:3");  // rank 2's gradients at step 3
+  const std::vector<std::string> nan = {"--nan-at", "2:3"};  // rank 2's gradients at step 3
   SECTION("skip") {
     const fs::path debug = tmp.path / "debug";
-    setenv("KDTRAIN_DIST_DEBUG", debug.string().c_str(), 1);
-    const int code = run_logged(under_mpi(3, train_args(shard, tmp.path / "skip", 5,
-                                                        {"--set", "train.on_nonfinite=skip"})),
+    std::vector<std::string> probe = nan;
+    probe.insert(probe.end(), {"--record", debug.string()});
+    const int code = run_logged(under_mpi(3, with_probe(train_args(shard, tmp.path / "skip", 5,
+                                                                   {"--set", "train.on_nonfinite=skip"}),
+                                                        probe)),
                                 tmp.path / "skip.log", &out);
-    unsetenv("KDTRAIN_DIST_DEBUG");
     INFO(out);
     REQUIRE(code == 0);
     const auto rows = read_jsonl(tmp.path / "skip" / "metrics.jsonl");
@@ -492,7 +491,8 @@ TEST_CASE("dist: a NaN gradient on one rank is skipped or stops on every rank al
     }
   }
   SECTION("stop") {
-    const int code = run_logged(under_mpi(3, train_args(shard, tmp.path / "stop", 5)), tmp.path / "stop.log", &out);
+    const int code = run_logged(under_mpi(3, with_probe(train_args(shard, tmp.path / "stop", 5), nan)),
+                                tmp.path / "stop.log", &out);
     INFO(out);
     CHECK(code != 0);
     CHECK(out.find("non-finite gradient norm") != std::string::npos);
@@ -521,12 +521,12 @@ TEST_CASE("dist: a killed or stopped rank ends the job within dist.timeout_s", "
   for (int sig : {SIGKILL, SIGSTOP}) {
     INFO("signal " << sig);
     const fs::path debug = tmp.path / ("debug" + std::to_string(sig));
-    setenv("KDTRAIN_DIST_DEBUG", debug.string().c_str(), 1);
     const fs::path run = tmp.path / ("run" + std::to_string(sig));
-    const Process job = spawn(under_mpi(3, train_args(shard, run, 1000000, {"--set", "dist.timeout_s=3",
-                                                                          "--set", "log.interval=1000"})),
+    const Process job = spawn(under_mpi(3, with_probe(train_args(shard, run, 1000000,
+                                                                 {"--set", "dist.timeout_s=3", "--set",
+                                                                  "log.interval=1000"}),
+                                                      {"--record", debug.string()})),
                               (tmp.path / "job.log").string());
-    unsetenv("KDTRAIN_DIST_DEBUG");
     REQUIRE(job.pid > 0);
     // Wait until rank 1 has completed a few steps, then take it out.
     const fs::path log1 = debug / "rank1.jsonl";

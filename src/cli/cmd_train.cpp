@@ -18,6 +18,7 @@ struct TrainFlags {
   CommonOptions common;
   std::string run_dir;
   std::string resume;
+  TrainObserver* observer = nullptr;
 };
 
 std::string default_run_dir(const Config& config, const std::string& config_path) {
@@ -30,6 +31,7 @@ void run_train(const TrainFlags& flags) {
   TrainOptions options;
   options.resume = flags.resume;
   options.config_path = flags.common.config_path;
+  options.observer = flags.observer;
   std::string config_path = flags.common.config_path;
   if (!flags.resume.empty()) {
     // A resumed run reads its own resolved config unless one is given.
@@ -55,8 +57,9 @@ void run_train(const TrainFlags& flags) {
 
 }  // namespace
 
-void register_train(CLI::App& app) {
+void register_train(CLI::App& app, TrainObserver* observer) {
   auto flags = std::make_shared<TrainFlags>();
+  flags->observer = observer;
   auto* command = app.add_subcommand(
       "train", "Train a student (optionally distilled from a teacher) from a JSON config");
   add_common_options(*command, flags->common);

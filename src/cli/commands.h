@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+namespace kdtrain {
+class TrainObserver;  // train/observer.h
+}
+
 namespace kdtrain::cli {
 
 // Flags every model-facing subcommand accepts (SPEC: --config, --preset, --attention, --set).
@@ -19,7 +23,8 @@ void add_common_options(CLI::App& command, CommonOptions& options);
 void register_info(CLI::App& app);
 void register_init(CLI::App& app);
 void register_dump(CLI::App& app);
-void register_train(CLI::App& app);
+// `observer` (tests only: tests/probe/) is handed to every training run.
+void register_train(CLI::App& app, TrainObserver* observer = nullptr);
 void register_data(CLI::App& app);
 void register_teacher_cache(CLI::App& app);
 void register_eval(CLI::App& app);

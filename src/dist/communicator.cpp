@@ -48,6 +48,7 @@ class SingleCommunicator final : public Communicator {
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
+  bool distributed() const override { return false; }
   void barrier() override {}
   void reduce_scatter_sum(float*, int64_t) override {}
   void all_gather(float*, int64_t) override {}

@@ -44,6 +44,10 @@ class Communicator {
   virtual int world() const = 0;
   virtual int local_rank() const = 0;    // rank among the processes on this node
   virtual int local_world() const = 0;   // processes on this node
+  // True when collectives really run (MPI or NCCL, even at world size 1), so
+  // one GPU under `mpirun -np 1` exercises the path that eight GPUs take; false
+  // for the single-process communicator, whose collectives are identities.
+  virtual bool distributed() const = 0;
 
   virtual void barrier() = 0;
 

@@ -28,6 +28,7 @@ class MpiCommunicator final : public Communicator {
   int world() const override { return world_; }
   int local_rank() const override { return local_rank_; }
   int local_world() const override { return local_world_; }
+  bool distributed() const override { return true; }
   void barrier() override;
   void reduce_scatter_sum(float* data, int64_t n) override;
   void all_gather(float* data, int64_t n) override;

@@ -50,6 +50,7 @@ class NcclCommunicator final : public Communicator {
   int world() const override { return mpi_->world(); }
   int local_rank() const override { return mpi_->local_rank(); }
   int local_world() const override { return mpi_->local_world(); }
+  bool distributed() const override { return true; }
   void barrier() override { mpi_->barrier(); }
 
   void reduce_scatter_sum(float* data, int64_t n) override {

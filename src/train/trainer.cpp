@@ -5,13 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <thread>
-#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -26,6 +22,7 @@
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/observer.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "train/signals.h"
@@ -48,7 +45,7 @@ struct StepResult {
 class Trainer {
  public:
   Trainer(const Config& config, const TrainOptions& options, dist::Communicator& comm)
-      : config_(config), options_(options), comm_(comm) {}
+      : config_(config), options_(options), comm_(comm), observer_(options.observer) {}
 
   void run() {
     setup();
@@ -60,35 +57,18 @@ class Trainer {
       metrics = std::make_unique<MetricsLog>((fs::path(options_.run_dir) / "metrics.jsonl").string(), step_);
     const auto started = Clock::now();
     const int64_t first_step = step_;
+    if (observer_) observer_->on_start(comm_.rank(), comm_.world());
     while (step_ < total) {
       const auto t0 = Clock::now();
       StepResult r = train_step();
       ++step_;
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      write_debug_record(r);
+      if (observer_) observe_step_end(r);
       // A signal may reach the ranks at different steps: stop together.
       const bool stop = comm_.any(stop_requested());
+      if (metrics) report_step(*metrics, r, seconds, started, first_step);
       const bool interval_hit =
           config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0;
-      if (!is_root()) {
-        if (interval_hit || step_ == total || stop) save();
-        if (stop) return;
-        continue;
-      }
-      nlohmann::json record = step_record(r, seconds);
-      // Mean |QK^T/sqrt(d)| on the last micro-batch (paper Fig. 2); with several
-      // ranks, rank 0's last micro-batch.
-      // Reads the last micro-batch's q/k prefix before validation overwrites them.
-      if (step_ % config_.log.interval == 0 || step_ == total || step_ == first_step + 1)
-        record["attn_logit_mean_abs"] = eval::probe_mean_abs_attention_logit(*student_, 128);
-      if (config_.eval.interval > 0 && step_ % config_.eval.interval == 0) add_validation(record);
-      else if (step_ == total) add_validation(record);
-      metrics->write(record);
-      if (step_ % config_.log.interval == 0 || step_ == total || step_ == first_step + 1) {
-        const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
-        const double eta = elapsed / (step_ - first_step) * (total - step_);
-        spdlog::info("{}", progress_line(record, total, eta));
-      }
       if (interval_hit || step_ == total || stop) save();
       if (stop) {
         if (stop_signal() != 0)
@@ -103,6 +83,26 @@ class Trainer {
   }
 
  private:
+  // Rank 0: the metrics record (with validation where due) and the progress line.
+  void report_step(MetricsLog& metrics, const StepResult& r, double seconds, Clock::time_point started,
+                   int64_t first_step) {
+    const int64_t total = config_.train.steps;
+    const bool progress_due = step_ % config_.log.interval == 0 || step_ == total || step_ == first_step + 1;
+    nlohmann::json record = step_record(r, seconds);
+    // Mean |QK^T/sqrt(d)| on the last micro-batch (paper Fig. 2); with several
+    // ranks, rank 0's last micro-batch. Reads the last micro-batch's q/k prefix
+    // before validation overwrites them.
+    if (progress_due) record["attn_logit_mean_abs"] = eval::probe_mean_abs_attention_logit(*student_, 128);
+    if ((config_.eval.interval > 0 && step_ % config_.eval.interval == 0) || step_ == total)
+      add_validation(record);
+    metrics.write(record);
+    if (progress_due) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+      const double eta = elapsed / (step_ - first_step) * (total - step_);
+      spdlog::info("{}", progress_line(record, total, eta));
+    }
+  }
+
   void setup() {
     const TrainConfig& t = config_.train;
     // train.threads = 0 means all cores; ranks sharing a node share them out,
@@ -165,7 +165,6 @@ class Trainer {
       }
     }
     log_setup();
-    open_debug_log();
   }
 
   void resume() {
@@ -208,10 +207,7 @@ class Trainer {
   }
 
   bool is_root() const { return comm_.rank() == 0; }
-  // Launched by MPI (even as one rank): collectives run, so one GPU under
-  // `mpirun -np 1` exercises the NCCL path that eight GPUs take.
-  bool distributed() const { return comm_.name() != "single"; }
-  bool zero1() const { return config_.dist.zero1 && distributed(); }
+  bool zero1() const { return config_.dist.zero1 && comm_.distributed(); }
 
   // Micro-batches per rank per step: global_batch = micro_batch x world x accumulation.
   int64_t accumulation_steps() const {
@@ -234,16 +230,14 @@ class Trainer {
     // Every rank draws the same global batch and keeps its contiguous slice.
     std::vector<int64_t> windows =
         data::rank_slice(sampler_->next_global_batch(G), comm_.rank(), comm_.world());
-    debug_windows_ = windows;
-    debug_first_tokens_.clear();
+    step_windows_ = windows;
     std::vector<int32_t> inputs(b * T), targets(b * T);
     StepResult r;
     student_->zero_grads();
     for (int64_t micro = 0; micro < accumulation_steps(); ++micro) {
       std::vector<int64_t> ids(windows.begin() + micro * b, windows.begin() + (micro + 1) * b);
       train_data_->fill_batch(ids, inputs.data(), targets.data());
-      if (debug_log_)
-        for (int64_t j = 0; j < b; ++j) debug_first_tokens_.push_back(inputs[j * T]);
+      if (observer_) observer_->on_micro_batch(step_ + 1, inputs.data(), b, T);
       if (teacher_) teacher_->forward(inputs.data(), b, T, false);
       student_->forward(inputs.data(), b, T, true);
       LossSums s = cache_ ? cached_loss(ids, targets.data(), grad_scale)
@@ -254,7 +248,7 @@ class Trainer {
       r.sums.kd += s.kd;
       r.sums.tokens += s.tokens;
     }
-    maybe_inject_nan();
+    if (observer_) observer_->on_grads_ready(step_ + 1, 0, student_->layout().total, *student_);
     int64_t alpha_tokens = 0;
     std::vector<double> alpha_sums = student_->take_alpha_sums(&alpha_tokens);
     reduce_across_ranks(r.sums, alpha_sums, alpha_tokens);
@@ -287,7 +281,7 @@ class Trainer {
   // the same non-finite decision and holds the same alpha_ma). Each rank's
   // gradients are already scaled by 1/(global tokens), so the sum is the mean.
   void reduce_across_ranks(LossSums& sums, std::vector<double>& alpha_sums, int64_t& alpha_tokens) {
-    if (!distributed()) return;
+    if (!comm_.distributed()) return;
     backend_->synchronize();
     const int64_t n = student_->layout().total;
     if (zero1()) comm_.reduce_scatter_sum(student_->grads(), n);
@@ -310,54 +304,16 @@ class Trainer {
     return sum;
   }
 
-  // KDTRAIN_DIST_DEBUG=<dir>: every rank writes <dir>/rank<r>.pid and appends one
-  // JSON line per step to <dir>/rank<r>.jsonl (its window ids and their first
-  // tokens, alpha_ma and a hash of its master weights), for the data-parallel tests.
-  void open_debug_log() {
-    const char* dir = std::getenv("KDTRAIN_DIST_DEBUG");
-    if (!dir || !*dir) return;
-    fs::create_directories(dir);
-    const std::string stem = (fs::path(dir) / ("rank" + std::to_string(comm_.rank()))).string();
-    std::ofstream(stem + ".pid") << getpid() << "\n";
-    debug_log_ = std::make_unique<std::ofstream>(stem + ".jsonl", std::ios::app);
-  }
-
-  // KDTRAIN_DIST_DEBUG_NAN=<rank>:<step> puts a NaN into that rank's local
-  // gradients at that (1-based) step, in the middle of the arena (another
-  // rank's shard), to test that every rank takes the same non-finite decision.
-  void maybe_inject_nan() {
-    const char* spec = std::getenv("KDTRAIN_DIST_DEBUG_NAN");
-    if (!spec || !*spec) return;
-    int rank = -1;
-    long long step = -1;
-    if (std::sscanf(spec, "%d:%lld", &rank, &step) != 2) return;
-    if (rank != comm_.rank() || step != step_ + 1) return;
-    const float nan = std::nanf("");
-    backend_->to_device(student_->grads() + student_->layout().total / 2, &nan, sizeof nan);
-  }
-
-  void write_debug_record(const StepResult& r) {
-    if (!debug_log_) return;
-    const std::vector<float> params = student_->get_params();
-    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the bytes of the master arena
-    for (float p : params) {
-      uint32_t bits;
-      std::memcpy(&bits, &p, sizeof bits);
-      for (int i = 0; i < 4; ++i) hash = (hash ^ ((bits >> (8 * i)) & 0xFF)) * 1099511628211ull;
-    }
-    nlohmann::json rec;
-    rec["step"] = step_;
-    rec["rank"] = comm_.rank();
-    rec["world"] = comm_.world();
-    rec["windows"] = debug_windows_;
-    rec["first_tokens"] = debug_first_tokens_;  // what the rank actually read
-    rec["alpha_ma"] = student_->alpha_ma();
-    rec["weights_fnv"] = std::to_string(hash);
-    rec["loss"] = r.sums.mixed(static_cast<float>(config_.kd.weight), has_teacher());
-    rec["grad_norm"] = r.grad_norm;
-    rec["applied"] = r.applied;
-    *debug_log_ << rec.dump() << "\n";
-    debug_log_->flush();
+  void observe_step_end(const StepResult& r) {
+    StepObservation o;
+    o.step = step_;
+    o.rank = comm_.rank();
+    o.world = comm_.world();
+    o.windows = &step_windows_;
+    o.loss = r.sums.mixed(static_cast<float>(config_.kd.weight), has_teacher());
+    o.grad_norm = r.grad_norm;
+    o.applied = r.applied;
+    observer_->on_step_end(o, *student_);
   }
 
   // The fused loss against the cached teacher rows of `windows`.
@@ -466,9 +422,8 @@ class Trainer {
   TrainOptions options_;
   dist::Communicator& comm_;
   dist::Range opt_range_;
-  std::vector<int64_t> debug_windows_;  // this rank's windows of the last step
-  std::vector<int32_t> debug_first_tokens_;  // their first input tokens
-  std::unique_ptr<std::ofstream> debug_log_;
+  TrainObserver* observer_;             // null in production
+  std::vector<int64_t> step_windows_;   // this rank's windows of the current step
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> student_, teacher_;
   std::unique_ptr<AdamW> optimizer_;

@@ -15,10 +15,13 @@
 
 namespace kdtrain {
 
+class TrainObserver;  // train/observer.h
+
 struct TrainOptions {
   std::string run_dir;      // where config.json, metrics.jsonl and checkpoints/ go
   std::string resume;       // run dir or checkpoint dir to continue from ("" = fresh)
   std::string config_path;  // for messages only
+  TrainObserver* observer = nullptr;  // tests and diagnostics only (train/observer.h)
 };
 
 // Runs training to train.steps (or until SIGINT/SIGTERM, which checkpoint and
