@@ -6,12 +6,14 @@
 // bf16 qkv/out/dout/dqkv/alpha/dalpha and fp32 sinks/alpha_ma/lse/dsinks.
 // Numerics (docs/flash_attention.md; the CPU mirror cpu_flash_attention_{fwd,bwd}.cpp runs
 // the same blocked algorithm in float/double):
-// - fp32 accumulation and softmax statistics; bf16 tensor-core tile products
-//   (WMMA 16x16x16); P and dS are rounded to bf16 before their products, as in
-//   FlashAttention-2. The T x T scores are never materialised.
-// - forward: one block per (b, h, query tile), online softmax; the sink starts the
-//   running max/sum; affine adds beta_i * sum_{j<=i} v_j in the epilogue from a sum
-//   that rides along the key loop. lse includes the sink.
+// - fp32 accumulation and softmax statistics; bf16 tensor-core tile products; P and dS
+//   are rounded to bf16 before their products, as in FlashAttention-2. The T x T
+//   scores are never materialised.
+// - forward (flash_forward_kernel.cuh): mma.sync m16n8k16 with S and P in registers,
+//   K/V by cp.async into a 2-stage swizzled ring, online softmax in the exp2 domain
+//   with the sink folded into the running max/sum (lse includes the sink); affine adds
+//   beta_i * sum_{j<=i} v_j from a parallel chunked scan (prefix_scan_kernel.cuh) kept
+//   in the forward workspace.
 // - backward: no float atomics anywhere, so the bits depend only on the inputs:
 //   prefix sums of v [affine] -> per-row D_i (and dO.S [affine]) -> dsinks (one
 //   block per head, fixed tree) [sink] -> dq (+ dalpha) per (b, h, query tile) ->
@@ -30,8 +32,15 @@ namespace kdtrain::cuda {
 // True when the fused kernels handle this shape (head dim 64 or 128).
 bool flash_attention_supported(const AttentionShape& shape);
 
-// out (B,T,H,D) bf16 and lse (B,H,T) fp32 written.
-void flash_attention_forward(const AttentionForwardArgs& args, cudaStream_t stream);
+// Device scratch the forward needs for this shape and variant: the fp32 prefix sums of
+// v and their scan's chunk totals for affine, 0 otherwise.
+size_t flash_attention_forward_workspace_bytes(const AttentionShape& shape, AttentionVariant variant);
+
+// out (B,T,H,D) bf16 and lse (B,H,T) fp32 written. `workspace` holds at least
+// flash_attention_forward_workspace_bytes() bytes (may be null when that is 0); its
+// contents are clobbered.
+void flash_attention_forward(const AttentionForwardArgs& args, void* workspace, size_t workspace_bytes,
+                             cudaStream_t stream);
 
 // Device scratch the backward needs for this shape and variant (fp32 per-row
 // statistics, and the prefix sums of v for affine).

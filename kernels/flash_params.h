@@ -31,9 +31,13 @@ struct FlashTiles {
 };
 
 // The one place tile sizes come from. The CUDA kernels support head_dim 64 and 128;
-// the CPU mirror accepts any head_dim and uses the 64 row.
-//  - forward: Br = 64 (4 warps x 16 rows); Bc = 64 for D=64, 32 for D=128 so that
-//    Q, K, V and the per-warp fp32 scratch fit comfortably in shared memory.
+// the CPU mirror accepts any head_dim and uses the row of the nearest supported one.
+//  - forward (mma.sync kernel, flash_forward_kernel.cuh): Br = 128 query rows per block
+//    and Bc = 64 keys per step at both head dims. D = 64: 4 warps, each owning two
+//    16-row m-tiles, so every K/V fragment read from shared memory feeds two mma
+//    (Q 32 + O 64 + S 64 fp32 registers per thread); D = 128: 8 warps of one m-tile
+//    (Q 32 + O 64 + S 32), two m-tiles would need ~250 registers with Q resident.
+//    docs/flash_attention.md has the arithmetic.
 //  - backward: Bc = 128 key rows per block (8 warps x 16; dk and dv of a warp's 16 rows
 //    stay in registers: 2 x 16 x D fp32), Br = 64 query rows per step, for both head
 //    dims and every variant (docs/flash_attention.md has the register, shared-memory and
@@ -41,9 +45,14 @@ struct FlashTiles {
 constexpr FlashTiles flash_tiles(int head_dim, bool sink, bool affine, FlashPass pass) {
   (void)sink;
   (void)affine;
-  if (pass == FlashPass::forward) return FlashTiles{64, head_dim > 64 ? 32 : 64, 4};
+  if (pass == FlashPass::forward) return FlashTiles{128, 64, head_dim > 64 ? 8 : 4};
   return FlashTiles{64, 128, 8};
 }
+
+// Rows per chunk of the deterministic prefix scan (prefix_scan_kernel.cuh; the CPU
+// mirror sums in the same chunks): one chunk total per (batch, chunk, column), then
+// every row = (chunk totals before it, in order) + the running sum inside its chunk.
+constexpr int kScanChunkRows = 64;
 
 // Shapes and strides of one call, in elements. Layouts (backend.h):
 // qkv/dqkv (B, T, H + 2*Hkv, D), out/dout (B, T, H, D), lse (B, H, T), alpha/dalpha (B, T, H).

@@ -187,6 +187,8 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   alpha_ma.put(rounded.alpha_ma, 0.f);
   const size_t ws_bytes = cuda::flash_attention_backward_workspace_bytes({B, T, H, Hkv, D}, variant);
   Buffer<unsigned char> ws(ws_bytes);
+  const size_t fws_bytes = cuda::flash_attention_forward_workspace_bytes({B, T, H, Hkv, D}, variant);
+  Buffer<unsigned char> fws(fws_bytes);
 
   AttentionForwardArgs fa;
   fa.shape = {B, T, H, Hkv, D};
@@ -223,7 +225,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
     dqkv.put(std::vector<uint16_t>(n_qkv, kGuardHalf), kGuardHalf);
     dalpha.put(std::vector<uint16_t>(n_alpha, has_affine(variant) ? kGuardHalf : uint16_t{0}), kGuardHalf);
     dsinks.put(std::vector<float>(static_cast<size_t>(H), 0.f), guard_float());
-    cuda::flash_attention_forward(fa, stream);
+    cuda::flash_attention_forward(fa, fws.ptr, fws_bytes, stream);
     cuda::flash_attention_backward(ba, ws.ptr, ws_bytes, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     out_h[run] = out.get();

@@ -234,6 +234,17 @@ TEST_CASE("sim cp.async lands at the wait that retires its group", "[sim]") {
     tc::cp_async_commit();
   });
   CHECK(s2.cp_async_dropped == 32);
+  // Landing at issue (the other legal timing): visible before the wait.
+  auto eager = one_block(32, 512);
+  eager.cp_async_at_issue = true;
+  sim::launch(eager, [&](unsigned char* smem) {
+    const int l = tc::lane_id();
+    tc::cp_async_16(smem + l * 16, src + l * 4);
+    before[l] = reinterpret_cast<uint32_t*>(smem)[l * 4];
+    tc::cp_async_commit();
+    tc::cp_async_wait<0>();
+  });
+  for (int l = 0; l < 32; ++l) CHECK(before[l] == 1000u + l * 4);
 }
 
 TEST_CASE("sim schedules expose a missing sync_block", "[sim]") {

@@ -215,37 +215,62 @@ void run_block(BlockRun& r, std::vector<Fiber>& fibers, StackArena& arena) {
                  (0x9e3779b1ull * (r.block.z + 1));
   std::vector<Fiber*> order;
   order.reserve(fibers.size());
-  for (;;) {
-    order.clear();
-    for (Fiber& f : fibers)
-      if (f.state == FiberState::ready) order.push_back(&f);
-    if (order.empty()) {
-      size_t live = 0, at_bar = 0;
-      for (const Fiber& f : fibers) {
-        live += f.state != FiberState::done;
-        at_bar += f.state == FiberState::at_block_barrier;
-      }
-      if (live == 0) break;
-      if (at_bar == live) {
-        if (live != fibers.size())
-          throw std::runtime_error(describe_stall(r) +
-                                   " (sync_block not reached by every thread: divergent __syncthreads)");
-        for (Fiber& f : fibers) f.state = FiberState::ready;
-        ++r.stats->block_barriers;
+  auto release_or_stall = [&]() {  // no fiber is ready: a block barrier completes, or a stall
+    size_t live = 0, at_bar = 0;
+    for (const Fiber& f : fibers) {
+      live += f.state != FiberState::done;
+      at_bar += f.state == FiberState::at_block_barrier;
+    }
+    if (live == 0) return false;
+    if (at_bar != live) throw std::runtime_error(describe_stall(r));
+    if (live != fibers.size())
+      throw std::runtime_error(describe_stall(r) + " (sync_block not reached by every thread: divergent __syncthreads)");
+    for (Fiber& f : fibers) f.state = FiberState::ready;
+    ++r.stats->block_barriers;
+    return true;
+  };
+  auto run = [&](Fiber& f) {
+    resume(r, f);
+    if (!r.error.empty()) throw std::runtime_error(r.error);
+  };
+  if (cfg.schedule == Schedule::shuffled) {
+    // Rounds: every ready fiber runs once to its next barrier, in a fresh random order.
+    for (;;) {
+      order.clear();
+      for (Fiber& f : fibers)
+        if (f.state == FiberState::ready) order.push_back(&f);
+      if (order.empty()) {
+        if (!release_or_stall()) break;
         continue;
       }
-      throw std::runtime_error(describe_stall(r));
-    }
-    if (cfg.schedule == Schedule::reverse) {
-      std::reverse(order.begin(), order.end());
-    } else if (cfg.schedule == Schedule::shuffled) {
       for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix(rng) % i]);
+      for (Fiber* f : order)
+        if (f->state == FiberState::ready) run(*f);
     }
-    for (Fiber* f : order) {
-      if (f->state != FiberState::ready) continue;
-      resume(r, *f);
-      if (!r.error.empty()) throw std::runtime_error(r.error);
+    return;
+  }
+  // Greedy: always the lowest (forward) or highest (reverse) ready thread, so a warp runs
+  // as far ahead of the others as its barriers allow (maximal skew between warps).
+  // Only the running fiber's warp changes state inside run(), so the search starts at
+  // that warp's first (forward) or last (reverse) thread: every thread before it is
+  // still not ready.
+  const bool reverse = cfg.schedule == Schedule::reverse;
+  const size_t n = fibers.size();
+  size_t from = 0;  // search start, counted in schedule order
+  for (;;) {
+    Fiber* next = nullptr;
+    for (size_t k = from; k < n && next == nullptr; ++k) {
+      Fiber& f = fibers[reverse ? n - 1 - k : k];
+      if (f.state == FiberState::ready) next = &f;
     }
+    if (next == nullptr) {
+      if (!release_or_stall()) break;
+      from = 0;
+      continue;
+    }
+    run(*next);
+    const size_t warp_first = size_t(next->warp) * 32, warp_last = std::min(n, warp_first + 32) - 1;
+    from = reverse ? n - 1 - warp_last : warp_first;
   }
 }
 
@@ -360,8 +385,11 @@ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
   check_shared(smem_dst, 16, "cp.async destination");
   check_aligned16(smem_dst, "cp.async destination");
   check_aligned16(gmem_src, "cp.async source");
-  r.current->open_group.push_back(
-      PendingCopy{static_cast<unsigned char*>(smem_dst), static_cast<const unsigned char*>(gmem_src), valid});
+  const PendingCopy copy{static_cast<unsigned char*>(smem_dst), static_cast<const unsigned char*>(gmem_src), valid};
+  if (r.config->cp_async_at_issue)
+    retire({copy});  // lands now; the group bookkeeping below stays the same
+  else
+    r.current->open_group.push_back(copy);
   ++r.stats->cp_async;
   if (!valid) ++r.stats->cp_async_zero_fill;
 }

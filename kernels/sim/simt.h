@@ -5,9 +5,11 @@
 // Model (what it checks and what it does not):
 // - Blocks run one after another. A block's threads are cooperative fibers on ONE OS
 //   thread (deterministic): a fiber runs until it reaches a barrier, then the next
-//   ready fiber runs. The order in which ready fibers run between barriers is the
-//   schedule (forward, reverse, or a seeded shuffle per round), so a missing
-//   sync_block() shows up as a difference between schedules.
+//   ready fiber runs. Which one is the schedule: forward / reverse always pick the
+//   lowest / highest ready thread, so each warp runs as far ahead of the others as its
+//   barriers allow, in opposite orders; shuffled runs every ready fiber once per round
+//   in a seeded random order. A missing sync_block() shows up as a difference between
+//   schedules.
 // - sync_block() is a block barrier: released when every live thread has arrived; a
 //   thread that exits while others wait there is an error (__syncthreads in divergent code).
 // - Warp collectives (sync_warp, shuffles, mma, ldmatrix) are warp barriers: each lane
@@ -16,7 +18,8 @@
 //   (tc_primitives.cuh lists them). Lanes at different collectives is an error.
 // - cp.async is deferred: the copy happens at the cp_async_wait() that retires its
 //   group, so a missing wait reads stale data; copies never waited for are dropped and
-//   counted (LaunchStats::cp_async_dropped).
+//   counted (LaunchStats::cp_async_dropped). LaunchConfig::cp_async_at_issue lands them
+//   at issue instead, exposing a refill that races with other threads' reads.
 // - Shared memory starts every block filled with kSharedPoison (a NaN both as fp32 and
 //   as bf16). Addresses given to ldmatrix/cp.async must lie inside it, 16-byte aligned.
 // - Arithmetic: mma products of bf16 are exact in fp32 and summed in fp32 in k order
@@ -49,6 +52,11 @@ struct LaunchConfig {
   Schedule schedule = Schedule::forward;  // fiber order between barriers
   uint64_t seed = 1;                      // for Schedule::shuffled
   size_t stack_bytes = 128 * 1024;        // per fiber
+  // cp.async data lands at the cp_async_wait that retires its group (default: a missing
+  // wait reads stale data) or, with true, at issue (a refill of a buffer other threads
+  // still read, without a barrier in between, corrupts their reads). Hardware may do
+  // either; correct code gives the same bits both ways.
+  bool cp_async_at_issue = false;
 };
 
 struct LaunchStats {

@@ -6,12 +6,12 @@
 //
 // Numerics:
 // - forward, per (b, h, query tile of Br rows): online softmax over key tiles of Bc
-//   rows (running max m and sum l per row, accumulator rescaled by e^{m_old - m_new});
-//   the sink logit initialises m = s_h, l = 1, so it joins the denominator without a
-//   key; key tiles entirely above the diagonal are skipped, the others masked j <= i.
-//   affine: the prefix sum S_i = sum_{j<=i} v_j rides along the key loop, the sum of
-//   fully visible tiles shared by the tile's rows plus a per-row partial over the
-//   diagonal tile(s). out_i = alpha_i acc_i / l_i + beta_i S_i, lse_i = m_i + log l_i.
+//   rows in the exp2 domain (running max m of scale*log2(e)*x and sum l per row,
+//   accumulator rescaled by 2^{m_old - m_new}); the sink logit initialises
+//   m = s_h log2(e), l = 1, so it joins the denominator without a key; key tiles
+//   entirely above the diagonal are skipped, tiles crossing it masked j <= i.
+//   affine: S_i = sum_{j<=i} v_j from the chunked prefix scan (cpu_prefix_scan.h, the
+//   kernel's order). out_i = alpha_i acc_i / l_i + beta_i S_i, lse_i = ln2 (m_i + log2 l_i).
 // - backward (P recomputed from lse; the forward stores only out and lse), the
 //   passes of the CUDA kernels (docs/flash_attention.md):
 //     1. preprocessing, per (b, kv head, chunk of kRowChunk rows), every head of the

@@ -1,7 +1,9 @@
-// CPU mirror of the fused attention forward (kernels/flash_attention_fwd.cu). Algorithm
-// and numerics: cpu_flash_attention.h and docs/flash_attention.md. The loops are written
-// the way the CUDA kernel walks the tiles (work item = one CUDA block), with scalar inner
-// products in place of the tensor-core tile products.
+// CPU mirror of the fused attention forward (kernels/flash_forward_kernel.cuh). Algorithm
+// and numerics: cpu_flash_attention.h and docs/flash_attention.md. The loops walk the
+// tiles as the CUDA kernel does (work item = one CUDA block, the same flash_tiles(),
+// key tiles past the last row skipped, masks only on tiles crossing the diagonal), with
+// the same exp2-domain statistics and the same chunked prefix scan for affine; scalar
+// inner products stand in for the tensor-core tile products.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,6 +11,7 @@
 
 #include "backend/cpu/cpu_flash_attention.h"
 #include "backend/cpu/cpu_flash_attention_common.h"
+#include "backend/cpu/cpu_prefix_scan.h"
 
 namespace kdtrain::cpu {
 
@@ -24,75 +27,66 @@ void forward_impl(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha, 
   const int64_t Tn = p.T, D = p.D, Br = tiles.Br, Bc = tiles.Bc;
   const int64_t n_qt = ceil_div(Tn, Br);
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T log2e = T(1.4426950408889634), ln2 = T(0.6931471805599453);
+  const T scale_log2 = scale * log2e;
+
+  // affine: prefix[b][i][g*D + d] = sum_{j<=i} v_j, the kernel's chunked scan over the
+  // Hkv*D contiguous v columns of each token row.
+  std::vector<T> prefix;
+  if constexpr (kAffine) {
+    prefix.resize(static_cast<size_t>(p.B * Tn * p.Hkv * D));
+    chunked_prefix_scan(prefix.data(), qkv + p.v_offset, p.B, Tn, p.Hkv * D, p.qkv_token, p.qkv_batch,
+                        /*reverse=*/false);
+  }
 
 #pragma omp parallel
   {
     std::vector<T> s(static_cast<size_t>(Br * Bc)), acc(static_cast<size_t>(Br * D));
     std::vector<T> m(static_cast<size_t>(Br)), l(static_cast<size_t>(Br));
-    std::vector<T> vfull(kAffine ? static_cast<size_t>(D) : 0);
-    std::vector<T> vpart(kAffine ? static_cast<size_t>(Br * D) : 0);
     // Work items are independent, so the schedule cannot change any result.
 #pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < p.B * p.H * n_qt; ++item) {
       const int64_t b = item / (p.H * n_qt), h = (item / n_qt) % p.H, qt = item % n_qt;
       const int64_t g = h / p.group, i0 = qt * Br, rows = std::min(Br, Tn - i0);
       for (int64_t r = 0; r < rows; ++r) {
-        // The sink is a key with logit s_h and value 0: it starts the running max and sum.
-        m[r] = kSink ? sinks[h] : neg_inf;
+        // Statistics in the exp2 domain: m is the running max of scale*log2(e)*x. The
+        // sink is a key of logit s_h and value 0: it starts the running max and sum.
+        m[r] = kSink ? sinks[h] * log2e : neg_inf;
         l[r] = kSink ? T(1) : T(0);
       }
       std::fill(acc.begin(), acc.end(), T(0));
-      if constexpr (kAffine) {
-        std::fill(vfull.begin(), vfull.end(), T(0));
-        std::fill(vpart.begin(), vpart.end(), T(0));
-      }
       // Key tiles [j0, j0 + Bc) with j0 <= last row of the tile; later ones are fully masked.
       for (int64_t j0 = 0; j0 < i0 + rows; j0 += Bc) {
         const int64_t cols = std::min(Bc, Tn - j0);
-        const bool full = j0 + cols - 1 <= i0;  // every key visible to every row
+        const bool diag = j0 + Bc - 1 > i0;  // a key of the tile may follow a row: mask
         for (int64_t r = 0; r < rows; ++r) {
           const T* qi = ix.q(qkv, b, i0 + r, h);
           for (int64_t c = 0; c < cols; ++c) {
-            const bool visible = full || j0 + c <= i0 + r;
-            s[r * Bc + c] = visible ? scale * dot(qi, ix.k(qkv, b, j0 + c, g), D) : neg_inf;
+            const bool visible = !diag || j0 + c <= i0 + r;
+            s[r * Bc + c] = visible ? dot(qi, ix.k(qkv, b, j0 + c, g), D) : neg_inf;  // unscaled
           }
         }
         for (int64_t r = 0; r < rows; ++r) {
           T* sr = s.data() + r * Bc;
-          T mx = m[r];
+          T mx = neg_inf;
           for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, sr[c]);
-          // m[r] = -inf only before the first tile without a sink; key 0 is always
-          // visible, so mx is finite from the first tile on.
-          const T corr = m[r] == neg_inf ? T(0) : std::exp(m[r] - mx);
+          // max commutes with the positive scale; a fully masked row keeps its max.
+          const T m_new = std::max(m[r], mx * scale_log2);
+          const T m_use = m_new == neg_inf ? T(0) : m_new;
+          const T corr = std::exp2(m[r] - m_use);  // 0 while m = -inf
           T rowsum = 0;
           for (int64_t c = 0; c < cols; ++c) {
-            sr[c] = sr[c] == neg_inf ? T(0) : std::exp(sr[c] - mx);
+            sr[c] = std::exp2(sr[c] * scale_log2 - m_use);  // masked: exp2(-inf) = 0
             rowsum += sr[c];
           }
           l[r] = l[r] * corr + rowsum;
-          m[r] = mx;
+          m[r] = m_new;
           T* ar = acc.data() + r * D;
           for (int64_t d = 0; d < D; ++d) ar[d] *= corr;
           for (int64_t c = 0; c < cols; ++c) {
             if (sr[c] == T(0)) continue;
             const T* vj = ix.v(qkv, b, j0 + c, g);
             for (int64_t d = 0; d < D; ++d) ar[d] += sr[c] * vj[d];
-          }
-        }
-        if constexpr (kAffine) {
-          if (full) {
-            for (int64_t c = 0; c < cols; ++c) {
-              const T* vj = ix.v(qkv, b, j0 + c, g);
-              for (int64_t d = 0; d < D; ++d) vfull[d] += vj[d];
-            }
-          } else {
-            for (int64_t r = 0; r < rows; ++r) {
-              T* pr = vpart.data() + r * D;
-              for (int64_t c = 0; c < cols && j0 + c <= i0 + r; ++c) {
-                const T* vj = ix.v(qkv, b, j0 + c, g);
-                for (int64_t d = 0; d < D; ++d) pr[d] += vj[d];
-              }
-            }
           }
         }
       }
@@ -104,12 +98,12 @@ void forward_impl(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha, 
         if constexpr (kAffine) {
           const T a = alpha[ix.a(b, i, h)];
           const T beta = (alpha_ma[h] - a) / static_cast<T>(i + 1);
-          const T* pr = vpart.data() + r * D;
-          for (int64_t d = 0; d < D; ++d) o[d] = a * (ar[d] * inv) + beta * (vfull[d] + pr[d]);
+          const T* pre = prefix.data() + ((b * Tn + i) * p.Hkv + g) * D;
+          for (int64_t d = 0; d < D; ++d) o[d] = a * (ar[d] * inv) + beta * pre[d];
         } else {
           for (int64_t d = 0; d < D; ++d) o[d] = ar[d] * inv;
         }
-        lse[ix.row(b, h, i)] = m[r] + std::log(l[r]);
+        lse[ix.row(b, h, i)] = ln2 * (m[r] + std::log2(l[r]));
       }
     }
   }
