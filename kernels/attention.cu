@@ -9,6 +9,7 @@
 
 #include "attention.cuh"
 #include "cuda_check.cuh"
+#include "cuda_common.cuh"
 
 namespace kdtrain::cuda {
 namespace {
@@ -241,7 +242,7 @@ void set_smem(Kernel kernel, size_t bytes, const char* op) {
 }
 }  // namespace
 
-void attention_forward(const AttentionParams& p, cudaStream_t stream) {
+void row_attention_forward(const AttentionParams& p, cudaStream_t stream) {
   check_params(p, "attention_forward");
   if (p.B == 0 || p.T == 0) return;
   const size_t smem = static_cast<size_t>(p.D + p.T) * sizeof(float);
@@ -251,16 +252,19 @@ void attention_forward(const AttentionParams& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-size_t attention_backward_scratch_bytes(int64_t B, int64_t H, int64_t T) {
-  return static_cast<size_t>(B * H * T) * sizeof(float);
+size_t row_attention_backward_workspace_bytes(const AttentionParams& p) {
+  return static_cast<size_t>(p.B * p.H * p.T) * sizeof(float);
 }
 
-void attention_backward(const AttentionParams& p, void* scratch, cudaStream_t stream) {
+void row_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream) {
   check_params(p, "attention_backward");
   KD_CHECK(!p.affine || p.dalpha != nullptr, "attention_backward (affine): dalpha must be given");
   if (p.B == 0 || p.T == 0) return;
-  KD_CHECK(scratch != nullptr, "attention_backward: scratch is null");
-  float* drow = static_cast<float*>(scratch);
+  KD_CHECK(workspace != nullptr && workspace_bytes >= row_attention_backward_workspace_bytes(p),
+           "attention_backward: workspace of ", workspace_bytes, " bytes, ",
+           row_attention_backward_workspace_bytes(p), " needed");
+  float* drow = static_cast<float*>(workspace);
   const size_t smem_q = static_cast<size_t>(3 * p.D + 2 * p.T) * sizeof(float);
   const size_t smem_k = static_cast<size_t>(4 * p.D + 2 * p.T) * sizeof(float);
   set_smem(attention_backward_query_kernel, smem_q, "attention_backward");

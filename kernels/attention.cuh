@@ -1,7 +1,7 @@
 // Causal attention core for every variant (SPEC §2), a first implementation:
 // one thread block per query row (forward, backward pass 1) or key row (backward
 // pass 2). Scores of one row live in shared memory in fp32; the T x T matrix is
-// never stored. The fused flash-style kernels of issue 5 replace this.
+// never stored. The fallback of the fused kernels (attention_path.h decides).
 //
 // Numerics: bf16 q/k/v/out/dout/alpha, every dot product, softmax statistic and
 // accumulator in fp32, lse (B,H,T) and sinks fp32. Per variant:
@@ -16,33 +16,17 @@
 // The variant is a runtime flag (uniform branches, a single instantiation).
 // Limits: T up to about 18000 (the row buffers must fit in shared memory).
 #pragma once
-#include "cuda_common.cuh"
+#include "attention_params.h"
 
 namespace kdtrain::cuda {
 
-struct AttentionParams {
-  int64_t B = 0, T = 0, H = 0, Hkv = 0, D = 0;  // Hkv divides H
-  float scale = 0.f;                            // 1/sqrt(D)
-  bool sink = false;                            // sink logit per head
-  bool affine = false;                          // alpha/beta affine combination
-  const bf16* qkv = nullptr;       // (B, T, H + 2*Hkv, D): q heads, k heads, v heads
-  const float* sinks = nullptr;    // (H)          [sink]
-  const bf16* alpha = nullptr;     // (B, T, H)    [affine]
-  const float* alpha_ma = nullptr; // (H)          [affine]
-  // forward outputs
-  bf16* out = nullptr;             // (B, T, H, D), written
-  float* lse = nullptr;            // (B, H, T), written (forward) / read (backward)
-  // backward
-  const bf16* dout = nullptr;      // (B, T, H, D)
-  bf16* dqkv = nullptr;            // (B, T, H + 2*Hkv, D), written
-  float* dsinks = nullptr;         // (H), accumulated; may be null   [sink]
-  bf16* dalpha = nullptr;          // (B, T, H), written              [affine]
-};
+// p: attention_params.h. The row path runs every head dim; the fused kernels
+// (flash_attention.cuh) replace it wherever they apply (attention_path.h).
+void row_attention_forward(const AttentionParams& p, cudaStream_t stream);
 
-void attention_forward(const AttentionParams& p, cudaStream_t stream);
-
-// fp32 scratch for the per-row D_i = dO'_i . (PV)_i shared by the passes.
-size_t attention_backward_scratch_bytes(int64_t B, int64_t H, int64_t T);
-void attention_backward(const AttentionParams& p, void* scratch, cudaStream_t stream);
+// fp32 workspace for the per-row D_i = dO'_i . (PV)_i shared by the passes.
+size_t row_attention_backward_workspace_bytes(const AttentionParams& p);
+void row_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream);
 
 }  // namespace kdtrain::cuda

@@ -4,7 +4,6 @@
 
 #include "add.cuh"
 #include "alpha_activation.cuh"
-#include "attention.cuh"
 #include "column_sum.cuh"
 #include "convert.cuh"
 #include "cuda_backend.cuh"
@@ -24,25 +23,13 @@ constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's suggesti
 bf16* BF(void* p) { return static_cast<bf16*>(p); }
 const bf16* BF(const void* p) { return static_cast<const bf16*>(p); }
 
-cuda::AttentionParams params_of(const AttentionShape& s, AttentionVariant v, float scale) {
-  KD_CHECK(s.Hkv > 0 && s.H % s.Hkv == 0, "attention: n_kv_heads (", s.Hkv,
-           ") must divide n_heads (", s.H, ")");
-  cuda::AttentionParams p;
-  p.B = s.B;
-  p.T = s.T;
-  p.H = s.H;
-  p.Hkv = s.Hkv;
-  p.D = s.D;
-  p.scale = scale;
-  p.sink = has_sink(v);
-  p.affine = has_affine(v);
-  return p;
-}
 }  // namespace
 
 CudaBackend::CudaBackend() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   blas_ = cuda::blas_create(kBlasWorkspaceBytes);
+  memory_.on_alloc(blas_.workspace, blas_.workspace_bytes);
+  sample_device_memory();
 }
 
 CudaBackend::~CudaBackend() {
@@ -54,29 +41,59 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
+void CudaBackend::sample_device_memory() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return;
+  device_total_ = static_cast<int64_t>(total_bytes);
+  device_used_peak_ = std::max(device_used_peak_, static_cast<int64_t>(total_bytes - free_bytes));
+}
+
+void* CudaBackend::device_malloc(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, bytes));  // aligned to at least 256 bytes
+  memory_.on_alloc(p, bytes);
+  sample_device_memory();
+  return p;
+}
+
+void CudaBackend::device_free(void* ptr) {
+  if (ptr == nullptr) return;
+  memory_.on_release(ptr);
+  CUDA_CHECK(cudaFree(ptr));
+}
+
+MemoryStats CudaBackend::memory_stats() const {
+  MemoryStats m;
+  m.current_bytes = memory_.current_bytes();
+  m.peak_bytes = memory_.peak_bytes();
+  m.device_used_peak_bytes = device_used_peak_;
+  m.device_total_bytes = device_total_;
+  return m;
+}
+
 void* CudaBackend::scratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return scratch_;
   // Earlier ops on the stream may still read the old buffer.
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (scratch_) CUDA_CHECK(cudaFree(scratch_));
-  scratch_ = nullptr;
   const size_t grown = std::max(bytes, scratch_bytes_ * 2);
-  CUDA_CHECK(cudaMalloc(&scratch_, grown));
+  device_free(scratch_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  scratch_ = device_malloc(grown);
   scratch_bytes_ = grown;
   return scratch_;
 }
 
 void* CudaBackend::alloc(size_t bytes) {
-  void* p = nullptr;
   const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
-  CUDA_CHECK(cudaMalloc(&p, rounded));  // cudaMalloc aligns to at least 256 bytes
+  void* p = device_malloc(rounded);
   CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_));
   return p;
 }
 void CudaBackend::release(void* ptr) {
   if (ptr == nullptr) return;
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  CUDA_CHECK(cudaFree(ptr));
+  device_free(ptr);
 }
 void CudaBackend::zero(void* ptr, size_t bytes) {
   if (bytes > 0) CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
@@ -128,9 +145,9 @@ void CudaBackend::embedding_backward(float* dwte, const void* dout, const int32_
   const size_t need = U + (U + 1) + static_cast<size_t>(N);
   if (need > buckets_capacity_) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (buckets_) CUDA_CHECK(cudaFree(buckets_));
+    device_free(buckets_);
     buckets_ = nullptr;
-    CUDA_CHECK(cudaMalloc(&buckets_, need * sizeof(int32_t)));
+    buckets_ = static_cast<int32_t*>(device_malloc(need * sizeof(int32_t)));
     buckets_capacity_ = need;
   }
   int32_t* ids = buckets_;
@@ -174,29 +191,20 @@ void CudaBackend::rope_backward(void* dx, const float* cos, const float* sin, in
   cuda::rope_backward(BF(dx), cos, sin, B, T, n_heads, n_rot, D, stream_);
 }
 
+void CudaBackend::run_attention(const cuda::AttentionParams& p, cuda::AttentionPass pass,
+                                const AttentionShape& shape, AttentionVariant variant) {
+  const cuda::AttentionPathChoice choice = cuda::attention_path(p);
+  const size_t bytes = cuda::attention_workspace_bytes(p, pass, choice.path);
+  void* workspace = bytes > 0 ? scratch(bytes) : nullptr;
+  cuda::attention_run(p, pass, choice.path, workspace, bytes, stream_);
+  paths_.record(shape, variant, pass == cuda::AttentionPass::backward, cuda::to_string(choice.path),
+                choice.reason);
+}
 void CudaBackend::attention_forward(const AttentionForwardArgs& a) {
-  cuda::AttentionParams p = params_of(a.shape, a.variant, a.scale);
-  p.qkv = BF(a.qkv);
-  p.sinks = a.sinks;
-  p.alpha = BF(a.alpha);
-  p.alpha_ma = a.alpha_ma;
-  p.out = BF(a.out);
-  p.lse = a.lse;
-  cuda::attention_forward(p, stream_);
+  run_attention(cuda::attention_params(a), cuda::AttentionPass::forward, a.shape, a.variant);
 }
 void CudaBackend::attention_backward(const AttentionBackwardArgs& a) {
-  cuda::AttentionParams p = params_of(a.shape, a.variant, a.scale);
-  p.qkv = BF(a.qkv);
-  p.sinks = a.sinks;
-  p.alpha = BF(a.alpha);
-  p.alpha_ma = a.alpha_ma;
-  p.lse = const_cast<float*>(a.lse);  // read only in the backward kernels
-  p.dout = BF(a.dout);
-  p.dqkv = BF(a.dqkv);
-  p.dsinks = a.dsinks;
-  p.dalpha = BF(a.dalpha);
-  void* s = scratch(cuda::attention_backward_scratch_bytes(p.B, p.H, p.T));
-  cuda::attention_backward(p, s, stream_);
+  run_attention(cuda::attention_params(a), cuda::AttentionPass::backward, a.shape, a.variant);
 }
 
 void CudaBackend::alpha_activation_forward(void* alpha, const void* z, int64_t n,

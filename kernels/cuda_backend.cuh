@@ -7,8 +7,10 @@
 //
 // State (no globals): the stream, the cuBLASLt/cuBLAS handles with their
 // workspace, one growable scratch buffer shared by the ops that need temporary
-// memory (only ever used within one call, in stream order), and the device copy
-// of the embedding gradient's token buckets.
+// memory (only ever used within one call, in stream order: the attention
+// workspaces live there), the device copy of the embedding gradient's token
+// buckets, and the reports' bookkeeping (every cudaMalloc goes through
+// device_malloc, so memory_stats() sees all of it; attention_paths()).
 //
 // Synchronisation: every op is asynchronous on the stream except to_host,
 // to_device (the host buffer may be reused right after return), sum_squares
@@ -17,7 +19,9 @@
 #pragma once
 #include <memory>
 
+#include "attention_entry.cuh"
 #include "backend/backend.h"
+#include "backend/backend_stats.h"
 #include "embedding.cuh"
 #include "matmul.cuh"
 
@@ -85,8 +89,17 @@ class CudaBackend final : public Backend {
   double sum_squares(const float* x, int64_t n) override;
   void adamw_update(const AdamWArgs& args) override;
 
+  std::vector<AttentionPathUse> attention_paths() const override { return paths_.uses(); }
+  MemoryStats memory_stats() const override;
+
  private:
   void* scratch(size_t bytes);  // at least `bytes` of device memory, contents undefined
+  // cudaMalloc / cudaFree with the memory bookkeeping (backend_stats.h).
+  void* device_malloc(size_t bytes);
+  void device_free(void* ptr);
+  void sample_device_memory();  // device_used_peak_ from cudaMemGetInfo
+  void run_attention(const cuda::AttentionParams& p, cuda::AttentionPass pass,
+                     const AttentionShape& shape, AttentionVariant variant);
 
   cudaStream_t stream_ = nullptr;
   cuda::BlasContext blas_;
@@ -97,6 +110,9 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> host_tokens_;
   bool stochastic_rounding_ = false;
   uint32_t sr_seed_ = 0;
+  MemoryTracker memory_;
+  int64_t device_used_peak_ = 0, device_total_ = 0;  // cudaMemGetInfo samples
+  AttentionPathLog paths_;
 };
 
 std::unique_ptr<Backend> make_cuda_backend();

@@ -2,8 +2,10 @@
 // flash_attention_fwd.cu / flash_attention_bwd.cu, shared device code in
 // flash_attention_tile.cuh). Plain C++ can include this header.
 //
-// Contract: backend.h's AttentionForwardArgs / AttentionBackwardArgs with
+// Contract: attention_params.h (one struct for both CUDA attention paths) with
 // bf16 qkv/out/dout/dqkv/alpha/dalpha and fp32 sinks/alpha_ma/lse/dsinks.
+// CudaBackend reaches these launchers only through attention_entry.cu, when
+// choose_attention_path (attention_path.h) picks the fused path.
 // Numerics (docs/flash_attention.md; the CPU mirror cpu_flash_attention_{fwd,bwd}.cpp runs
 // the same blocked algorithm in float/double):
 // - fp32 accumulation and softmax statistics; bf16 tensor-core tile products; P and dS
@@ -25,31 +27,39 @@
 
 #include <cstddef>
 
-#include "backend/backend.h"
+#include "attention_params.h"
+#include "attention_path.h"
+#include "core/error.h"
 
 namespace kdtrain::cuda {
 
-// True when the fused kernels handle this shape (head dim 64 or 128).
-bool flash_attention_supported(const AttentionShape& shape);
-
-// Device scratch the forward needs for this shape and variant: the fp32 prefix sums of
-// v and their scan's chunk totals for affine, 0 otherwise.
-size_t flash_attention_forward_workspace_bytes(const AttentionShape& shape, AttentionVariant variant);
+// Device workspace each pass needs for this call (its contents are clobbered).
+size_t flash_attention_forward_workspace_bytes(const AttentionParams& p);
+size_t flash_attention_backward_workspace_bytes(const AttentionParams& p);
 
 // out (B,T,H,D) bf16 and lse (B,H,T) fp32 written. `workspace` holds at least
-// flash_attention_forward_workspace_bytes() bytes (may be null when that is 0); its
-// contents are clobbered.
-void flash_attention_forward(const AttentionForwardArgs& args, void* workspace, size_t workspace_bytes,
+// flash_attention_forward_workspace_bytes(p) bytes (the fp32 prefix sums of v and
+// their scan's chunk totals for affine; may be null when that is 0).
+void flash_attention_forward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream);
 
-// Device scratch the backward needs for this shape and variant (fp32 per-row
-// statistics, and the prefix sums of v for affine).
-size_t flash_attention_backward_workspace_bytes(const AttentionShape& shape,
-                                                AttentionVariant variant);
-
 // dqkv and dalpha written, dsinks accumulated. `workspace` holds at least
-// flash_attention_backward_workspace_bytes() bytes; its contents are clobbered.
-void flash_attention_backward(const AttentionBackwardArgs& args, void* workspace,
-                              size_t workspace_bytes, cudaStream_t stream);
+// flash_attention_backward_workspace_bytes(p) bytes.
+void flash_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+                              cudaStream_t stream);
+
+// The launchers' preconditions: the shape limits of attention_path.h, no variant
+// with both a sink and affine scaling, 16-byte aligned bf16 tensors.
+inline void check_flash_params(const AttentionParams& p, const char* op) {
+  KD_CHECK(p.Hkv > 0 && p.H % p.Hkv == 0 && p.B >= 0 && p.T >= 0, op, ": bad shape B=", p.B,
+           " T=", p.T, " H=", p.H, " Hkv=", p.Hkv);
+  KD_CHECK(flash_supports_head_dim(p.D), op, ": head dim ", p.D,
+           " unsupported (the fused kernels take 64 and 128)");
+  KD_CHECK(p.B <= kFlashMaxGridDim && p.H <= kFlashMaxGridDim, op,
+           ": B and H must be at most 65535, got B=", p.B, " H=", p.H);
+  KD_CHECK(!(p.sink && p.affine), op, ": sink and affine cannot be combined");
+  KD_CHECK(aligned_16(p.qkv) && aligned_16(p.out) && aligned_16(p.dout) && aligned_16(p.dqkv), op,
+           ": qkv, out, dout and dqkv must be 16-byte aligned");
+}
 
 }  // namespace kdtrain::cuda

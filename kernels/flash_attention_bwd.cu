@@ -39,7 +39,8 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 // Workspace carve-up, shared by the size query and the launcher.
 struct Workspace {
   size_t drow = 0, sigma = 0, prefix = 0, bytes = 0;  // byte offsets and total
-  Workspace(const AttentionShape& s, bool affine) {
+  explicit Workspace(const AttentionParams& s) {
+    const bool affine = s.affine;
     const size_t rows = static_cast<size_t>(s.B * s.H * s.T) * sizeof(float);
     drow = 0;
     sigma = align256(rows);
@@ -425,15 +426,12 @@ __global__ void __launch_bounds__(DkvLayout<D, Br, Bc>::kThreads)
 // ------------------------------------------------------------ launch
 
 template <int D, typename Flags>
-void launch_backward(const FlashParams& p, const AttentionBackwardArgs& a, unsigned char* ws,
-                     const Workspace& layout, cudaStream_t stream) {
+void launch_backward(const AttentionParams& a, unsigned char* ws, const Workspace& layout,
+                     cudaStream_t stream) {
   constexpr bool kSink = Flags::kSink, kAffine = Flags::kAffine;
-  const auto* qkv = static_cast<const bf16*>(a.qkv);
-  const auto* out = static_cast<const bf16*>(a.out);
-  const auto* dout = static_cast<const bf16*>(a.dout);
-  const auto* alpha = static_cast<const bf16*>(a.alpha);
-  auto* dqkv = static_cast<bf16*>(a.dqkv);
-  auto* dalpha = static_cast<bf16*>(a.dalpha);
+  const FlashParams& p = a;
+  const bf16 *qkv = a.qkv, *out = a.out, *dout = a.dout, *alpha = a.alpha;
+  bf16 *dqkv = a.dqkv, *dalpha = a.dalpha;
   float* drow = reinterpret_cast<float*>(ws + layout.drow);
   float* sigma = kAffine ? reinterpret_cast<float*>(ws + layout.sigma) : nullptr;
   float* prefix = kAffine ? reinterpret_cast<float*>(ws + layout.prefix) : nullptr;
@@ -483,31 +481,24 @@ void launch_backward(const FlashParams& p, const AttentionBackwardArgs& a, unsig
 
 }  // namespace
 
-size_t flash_attention_backward_workspace_bytes(const AttentionShape& shape, AttentionVariant variant) {
-  return Workspace(shape, has_affine(variant)).bytes;
+size_t flash_attention_backward_workspace_bytes(const AttentionParams& p) {
+  return Workspace(p).bytes;
 }
 
-void flash_attention_backward(const AttentionBackwardArgs& args, void* workspace, size_t workspace_bytes,
+void flash_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream) {
-  const AttentionShape& s = args.shape;
-  if (!flash_attention_supported(s))
-    fail("flash attention backward: unsupported shape (head dim ", s.D, ", H ", s.H, ", Hkv ", s.Hkv,
-         "); head dims 64 and 128 with H a multiple of Hkv are supported");
-  const bool sink = has_sink(args.variant), affine = has_affine(args.variant);
-  if (sink && affine) fail("flash attention backward: sink and affine cannot be combined");
-  if (s.B == 0 || s.T == 0 || s.H == 0) return;
-  if (s.B > 65535 || s.H > 65535) fail("flash attention backward: B and H must be at most 65535");
-  const Workspace layout(s, affine);
+  check_flash_params(p, "flash attention backward");
+  if (p.B == 0 || p.T == 0 || p.H == 0) return;
+  const Workspace layout(p);
   if (workspace == nullptr || workspace_bytes < layout.bytes)
     fail("flash attention backward: workspace of ", workspace_bytes, " bytes, ", layout.bytes, " needed");
-  const FlashParams p = kdtrain::flash::make_flash_params(s.B, s.T, s.H, s.Hkv, s.D, args.scale);
-  kdtrain::flash::flash_dispatch(sink, affine, [&](auto flags) {
+  kdtrain::flash::flash_dispatch(p.sink, p.affine, [&](auto flags) {
     using Flags = decltype(flags);
     auto* ws = static_cast<unsigned char*>(workspace);
-    if (s.D == 64)
-      launch_backward<64, Flags>(p, args, ws, layout, stream);
+    if (p.D == 64)
+      launch_backward<64, Flags>(p, ws, layout, stream);
     else
-      launch_backward<128, Flags>(p, args, ws, layout, stream);
+      launch_backward<128, Flags>(p, ws, layout, stream);
   });
 }
 

@@ -34,9 +34,9 @@ struct ForwardWorkspace {
 
 constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-ForwardWorkspace forward_workspace(const AttentionShape& s, AttentionVariant variant) {
+ForwardWorkspace forward_workspace(const AttentionParams& s) {
   ForwardWorkspace w;
-  if (!has_affine(variant)) return w;
+  if (!s.affine) return w;
   w.prefix_bytes = round_up(sizeof(float) * static_cast<size_t>(s.B * s.T * s.Hkv * s.D), 256);
   w.totals_bytes = round_up(prefix_scan_workspace_bytes(s.B, s.T, s.Hkv * s.D), 256);
   return w;
@@ -56,38 +56,30 @@ void launch_forward(const ForwardArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
-bool flash_attention_supported(const AttentionShape& s) {
-  return (s.D == 64 || s.D == 128) && s.Hkv > 0 && s.H % s.Hkv == 0 && s.T >= 0 && s.B >= 0;
+size_t flash_attention_forward_workspace_bytes(const AttentionParams& p) {
+  return forward_workspace(p).total();
 }
 
-size_t flash_attention_forward_workspace_bytes(const AttentionShape& shape, AttentionVariant variant) {
-  return forward_workspace(shape, variant).total();
-}
-
-void flash_attention_forward(const AttentionForwardArgs& args, void* workspace, size_t workspace_bytes,
+void flash_attention_forward(const AttentionParams& s, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream) {
-  const AttentionShape& s = args.shape;
-  if (!flash_attention_supported(s))
-    fail("flash attention: unsupported shape (head dim ", s.D, ", H ", s.H, ", Hkv ", s.Hkv,
-         "); head dims 64 and 128 with H a multiple of Hkv are supported");
-  if (has_sink(args.variant) && has_affine(args.variant))
-    fail("flash attention: sink and affine cannot be combined");
+  check_flash_params(s, "flash attention forward");
   if (s.B == 0 || s.T == 0 || s.H == 0) return;
-  const ForwardWorkspace ws = forward_workspace(s, args.variant);
+  const ForwardWorkspace ws = forward_workspace(s);
   if (workspace_bytes < ws.total() || (ws.total() > 0 && workspace == nullptr))
     fail("flash attention forward: workspace of ", workspace_bytes, " bytes, ", ws.total(), " needed");
 
+  // The kernel's argument pack: the same sizes and pointers, bf16 as raw words.
   ForwardArgs fa;
-  fa.p = kdtrain::flash::make_flash_params(s.B, s.T, s.H, s.Hkv, s.D, args.scale);
+  fa.p = s;
   if (fa.p.qkv_token * 128 > 0x7fffffff)  // tile offsets are 32-bit (flash_forward_kernel.cuh)
     fail("flash attention: qkv rows of ", fa.p.qkv_token, " elements are too wide");
-  fa.qkv = static_cast<const uint16_t*>(args.qkv);
-  fa.sinks = args.sinks;
-  fa.alpha = static_cast<const uint16_t*>(args.alpha);
-  fa.alpha_ma = args.alpha_ma;
-  fa.out = static_cast<uint16_t*>(args.out);
-  fa.lse = args.lse;
-  if (has_affine(args.variant)) {
+  fa.qkv = reinterpret_cast<const uint16_t*>(s.qkv);
+  fa.sinks = s.sinks;
+  fa.alpha = reinterpret_cast<const uint16_t*>(s.alpha);
+  fa.alpha_ma = s.alpha_ma;
+  fa.out = reinterpret_cast<uint16_t*>(s.out);
+  fa.lse = s.lse;
+  if (s.affine) {
     // prefix[b][i][g*D + d] = sum_{j<=i} v_j: all kv heads' v columns are one contiguous
     // run of Hkv*D columns inside each qkv token row.
     auto* base = static_cast<unsigned char*>(workspace);
@@ -103,7 +95,7 @@ void flash_attention_forward(const AttentionForwardArgs& args, void* workspace, 
     prefix_scan(scan, stream);
     fa.prefix = scan.out;
   }
-  kdtrain::flash::flash_dispatch(has_sink(args.variant), has_affine(args.variant), [&](auto flags) {
+  kdtrain::flash::flash_dispatch(s.sink, s.affine, [&](auto flags) {
     using Flags = decltype(flags);
     if (s.D == 64)
       launch_forward<64, Flags>(fa, stream);

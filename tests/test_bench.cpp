@@ -102,6 +102,20 @@ TEST_CASE("bench: every variant on tiny-llama reports consistent JSON", "[bench]
       CHECK(m["grads_bytes"] == m["params_bytes"]);  // fp32 master only on cpu
       CHECK(m["optimizer_bytes"].get<double>() == Approx(2 * m["grads_bytes"].get<double>()));
       CHECK(m["peak_rss_bytes"].get<int64_t>() > 0);
+      // The tracked peak holds at least the persistent state (master weights, which
+      // are the compute copy on cpu, gradients, AdamW moments) plus activations.
+      CHECK(m["peak_host_bytes"].get<double>() >=
+            m["params_bytes"].get<double>() + m["grads_bytes"].get<double>() +
+                m["optimizer_bytes"].get<double>());
+      CHECK(m["peak_host_bytes"].get<double>() < 1e9);
+      // Which attention implementation ran, per distinct call: one shape here.
+      REQUIRE(r["attention_paths"].size() == 1);
+      const json& path = r["attention_paths"][0];
+      CHECK(path["variant"] == variant);
+      CHECK((path["B"] == 2 && path["T"] == 32 && path["H"] == 4 && path["Hkv"] == 2 && path["D"] == 16));
+      CHECK(path["forward"] == "cpu-reference");
+      CHECK(path["backward"] == "cpu-reference");
+      CHECK(r["attention_path"] == "cpu-reference");
       const double student = r["flops_per_token"]["student_train"].get<double>();
       const double expected = kdtrain::bench::student_train_flops_per_token(
           kdtrain::model_preset("tiny-llama"),
@@ -151,6 +165,7 @@ TEST_CASE("bench --attention-only: every variant, FLOP convention, head-dim resc
       CHECK(r["fwd_bwd_ms"].get<double>() > 0);
       CHECK(r["flops_fwd_bwd"].get<double>() == Approx(kdtrain::bench::attention_fwd_bwd_flops(2, 4, 32, 16)));
       CHECK(r["tflops"].get<double>() > 0);
+      CHECK(r["attention_path"] == "cpu-reference");
     }
   }
   std::string out;

@@ -112,6 +112,14 @@ TEST_CASE("train e2e: resume from several checkpoints, and from a resumed run, i
   REQUIRE(run(base_args(shard, full.string()), &out, (tmp.path / "full.log").string()) == 0);
   const auto reference = read_metrics(full);
   REQUIRE(reference.size() == 12);
+  {
+    // The log says which attention implementation ran and the peak memory.
+    INFO(out);
+    CHECK(out.find("attention B=2 T=32 H=4 Hkv=2 D=16 affine: forward cpu-reference, "
+                   "backward cpu-reference") != std::string::npos);
+    CHECK(out.find("memory: peak backend memory") != std::string::npos);
+    for (const auto& row : reference) CHECK(row["peak_memory_bytes"].get<int64_t>() > 0);
+  }
 
   for (int from : {3, 6, 9}) {
     DYNAMIC_SECTION("resume from step " << from) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 
@@ -87,6 +88,25 @@ struct AdamWArgs {
   float lr = 0.f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.f;
   float grad_scale = 1.f;       // clip factor applied to grad
   int64_t step = 1;             // 1-based, for bias correction
+};
+
+// One distinct attention call (shape and variant) and the implementation that ran
+// its forward and backward, for the logs and `kdtrain bench` (backend_stats.h).
+struct AttentionPathUse {
+  AttentionShape shape;
+  AttentionVariant variant = AttentionVariant::baseline;
+  std::string forward, backward;  // implementation names; "" = that pass has not run
+  std::string reason;             // why the last call took its path
+};
+
+// Memory the backend holds (backend_stats.h says what "peak" counts). -1 = not known.
+struct MemoryStats {
+  int64_t current_bytes = -1;  // held now: every allocation, scratch and library workspace
+  int64_t peak_bytes = -1;     // high-water mark of current_bytes
+  // Device-wide used memory (total - free) at its highest sample, taken at every
+  // allocation: adds the CUDA context, libraries' own memory and other processes.
+  int64_t device_used_peak_bytes = -1;
+  int64_t device_total_bytes = -1;
 };
 
 class Backend {
@@ -172,6 +192,11 @@ class Backend {
   // Optimizer support.
   virtual double sum_squares(const float* x, int64_t n) = 0;  // deterministic
   virtual void adamw_update(const AdamWArgs& args) = 0;
+
+  // Reporting: the distinct attention calls so far and the path each took, and
+  // the memory held.
+  virtual std::vector<AttentionPathUse> attention_paths() const = 0;
+  virtual MemoryStats memory_stats() const = 0;
 };
 
 // "cpu" or "cuda"; throws when the backend is not built or no device exists.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "bench/backend_report.h"
 #include "core/error.h"
 #include "model/init.h"
 #include "model/loss.h"
@@ -227,10 +228,8 @@ nlohmann::json run_bench(const BenchOptions& o) {
                            double(teacher.model->layout().total)
                      : 0.0},
   };
-  if (device == "cpu")
-    mem["peak_rss_bytes"] = peak_rss_bytes();
-  else
-    mem["peak_device_bytes"] = "not measured";
+  mem.update(measured_memory_json(*backend));
+  if (device == "cpu") mem["peak_rss_bytes"] = peak_rss_bytes();
 
   nlohmann::json r;
   r["preset"] = c.model.preset;
@@ -270,6 +269,8 @@ nlohmann::json run_bench(const BenchOptions& o) {
   r["mfu"] = peak > 0 ? nlohmann::json(achieved_tflops / peak) : nlohmann::json(nullptr);
   r["final_loss"] = last_loss;
   r["memory"] = mem;
+  r["attention_paths"] = attention_paths_json(*backend);
+  r["attention_path"] = attention_path_summary(r["attention_paths"]);
   return r;
 }
 
@@ -315,7 +316,9 @@ std::string format_report(const nlohmann::json& r) {
   if (m.contains("peak_rss_bytes"))
     line(", peak RSS %.1f MiB\n", double(m["peak_rss_bytes"].get<int64_t>()) / MiB);
   else
-    line(", peak device memory not measured\n");
+    line("\n");
+  line("  %s\n", format_measured_memory(m).c_str());
+  s += format_attention_paths(r["attention_paths"]);
   return s;
 }
 
@@ -463,6 +466,8 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   r["tflops"] = ms > 0 ? flops / (ms / 1e3) / 1e12 : 0.0;
   r["flop_convention"] = "causal fwd 4*B*H*T^2*D/2; fwd+bwd = 3.5 x fwd; variant extras not counted";
   r["includes"] = has_gate(v) ? "attention core + sigmoid gate op" : "attention core";
+  r["attention_paths"] = attention_paths_json(be);
+  r["attention_path"] = attention_path_summary(r["attention_paths"]);
   return r;
 }
 
@@ -478,7 +483,7 @@ std::string format_attention_report(const nlohmann::json& r) {
                 r["forward_ms"].get<double>(), r["backward_ms"].get<double>(),
                 r["fwd_bwd_ms"].get<double>(), r["tflops"].get<double>(),
                 r["flop_convention"].get<std::string>().c_str());
-  return buf;
+  return buf + format_attention_paths(r["attention_paths"]);
 }
 
 }  // namespace kdtrain::bench

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/backend_stats.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
@@ -101,6 +102,7 @@ class Trainer {
       const double eta = elapsed / (step_ - first_step) * (total - step_);
       spdlog::info("{}", progress_line(record, total, eta));
     }
+    if (step_ == first_step + 1 || step_ == total) log_backend_report();
   }
 
   void setup() {
@@ -204,6 +206,13 @@ class Trainer {
                  "(AdamW moments for {} of {} parameters)",
                  comm_.world(), comm_.name(), zero1() ? "ZeRO-1" : "all-reduce",
                  8.0 * opt_range_.size() / mib, opt_range_.size(), student_->layout().total);
+  }
+
+  // Which attention implementation ran each distinct shape, and the peak memory.
+  void log_backend_report() const {
+    for (const AttentionPathUse& use : backend_->attention_paths())
+      spdlog::info("attention {}", describe(use));
+    spdlog::info("memory: {}", describe(backend_->memory_stats()));
   }
 
   bool is_root() const { return comm_.rank() == 0; }
@@ -351,6 +360,7 @@ class Trainer {
     rec["step_time_s"] = seconds;
     rec["applied"] = r.applied;
     rec["skipped_steps"] = skipped_;
+    rec["peak_memory_bytes"] = backend_->memory_stats().peak_bytes;  // device on GPU, host on CPU
     const int64_t L = config_.model.num_hidden_layers, H = config_.model.num_attention_heads;
     if (has_affine(config_.attention.variant)) {
       std::vector<float> ma = student_->alpha_ma();

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/backend_stats.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
@@ -50,9 +51,13 @@ class CpuBackend final : public Backend {
     void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
     KD_CHECK(p != nullptr, "cpu backend: out of memory allocating ", bytes, " bytes");
     std::memset(p, 0, rounded == 0 ? kAlignment : rounded);
+    memory_.on_alloc(p, rounded == 0 ? kAlignment : rounded);
     return p;
   }
-  void release(void* ptr) override { std::free(ptr); }
+  void release(void* ptr) override {
+    memory_.on_release(ptr);
+    std::free(ptr);
+  }
   void zero(void* ptr, size_t bytes) override {
     if (bytes > 0) std::memset(ptr, 0, bytes);
   }
@@ -119,6 +124,7 @@ class CpuBackend final : public Backend {
     check_variant_inputs(a.variant, a.sinks, a.alpha, a.alpha_ma);
     cpu::attention_forward(F(a.out), a.lse, F(a.qkv), a.sinks, F(a.alpha), a.alpha_ma,
                            dims_of(a.shape), a.scale, a.variant);
+    paths_.record(a.shape, a.variant, false, kAttentionPath, "");
   }
   void attention_backward(const AttentionBackwardArgs& a) override {
     check_variant_inputs(a.variant, a.sinks, a.alpha, a.alpha_ma);
@@ -127,6 +133,7 @@ class CpuBackend final : public Backend {
     cpu::attention_backward(F(a.dqkv), a.dsinks, F(a.dalpha), F(a.dout), F(a.qkv), a.lse,
                             a.sinks, F(a.alpha), a.alpha_ma, dims_of(a.shape), a.scale,
                             a.variant);
+    paths_.record(a.shape, a.variant, true, kAttentionPath, "");
   }
 
   void alpha_activation_forward(void* alpha, const void* z, int64_t n,
@@ -174,6 +181,23 @@ class CpuBackend final : public Backend {
     cpu::adamw_update(a.master, F(a.compute), a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2,
                       a.eps, a.weight_decay, a.grad_scale, a.step);
   }
+
+  std::vector<AttentionPathUse> attention_paths() const override { return paths_.uses(); }
+  // Host memory: peak_bytes counts this backend's allocations (the process's peak
+  // RSS is `kdtrain bench`'s other figure); there is no device.
+  MemoryStats memory_stats() const override {
+    MemoryStats m;
+    m.current_bytes = memory_.current_bytes();
+    m.peak_bytes = memory_.peak_bytes();
+    return m;
+  }
+
+ private:
+  // The unfused fp32 reference (cpu_attention.cpp); the blocked mirror of the
+  // fused kernels (cpu_flash_attention.cpp) is a test oracle, not a path.
+  static constexpr const char* kAttentionPath = "cpu-reference";
+  MemoryTracker memory_;
+  AttentionPathLog paths_;
 };
 
 }  // namespace
