@@ -4,6 +4,12 @@ cuda) against each kdtrain attention variant written in PyTorch, eager and
 torch.compile'd, at B*T tokens (default 16k), T = 2048, D in {64, 128}, with
 H*D = 2048 query channels and 4 query heads per kv head (llama3.2-1b-like).
 
+Cases per head dim: "sdpa" (the baseline core alone, the reference); each variant
+in the formulation a strong PyTorch user writes (scripts/torch_attention.py:
+SDPA flash; FlexAttention with the sink through the log-sum-exp; SDPA plus a
+cumulative sum; the gate elementwise); and each variant's naive eager form
+("<variant>-eager", T x T scores). Every row states its formulation.
+
 FLOP convention (stated in the output and docs/performance.md): causal
 forward = 4*B*H*T^2*D / 2 (QK^T and PV, 2 FLOPs per multiply-add, half the
 score matrix under the causal mask); forward+backward = 3.5 x forward (the
@@ -22,11 +28,12 @@ baseline time) and variant_speedup_vs_torch_best (best PyTorch time / kdtrain).
 """
 import argparse
 import json
-import math
 import statistics
 import time
 
-VARIANTS = ("baseline", "sink", "affine", "gated", "affine-gated")
+import torch_attention
+
+VARIANTS = torch_attention.VARIANTS
 FLOP_CONVENTION = "causal fwd 4*B*H*T^2*D/2; fwd+bwd = 3.5 x fwd; variant extras not counted"
 
 
@@ -34,42 +41,22 @@ def fwd_bwd_flops(B, H, T, D):
     return 3.5 * 4 * B * H * T * T * D / 2
 
 
-def make_attention(torch, variant, H, Hkv, D, eager_softmax):
-    """f(q, k, v, extras) -> (B, T, H*D); q (B,H,T,D), k/v (B,Hkv,T,D)."""
-    F = torch.nn.functional
-    rep = H // Hkv
-    affine = variant in ("affine", "affine-gated")
-    gated = variant in ("gated", "affine-gated")
-
-    def core(q, k, v, sinks):
-        T = q.shape[2]
-        if eager_softmax or variant == "sink":
-            kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-            s = (q @ kk.transpose(-1, -2)).float() / math.sqrt(D)
-            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1),
-                              float("-inf"))
-            if variant == "sink":
-                col = sinks.float().view(1, H, 1, 1).expand(s.shape[0], H, T, 1)
-                p = torch.softmax(torch.cat((s, col), -1), -1)[..., :T]
-            else:
-                p = torch.softmax(s, -1)
-            return p.to(vv.dtype) @ vv
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=rep > 1)
+def make_attention(torch, variant, H, Hkv, D, eager, device, T):
+    """f(q, k, v, extras) -> (B, T, H*D); q (B,H,T,D), k/v (B,Hkv,T,D). The core is
+    torch_attention.Attention (the strong-user formulation, or the eager T x T one)."""
+    core = torch_attention.Attention(torch, variant, H, Hkv, D, device, eager=eager)
+    core.prepare(T)
 
     def f(q, k, v, x):
-        B, _, T, _ = q.shape
-        o = core(q, k, v, x["sinks"]).transpose(1, 2)  # (B, T, H, D)
-        if affine:
-            alpha = (0.1 * x["alpha_z"].float() + 0.5).clamp(0, 1)  # (B, T, H)
-            n = torch.arange(1, T + 1, device=q.device, dtype=torch.float32).view(1, T, 1)
-            beta = (x["alpha_ma"].view(1, 1, H) - alpha) / n
-            prefix = v.transpose(1, 2).float().cumsum(1).repeat_interleave(rep, 2)
-            o = (alpha.unsqueeze(-1) * o.float() + beta.unsqueeze(-1) * prefix).to(q.dtype)
-        o = o.reshape(B, T, H * D)
-        if gated:
-            o = o * torch.sigmoid(x["gate_z"])
+        B, _, T_, _ = q.shape
+        alpha = torch_attention.linear_clip(x["alpha_z"].float())
+        o = core(q, k, v, sinks=x["sinks"], alpha=alpha, alpha_ma=x["alpha_ma"])
+        o = o.reshape(B, T_, H * D)
+        if torch_attention.has_gate(variant):
+            o = torch_attention.gate(torch, o, x["gate_z"])
         return o
 
+    f.formulation = core.formulation()
     return f
 
 
@@ -113,24 +100,27 @@ def run(args):
                   "alpha_ma": torch.full((H,), 0.5, device=dev), "gate_z": rnd(B, T, H * D)}
         leaves = [q, k, v] + [t for t in extras.values() if t.requires_grad]
         flops = fwd_bwd_flops(B, H, T, D)
-        cases = [("sdpa", "baseline", False)] + [(f"{v_}-eager", v_, True) for v_ in VARIANTS]
-        cases += [(f"{v_}-sdpa", v_, False) for v_ in VARIANTS if v_ != "sink"]
+        # "sdpa": the reference (the baseline core alone); "<variant>": the strong
+        # formulation of torch_attention.py; "<variant>-eager": the naive T x T form.
+        cases = [("sdpa", "baseline", False)] + [(v_, v_, False) for v_ in VARIANTS]
+        cases += [(f"{v_}-eager", v_, True) for v_ in VARIANTS]
         for name, variant, eager in cases:
             for compiled in ([False, True] if args.compile else [False]):
-                fn = make_attention(torch, variant, H, Hkv, D, eager)
-                if compiled:
-                    fn = torch.compile(fn)
                 label = name + ("+compile" if compiled else "")
+                row = {"case": label, "variant": variant, "D": D, "H": H, "Hkv": Hkv, "B": B, "T": T}
+                # SDPA restricted to its flash backend on cuda, as its users would.
                 ctx = torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION) \
-                    if (dev.type == "cuda" and name == "sdpa") else _null()
+                    if (dev.type == "cuda" and not eager) else _null()
                 try:
+                    fn = make_attention(torch, variant, H, Hkv, D, eager, dev, T)
+                    row["formulation"] = fn.formulation + (", torch.compile" if compiled else "")
+                    if compiled:
+                        fn = torch.compile(fn)
                     with ctx:
                         ms = time_case(torch, fn, (q, k, v, extras), leaves, args.warmup, args.iters, sync)
-                    results.append({"case": label, "variant": variant, "D": D, "H": H, "Hkv": Hkv,
-                                    "B": B, "T": T, "ms": ms, "tflops": flops / (ms / 1e3) / 1e12})
+                    results.append(dict(row, ms=ms, tflops=flops / (ms / 1e3) / 1e12))
                 except Exception as e:  # e.g. out of memory for the eager T x T scores
-                    results.append({"case": label, "variant": variant, "D": D, "H": H, "Hkv": Hkv,
-                                    "B": B, "T": T, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+                    results.append(dict(row, error=f"{type(e).__name__}: {str(e)[:200]}"))
                     if dev.type == "cuda":
                         torch.cuda.empty_cache()
         ref = next(r["ms"] for r in results if r["case"] == "sdpa" and r["D"] == D and "ms" in r)
@@ -214,7 +204,7 @@ def main(argv=None):
             print(f"  D={x['D']:<4} {x['case']:<28} {x['error']}")
         else:
             print(f"  D={x['D']:<4} {x['case']:<28} {x['ms']:9.3f} ms {x['tflops']:8.3f} TFLOP/s "
-                  f"x{x['slowdown_vs_sdpa']:.2f} vs sdpa")
+                  f"x{x['slowdown_vs_sdpa']:.2f} vs sdpa   [{x['formulation']}]")
     for x in r.get("kdtrain", []):
         if "error" in x:
             print(f"  D={x['D']:<4} kdtrain {x['variant']:<20} {x['error']}")

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Plain-PyTorch baseline for `kdtrain bench`: the same student (HF-LLaMA/Qwen2
 shaped: RMSNorm, rotate_half RoPE with llama3 scaling, GQA, SwiGLU, tied or
-untied head) with each attention variant written in PyTorch, trained one
-micro-batch per step with bf16 autocast (cuda), AdamW (fused on cuda), an
-optional teacher forward under no_grad, and KD (forward KL) + CE computed in
-token chunks under activation checkpointing, so the (B*T, V) logits never all
-live at once.
+untied head) with each attention variant written as a strong PyTorch user
+writes it (scripts/torch_attention.py: SDPA flash for baseline and gated,
+FlexAttention with the sink through the log-sum-exp for sink, SDPA plus a
+cumulative sum for affine), trained one micro-batch per step with bf16 autocast
+(cuda), AdamW (fused on cuda), an optional teacher forward under no_grad, and KD
+(forward KL) + CE computed in token chunks under activation checkpointing, so
+the (B*T, V) logits never all live at once.
 
 FLOPs per token use kdtrain's convention (src/bench/bench.h, docs/performance.md):
   N = trainable params except the input embedding, plus the LM head V*C once
@@ -20,6 +22,8 @@ import math
 import statistics
 import sys
 import time
+
+import torch_attention
 
 # Architectures of kdtrain's presets (src/config/presets.cpp); a test compares
 # them with `kdtrain info --json`.
@@ -52,7 +56,7 @@ PRESETS = {
                       num_attention_heads=3, num_key_value_heads=3, head_dim=16, vocab_size=256,
                       tie_word_embeddings=False),
 }
-VARIANTS = ("baseline", "sink", "affine", "gated", "affine-gated")
+VARIANTS = torch_attention.VARIANTS
 FLOP_FORMULA = ("student 6*N + 12*L*H*D*T (full T, no causal halving); teacher 2*N_t + "
                 "4*L_t*H_t*D_t*T; N = trainable params except the input embedding, plus the LM "
                 "head V*C once")
@@ -87,15 +91,18 @@ def teacher_forward_flops_per_token(cfg, T):
     return 2 * flop_params(cfg, "baseline") + 4 * attention_coefficient(cfg, T)
 
 
-def build(torch, cfg, variant):
-    """The decoder as an nn.Module; imported lazily so the FLOP helpers need no torch."""
+def build(torch, cfg, variant, device):
+    """The decoder as an nn.Module on `device`; imported lazily so the FLOP helpers need
+    no torch. Its attention core is torch_attention.Attention (the strong-user form of
+    each variant); call model.prepare(T) before the first forward."""
     nn = torch.nn
     F_ = torch.nn.functional
     C, Fd, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     H, Hkv, D, V = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
                     cfg["vocab_size"])
-    affine = variant in ("affine", "affine-gated")
-    gated = variant in ("gated", "affine-gated")
+    affine = torch_attention.has_affine(variant)
+    gated = torch_attention.has_gate(variant)
+    core = torch_attention.Attention(torch, variant, H, Hkv, D, device)
 
     class RMSNorm(nn.Module):
         def __init__(self):
@@ -122,9 +129,6 @@ def build(torch, cfg, variant):
         a, b = x.chunk(2, dim=-1)
         return torch.cat((-b, a), dim=-1)
 
-    def linear_clip(z):
-        return (0.1 * z + 0.5).clamp(0.0, 1.0)
-
     class Layer(nn.Module):
         def __init__(self):
             super().__init__()
@@ -144,23 +148,9 @@ def build(torch, cfg, variant):
 
         def attend(self, x, q, k, v):
             B, T = q.shape[0], q.shape[2]
-            if variant == "sink":  # eager softmax with a sink column per head
-                rep = H // Hkv
-                kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-                s = (q @ kk.transpose(-1, -2)).float() / math.sqrt(D)
-                mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
-                s = s.masked_fill(mask, float("-inf"))
-                sink = self.sinks.float().view(1, H, 1, 1).expand(B, H, T, 1)
-                p = torch.softmax(torch.cat((s, sink), dim=-1), dim=-1)[..., :T]
-                return (p.to(vv.dtype) @ vv).transpose(1, 2).reshape(B, T, H * D)
-            o = F_.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hkv != H)
-            o = o.transpose(1, 2)  # (B, T, H, D)
-            if affine:
-                alpha = linear_clip(self.alpha_proj(x).float())  # (B, T, H)
-                n = torch.arange(1, T + 1, device=x.device, dtype=torch.float32).view(1, T, 1)
-                beta = (self.alpha_ma.view(1, 1, H) - alpha) / n
-                prefix = v.transpose(1, 2).float().cumsum(1).repeat_interleave(H // Hkv, 2)
-                o = (alpha.unsqueeze(-1) * o.float() + beta.unsqueeze(-1) * prefix).to(o.dtype)
+            alpha = torch_attention.linear_clip(self.alpha_proj(x).float()) if affine else None
+            o = core(q, k, v, sinks=getattr(self, "sinks", None), alpha=alpha,
+                     alpha_ma=getattr(self, "alpha_ma", None))
             return o.reshape(B, T, H * D)
 
         def forward(self, h, cos, sin):
@@ -172,7 +162,7 @@ def build(torch, cfg, variant):
             k = k * cos + rotate_half(k) * sin
             o = self.attend(x, q.to(v.dtype), k.to(v.dtype), v)
             if gated:
-                o = o * torch.sigmoid(self.gate_proj(x))
+                o = torch_attention.gate(torch, o, self.gate_proj(x))
             h = h + self.o(o)
             g, u = self.gate_up(self.post_norm(h)).chunk(2, dim=-1)
             return h + self.down(F_.silu(g) * u)
@@ -190,6 +180,12 @@ def build(torch, cfg, variant):
                     torch.nn.init.normal_(p, std=0.02)
                 elif name.endswith(".bias"):
                     torch.nn.init.zeros_(p)
+
+        def prepare(self, T):  # outside any compiled region
+            core.prepare(T)
+
+        def formulation(self):
+            return core.formulation()
 
         def head_weight(self):
             return self.embed.weight if self.lm_head is None else self.lm_head.weight
@@ -244,13 +240,15 @@ def run(args):
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     amp = device.type == "cuda" if args.dtype == "auto" else args.dtype == "bf16"
-    student = build(torch, cfg, args.attention).to(device)
+    student = build(torch, cfg, args.attention, device).to(device)
+    student.prepare(args.seq_len)
     teacher = None
     if args.teacher:
         tcfg = PRESETS[args.teacher]
         if tcfg["vocab_size"] != cfg["vocab_size"]:
             sys.exit(f"--teacher {args.teacher}: vocab {tcfg['vocab_size']} != student {cfg['vocab_size']}")
-        teacher = build(torch, tcfg, "baseline").to(device).eval()
+        teacher = build(torch, tcfg, "baseline", device).to(device).eval()
+        teacher.prepare(args.seq_len)
         for p in teacher.parameters():
             p.requires_grad_(False)
         if amp:
@@ -317,7 +315,8 @@ def run(args):
     assert counted == flop_params(cfg, args.attention), (counted, flop_params(cfg, args.attention))
     return {
         "tool": "bench_pytorch", "torch": torch.__version__, "preset": args.preset,
-        "attention": args.attention, "device": device.type, "dtype": "bf16-autocast" if amp else "fp32",
+        "attention": args.attention, "attention_formulation": student.formulation(),
+        "device": device.type, "dtype": "bf16-autocast" if amp else "fp32",
         "compile": args.compile, "micro_batch": B, "seq_len": T, "tokens_per_step": B * T,
         "warmup": args.warmup, "steps": args.steps, "teacher": args.teacher,
         "params_flop": flop_params(cfg, args.attention),
@@ -359,7 +358,7 @@ def main(argv=None):
     except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
         if "out of memory" not in str(e).lower():
             raise
-        # e.g. the eager sink variant materialises fp32 (B, H, T, T) scores per layer
+        # e.g. a teacher too large for the device next to the student
         print(json.dumps({"tool": "bench_pytorch", "preset": args.preset, "attention": args.attention,
                           "micro_batch": args.micro_batch, "seq_len": args.seq_len,
                           "compile": args.compile, "error": "out of memory: " + str(e)[:300]}))
