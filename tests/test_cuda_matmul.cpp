@@ -1,5 +1,9 @@
 // CUDA matmul (cuBLASLt, bf16 in, fp32 accumulate) against the CPU reference.
-// Bounds: out and dinp (bf16): NMSE < 5e-4, max |err| <= 2e-2 * max |ref|;
+// Bounds (u = 2^-8, check_bf16_rounded in test_cuda_util.h): out and dinp (bf16) are
+// accumulated in fp32 and rounded once (the bias, when given, is added by a second
+// kernel: a second rounding), with 25% slack for tensor-core fp32 accumulation over
+// K <= 1536 (its round-off grows with sqrt(K) and with the cancellation in random
+// dot products): NMSE < (1.25 k u)^2, max |err| <= 1.25 k u max |ref|, k roundings;
 // dweight and dbias (fp32, accumulated onto non-zero values): NMSE < 1e-8,
 // max |err| <= 1e-4 * max |ref|. Shapes include odd IC/OC (unaligned leading
 // dimensions, the cublasGemmEx fallback) and N = 1; both dinp modes; null outputs;
@@ -39,7 +43,7 @@ TEST_CASE("cuda matmul forward and backward", "[cuda][matmul]") {
         d_b.upload(b);
         d_dout.upload(dout);
         be->matmul_forward(d_out.get(), d_inp.get(), d_w.get(), bias ? d_b.get() : nullptr, N, IC, OC);
-        check_close("out", d_out.download(), ref_out, 5e-4, 2e-2);
+        check_bf16_rounded("out", d_out.download(), ref_out, bias ? 2 : 1, 1.25);
         CHECK(d_out.guard_intact());
 
         for (bool acc : {false, true}) {
@@ -63,7 +67,7 @@ TEST_CASE("cuda matmul forward and backward", "[cuda][matmul]") {
           CHECK(d_dinp.bytes() == first_dinp);
           CHECK(d_dw.bytes() == first_dw);
           CHECK(d_db.bytes() == first_db);
-          check_close("dinp", d_dinp.download(), ref_dinp, 5e-4, 2e-2);
+          check_bf16_rounded("dinp", d_dinp.download(), ref_dinp, 1, 1.25);
           check_close("dweight", d_dw.download(), ref_dw, 1e-8, 1e-4);
           check_close("dbias", d_db.download(), ref_db, 1e-8, 1e-4);
           CHECK(d_dinp.guard_intact());
@@ -101,8 +105,9 @@ TEST_CASE("cuda matmul on unaligned views (row offsets into an arena)", "[cuda][
   auto at = [&](const DevBuf& b) { return static_cast<char*>(b.get()) + off * b.elem_size(); };
   be->matmul_forward(at(d_out), at(d_in), at(d_w), nullptr, N, IC, OC);
   std::vector<float> got = d_out.download();
-  CHECK(std::all_of(got.begin(), got.begin() + off, [](float v) { return v == 0.f; }));
+  // The elements before the view are not the op's: still the unwritten NaN.
+  CHECK(std::all_of(got.begin(), got.begin() + off, [](float v) { return std::isnan(v); }));
   got.erase(got.begin(), got.begin() + off);
-  check_close("out (unaligned)", got, ref, 5e-4, 2e-2);
+  check_bf16_rounded("out (unaligned)", got, ref, 1, 1.25);
   CHECK(d_out.guard_intact());
 }

@@ -100,6 +100,10 @@ TEST_CASE("cuda adamw stochastic rounding is unbiased and reproducible", "[cuda]
     DevBuf w(be, n, DType::f32), cw(be, n, DType::bf16), g(be, n, DType::f32),
         m(be, n, DType::f32), v(be, n, DType::f32);
     w.upload(w0);
+    const std::vector<float> zeros(n, 0.f);
+    g.upload(zeros);
+    m.upload(zeros);
+    v.upload(zeros);
     AdamWArgs a;  // zero gradient, no decay: the master stays put, only the rounding acts
     a.master = w.f32();
     a.compute = cw.get();
