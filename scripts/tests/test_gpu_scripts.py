@@ -1,0 +1,177 @@
+"""scripts/gpu_report.py (the summaries, table and docs/gpu/latest.json of the GPU
+scripts) on recorded and synthetic inputs, and CPU smoke runs of scripts/gpu_check.sh
+and scripts/gpu_bench.sh (DEVICE=cpu: the scripts themselves, no GPU numbers)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import gpu_report  # noqa: E402
+
+RECORDED = ROOT.parent / "shared" / "gpu-runs" / "2026-11-22-e64f2ce"
+BUILD = Path(os.environ.get("KDTRAIN_BUILD_DIR", ROOT / "build"))
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def suite(outdir, name, log, listed, filt="[cuda]"):
+    write(outdir / f"tests_{name}.txt", log)
+    write(outdir / f"tests_{name}.meta.json",
+          json.dumps({"filter": filt, "listed": listed, "exit_code": 0, "seconds": 1}))
+
+
+def metrics(outdir, name, losses):
+    write(outdir / f"train_{name}" / "metrics.jsonl",
+          "".join(json.dumps({"step": i + 1, "loss": x}) + "\n" for i, x in enumerate(losses)))
+
+
+def test_check_summary_of_the_recorded_failing_run(tmp_path):
+    if not (RECORDED / "cuda_tests.txt").exists():
+        pytest.skip(f"{RECORDED} not present (../shared is not checked out here)")
+    suite(tmp_path, "cuda", (RECORDED / "cuda_tests.txt").read_text(), 20)
+    s = gpu_report.check_summary(str(tmp_path), "e64f2ce", "NVIDIA H100 80GB HBM3")
+    # The old parser wrote tests_passed 4, tests_failed 0 for this run.
+    assert (s["tests_status"], s["tests_passed"], s["tests_failed"]) == ("failed", 16, 4)
+    table = gpu_report.check_table(s)
+    assert "failed: 16 passed, 4 failed" in table
+    assert table.splitlines()[-1].startswith("overall") and "failed" in table.splitlines()[-1]
+
+
+def test_check_summary_synthetic(tmp_path):
+    suite(tmp_path, "cuda", "x.cpp:1: warning: 'SKIPPED: no CUDA device'\nPassed all 25 test cases with 900 assertions.\n", 25)
+    suite(tmp_path, "realistic", "Passed 1 test case with 5000 assertions.\n", 1, "[realistic]")
+    write(tmp_path / "memcheck.meta.json", json.dumps({"filter": "[cuda]", "exit_code": 0, "seconds": 80}))
+    write(tmp_path / "memcheck.txt", "Passed all 20 test cases with 10 assertions.\n========= ERROR SUMMARY: 0 errors\n")
+    write(tmp_path / "racecheck.meta.json", json.dumps({"filter": "[sanitize]", "exit_code": 1, "seconds": 90}))
+    write(tmp_path / "racecheck.txt", "Passed all 4 test cases with 10 assertions.\n"
+          "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n========= ERROR SUMMARY: 1 error\n")
+    metrics(tmp_path, "cpu", [5.0, 4.0, 3.0])
+    metrics(tmp_path, "cuda", [5.0, 4.004, 3.0])
+    s = gpu_report.check_summary(str(tmp_path), "abc", "GPU")
+    assert (s["tests_status"], s["tests_passed"], s["tests_failed"], s["tests_skipped"]) == ("passed", 26, 0, 1)
+    assert s["sanitizers"]["memcheck"]["status"] == "clean"
+    assert s["sanitizers"]["racecheck"]["status"] == "errors"
+    assert s["sanitizers"]["racecheck"]["hazards"] == 2
+    assert s["train_max_rel_loss_diff_cuda_vs_cpu"] == pytest.approx(1e-3)
+
+
+def test_check_summary_of_a_crash(tmp_path):
+    suite(tmp_path, "cuda", "x.cpp:1: failed: a\nSegmentation fault (core dumped)\n", 25)
+    write(tmp_path / "memcheck.meta.json", json.dumps({"skipped": "compute-sanitizer not found"}))
+    s = gpu_report.check_summary(str(tmp_path), "abc", "GPU")
+    assert s["tests_status"] == "incomplete" and s["tests_passed"] is None
+    assert s["sanitizers"]["memcheck"] == {"status": "not run", "reason": "compute-sanitizer not found"}
+    assert s["train_max_rel_loss_diff_cuda_vs_cpu"] is None
+    assert "not measured" in gpu_report.check_table(s)
+
+
+def test_sanitizer_timeout_is_not_clean():
+    r = gpu_report.parse_sanitizer("Passed 1 test case with 1 assertion.\n", 124, timed_out=True)
+    assert r["status"] == "timed out"
+    assert gpu_report.parse_sanitizer("no summary at all")["status"] == "no summary"
+
+
+def bench_json(tmp, name, **fields):
+    write(tmp / name, "some log line\n" + json.dumps(fields) + "\n")
+
+
+def test_bench_summary_synthetic(tmp_path):
+    for v, tok in zip(gpu_report.VARIANTS, (40000, 39000, 38000, 38500, 37000)):
+        bench_json(tmp_path, f"kdtrain_{v}.json", tokens_per_s=tok, mfu=0.3, step_ms=16384 / tok * 1e3,
+                   preset="llama3.2-1b", seq_len=2048, micro_batch=8, attention_path="flash",
+                   memory={"peak_device_bytes": 30 * 2**30})
+    bench_json(tmp_path, "torch_compile_baseline.json", tokens_per_s=45800.0, peak_device_bytes=40 * 2**30)
+    bench_json(tmp_path, "torch_compile_sink.json", error="out of memory: ...")
+    bench_json(tmp_path, "kdtrain_teacher_baseline.json", tokens_per_s=30000.0, mfu=0.4)
+    bench_json(tmp_path, "torch_teacher_baseline.json", tokens_per_s=24872.0)
+    bench_json(tmp_path, "attention.json", attn_fwdbwd_vs_sdpa={"64": 0.9, "128": 1.1},
+               variant_attn_slowdown={"64": {"baseline": 1.0, "sink": 1.05}})
+    s = gpu_report.bench_summary(str(tmp_path), "abc", "H100")
+    assert s["step_speedup_vs_torch_compile"]["baseline"] == pytest.approx(40000 / 45800)
+    assert s["step_speedup_vs_torch_compile"]["sink"] is None  # PyTorch failed: not a number
+    assert s["step_speedup_vs_torch_with_teacher"]["baseline"] == pytest.approx(30000 / 24872)
+    assert s["step_speedup_vs_torch_with_teacher"]["affine"] is None
+    assert s["mfu_1b_t2048"]["gated"] == 0.3
+    assert s["attn_fwdbwd_vs_sdpa"] == {"64": 0.9, "128": 1.1}
+    table = gpu_report.bench_table(s)
+    assert "0.87x" in table and "not measured" in table
+    assert "30.0 GiB / 40.0 GiB" in table
+
+
+def test_bench_summary_of_nothing_measured(tmp_path):
+    s = gpu_report.bench_summary(str(tmp_path), "abc", None)
+    assert all(x is None for x in s["step_speedup_vs_torch_compile"].values())
+    assert all(x is None for x in s["mfu_1b_t2048"].values())
+    assert "not measured" in gpu_report.bench_table(s)
+
+
+def test_update_latest_keeps_one_session(tmp_path):
+    path = str(tmp_path / "docs" / "gpu" / "latest.json")
+    check = {"commit": "c1", "gpu": "H100", "tests_passed": 30, "tests_failed": 0}
+    gpu_report.update_latest(path, check, ("tests_passed", "tests_failed"))
+    bench = {"commit": "c1", "gpu": "H100", "mfu_1b_t2048": {"baseline": 0.4}}
+    doc = gpu_report.update_latest(path, bench, ("mfu_1b_t2048",))
+    assert doc == {"commit": "c1", "gpu": "H100", "tests_passed": 30, "tests_failed": 0,
+                   "mfu_1b_t2048": {"baseline": 0.4}}
+    # Another commit: the old keys go, never mixed with the new ones.
+    doc = gpu_report.update_latest(path, dict(bench, commit="c2"), ("mfu_1b_t2048",))
+    assert doc == {"commit": "c2", "gpu": "H100", "mfu_1b_t2048": {"baseline": 0.4}}
+    assert json.loads(Path(path).read_text()) == doc
+
+
+def test_no_gpu_leaves_latest_alone(tmp_path):
+    path = tmp_path / "latest.json"
+    assert gpu_report.main(["bench", str(tmp_path), "--commit", "c", "--update-docs", str(path)]) == 0
+    assert not path.exists()
+    assert (tmp_path / "summary.json").exists()
+
+
+def run_script(script, env, timeout):
+    p = subprocess.run(["bash", str(ROOT / "scripts" / script)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=timeout, env=dict(os.environ, **env))
+    return p
+
+
+def test_gpu_check_cpu_smoke(tmp_path):
+    if not (BUILD / "kdtrain_tests").exists() or (ROOT / ".carry" / "gpu" / "bin" / "kdtrain").exists():
+        pytest.skip("needs build/ and no packed GPU build")
+    p = run_script("gpu_check.sh", {"DEVICE": "cpu", "SUITE": "[cuda][rope]", "REALISTIC": "[path]",
+                                    "TRAIN_STEPS": "3", "OUT": str(tmp_path)}, 900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = json.loads((tmp_path / "check" / "summary.json").read_text())
+    assert s["tests_status"] == "passed" and s["tests_failed"] == 0 and s["tests_passed"] >= 2
+    assert s["sanitizers"]["memcheck"]["status"] == "not run"
+    assert s["train_steps_cpu"] == s["train_steps_cuda"] == 3
+    lines = p.stdout.strip().splitlines()
+    assert lines[-1].startswith("overall")  # the table comes last
+
+
+def test_gpu_bench_cpu_smoke(tmp_path):
+    pytest.importorskip("torch")
+    if not (BUILD / "kdtrain").exists() or (ROOT / ".carry" / "gpu" / "bin" / "kdtrain").exists():
+        pytest.skip("needs build/ and no packed GPU build")
+    env = {"DEVICE": "cpu", "PRESET": "tiny-llama", "SEQ": "32", "MICRO_BATCH": "2", "STEPS": "1",
+           "WARMUP": "0", "MODES": "eager", "TORCH_VARIANTS": "baseline sink", "TEACHER": "tiny-llama",
+           "ATTN_ARGS": "--tokens 64 --seq-len 32 --head-dims 16 --channels 64 --gqa 2 --iters 1 "
+                        "--warmup 0 --kdtrain-preset tiny-llama",
+           "KDTRAIN_BINARY": str(BUILD / "kdtrain"), "OUT": str(tmp_path)}
+    latest = ROOT / "docs" / "gpu" / "latest.json"
+    before = latest.read_bytes() if latest.exists() else None
+    p = run_script("gpu_bench.sh", env, 1500)
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = json.loads((tmp_path / "bench" / "summary.json").read_text())
+    assert s["gpu"] is None
+    assert s["attention_path"]["baseline"] == "cpu-reference"
+    assert s["tokens_per_s"]["sink"] > 0
+    assert set(s["attn_fwdbwd_vs_sdpa"]) == {"16"}
+    assert p.stdout.strip().splitlines()[-1].startswith("peak device memory")  # the table comes last
+    assert (latest.read_bytes() if latest.exists() else None) == before  # no GPU: docs untouched
