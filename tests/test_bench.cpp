@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "bench/bench.h"
 #include "config/config.h"
 #include "process_util.h"
@@ -176,4 +177,26 @@ TEST_CASE("bench --attention-only: every variant, FLOP convention, head-dim resc
   const json r = last_json_line(out);
   CHECK(r["H"] == 2);  // H*D = 64 kept
   CHECK(r["Hkv"] == 1);  // GQA ratio 2 kept
+}
+
+TEST_CASE("bench on the GPU: the attention path and the measured peak device memory", "[cuda][bench]") {
+  if (!kdtrain::cuda_available()) {
+    WARN("SKIPPED: no CUDA device");
+    return;
+  }
+  // tiny-llama's head dim 16 takes the row kernels; 64 the fused ones.
+  for (const char* head_dim : {"16", "64"}) {
+    INFO("head_dim " << head_dim);
+    const json r = run_bench({"--device", "cuda", "--attention", "sink", "--set",
+                              std::string("model.head_dim=") + head_dim});
+    CHECK(r["attention_path"] == (std::string(head_dim) == "64" ? "flash" : "row"));
+    const json& m = r["memory"];
+    // The tracked peak holds at least the fp32 master, bf16 copy, gradients and moments.
+    const double persistent = m["params_bytes"].get<double>() + m["grads_bytes"].get<double>() +
+                              m["optimizer_bytes"].get<double>();
+    CHECK(m["peak_device_bytes"].get<double>() >= persistent);
+    // Device-wide use, sampled after each allocation, includes everything tracked.
+    CHECK(m["device_used_peak_bytes"].get<int64_t>() >= m["peak_device_bytes"].get<int64_t>());
+    CHECK(m["device_total_bytes"].get<int64_t>() >= m["device_used_peak_bytes"].get<int64_t>());
+  }
 }

@@ -172,6 +172,26 @@ TEST_CASE("cuda column sums accumulate deterministically", "[cuda][elementwise][
   }
 }
 
+TEST_CASE("cuda backend memory stats follow every allocation", "[cuda][memory]") {
+  KD_REQUIRE_CUDA_OR_SKIP();
+  auto be = cuda_backend();
+  const MemoryStats before = be->memory_stats();
+  void* a = be->alloc(100 << 20);  // 100 MiB
+  void* b = be->alloc(1000);       // rounded up to a multiple of 256: 1024
+  const MemoryStats during = be->memory_stats();
+  CHECK(during.current_bytes == before.current_bytes + (100 << 20) + 1024);
+  CHECK(during.peak_bytes >= during.current_bytes);
+  be->release(a);
+  const MemoryStats after = be->memory_stats();
+  CHECK(after.current_bytes == during.current_bytes - (100 << 20));
+  CHECK(after.peak_bytes == during.peak_bytes);
+  be->release(b);
+  if (cuda_available()) {  // device-wide readings exist on a device only
+    CHECK(during.device_used_peak_bytes >= during.peak_bytes);
+    CHECK(during.device_total_bytes >= during.device_used_peak_bytes);
+  }
+}
+
 TEST_CASE("cuda backend memory: zeroed alloc, zero, overlapping copy", "[cuda][memory]") {
   KD_REQUIRE_CUDA_OR_SKIP();
   auto be = cuda_backend();
