@@ -251,6 +251,7 @@ void CudaBackend::loss_chunk(const LossChunkArgs& a) {
   p.targets = a.targets;
   p.ce = a.ce;
   p.kd = a.kd;
+  p.soft_ce = a.soft_ce;
   p.kind = a.kd_loss == KdLoss::forward_kl   ? cuda::KdKind::forward_kl
            : a.kd_loss == KdLoss::reverse_kl ? cuda::KdKind::reverse_kl
                                              : cuda::KdKind::soft_ce;

@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kThreads) loss_kernel(LossParams p) {
     }
   }
   const float lse1 = block_logsumexp(o1, red);
-  float lseS = 0.f, lseT = 0.f, acc = 0.f;
+  float lseS = 0.f, lseT = 0.f, acc = 0.f, xent = 0.f;
   if (teacher) {
     lseS = block_logsumexp(oS, red);
     lseT = block_logsumexp(oT, red);
@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(kThreads) loss_kernel(LossParams p) {
       const float lsS = to_f(s[k]) * inv_tau - lseS;
       const float lsT = to_f(t[k]) * inv_tau - lseT;
       const float pS = expf(lsS), pT = expf(lsT);
+      if (pT > 0.f) xent -= pT * lsS;
       switch (p.kind) {
         case KdKind::forward_kl: if (pT > 0.f) acc += pT * (lsT - lsS); break;
         case KdKind::reverse_kl: if (pS > 0.f) acc += pS * (lsS - lsT); break;
@@ -63,10 +64,12 @@ __global__ void __launch_bounds__(kThreads) loss_kernel(LossParams p) {
       }
     }
     acc = block_sum(acc, red);
+    if (p.soft_ce) xent = block_sum(xent, red);
   }
   if (threadIdx.x == 0) {
     p.ce[r] = has_ce ? lse1 - to_f(s[target]) : 0.f;
     p.kd[r] = teacher ? tau * tau * acc : 0.f;
+    if (p.soft_ce) p.soft_ce[r] = teacher ? tau * tau * xent : 0.f;
   }
   if (!p.compute_grad) return;
   // Thread 0 read s[target] above; make sure that read is done before any overwrite.

@@ -7,13 +7,15 @@
 //   reverse_kl  = tau^2 sum p_S (log p_S - log p_T)        d/ds = tau p_S (r - E_pS[r])
 //   soft_ce     = -tau^2 sum p_T log p_S                   d/ds = tau (p_S - p_T)
 //   dlogits     = grad_scale * (w dKD + (1-w) dCE), w = kd_weight (0 without teacher)
+// soft_ce (optional output) = -tau^2 sum p_T log p_S for any kind: the KD loss on a
+// cross-entropy scale (KL + teacher entropy), for logging.
 // A negative target masks the CE term of its row (ce = 0, no CE gradient); KD still
 // counts. Targets >= V cannot raise an error from the device: they are treated as
 // masked too (the CPU reference throws; callers validate on the host).
 //
 // Numerics: one block per row; logits read as bf16, everything else fp32. Pass 1
 // keeps an online (max, sum of exp) per thread for s, s/tau and t/tau, merged by
-// fixed block trees; pass 2 sums the KD terms; pass 3 writes the gradient. Each
+// fixed block trees; pass 2 sums the KD (and soft-CE) terms; pass 3 writes the gradient. Each
 // thread owns a fixed strided set of columns, so results are deterministic.
 #pragma once
 #include "cuda_common.cuh"
@@ -29,6 +31,7 @@ struct LossParams {
   const int32_t* targets = nullptr;      // (n)
   float* ce = nullptr;                   // (n), written
   float* kd = nullptr;                   // (n), written (0 without teacher)
+  float* soft_ce = nullptr;              // (n) or null, written (0 without teacher)
   KdKind kind = KdKind::forward_kl;
   float temperature = 1.f;
   float kd_weight = 0.f;

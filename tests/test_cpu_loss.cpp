@@ -1,5 +1,6 @@
 // Fused CE + KD loss on a chunk: direct CE, KL(p||p) = 0, finite-difference
-// gradients of CE, every KD loss and the mixed loss in double, float vs double.
+// gradients of CE, every KD loss and the mixed loss in double, float vs double,
+// the logged teacher soft cross-entropy.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -24,13 +25,15 @@ struct LossProblem {
 
   // Returns grad_scale * sum_r (w*kd + (1-w)*ce) and optionally the analytic gradient.
   double run(std::vector<double>* grad, std::vector<double>* ce_out = nullptr,
-             std::vector<double>* kd_out = nullptr) const {
-    std::vector<double> logits = s, ce(kRows), kd(kRows);
+             std::vector<double>* kd_out = nullptr, std::vector<double>* soft_ce_out = nullptr) const {
+    std::vector<double> logits = s, ce(kRows), kd(kRows), soft_ce(kRows, -1.0);
     cpu::loss_chunk(logits.data(), teacher ? t.data() : nullptr, targets.data(), ce.data(),
-                    kd.data(), kRows, kVocab, kind, tau, weight, grad_scale, grad != nullptr);
+                    kd.data(), kRows, kVocab, kind, tau, weight, grad_scale, grad != nullptr,
+                    soft_ce_out ? soft_ce.data() : nullptr);
     if (grad != nullptr) *grad = logits;
     if (ce_out != nullptr) *ce_out = ce;
     if (kd_out != nullptr) *kd_out = kd;
+    if (soft_ce_out != nullptr) *soft_ce_out = soft_ce;
     const double w = teacher ? weight : 0.0;
     double total = 0.0;
     for (int64_t r = 0; r < kRows; ++r) total += w * kd[r] + (1.0 - w) * ce[r];
@@ -82,6 +85,39 @@ TEST_CASE("loss: KD losses equal direct formulas", "[cpu][loss]") {
       CHECK(kd[r] == Approx(p.tau * p.tau * expect).epsilon(1e-12));
     }
   }
+}
+
+// The logged soft cross-entropy is -tau^2 sum p_T log p_S for every kd.loss: the same
+// number as the soft_ce loss itself, and forward KL + tau^2 * teacher entropy.
+TEST_CASE("loss: soft cross-entropy output = KL + teacher entropy for every KD loss",
+          "[cpu][loss]") {
+  LossProblem ref;
+  ref.kind = KdLoss::soft_ce;
+  std::vector<double> ce, soft_ce_as_loss;
+  ref.run(nullptr, &ce, &soft_ce_as_loss);
+  for (KdLoss kind : {KdLoss::forward_kl, KdLoss::reverse_kl, KdLoss::soft_ce}) {
+    LossProblem p;
+    p.kind = kind;
+    std::vector<double> kd, soft_ce;
+    p.run(nullptr, &ce, &kd, &soft_ce);
+    for (int64_t r = 0; r < kRows; ++r) {
+      CHECK(soft_ce[r] == Approx(soft_ce_as_loss[r]).epsilon(1e-13));
+      if (kind != KdLoss::forward_kl) continue;
+      double zt = 0.0;
+      for (int64_t k = 0; k < kVocab; ++k) zt += std::exp(p.t[r * kVocab + k] / p.tau);
+      double entropy = 0.0;
+      for (int64_t k = 0; k < kVocab; ++k) {
+        const double pt = std::exp(p.t[r * kVocab + k] / p.tau) / zt;
+        entropy -= pt * std::log(pt);
+      }
+      CHECK(soft_ce[r] == Approx(kd[r] + p.tau * p.tau * entropy).epsilon(1e-12));
+    }
+  }
+  LossProblem none;
+  none.teacher = false;
+  std::vector<double> kd, soft_ce;
+  none.run(nullptr, &ce, &kd, &soft_ce);
+  for (double v : soft_ce) CHECK(v == 0.0);
 }
 
 TEST_CASE("loss: forward KL against an identical teacher is 0 with zero KD gradient",

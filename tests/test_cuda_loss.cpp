@@ -6,7 +6,8 @@
 //   ce, kd (fp32):   each log-sum-exp sums V terms in fp32, V/512 serially per thread
 //                    then a 9-level tree: relative error <= (V/512 + 9) 2^-24 <= 7e-6
 //                    at V = 50000; ce carries one such error, kd two log-sum-exps and
-//                    a sum of V products pT (lsT - lsS) of the same size, so
+//                    a sum of V products pT (lsT - lsS) of the same size, soft_ce
+//                    one log-sum-exp and a sum of V products -pT lsS, so
 //                    max |err| <= 3e-5 max(|ref|, 1) and NMSE < 1e-10 (the bound
 //                    they replace, 1e-8 / 1e-4, was 100x / 3x looser)
 //   dlogits (bf16):  fp32 then one rounding: check_bf16_rounded (test_cuda_util.h),
@@ -33,12 +34,12 @@ void run_case(Backend& be, int64_t n, int64_t V, bool teacher, KdLoss kind, floa
   if (n > 1) targets[n / 2] = -1;  // masked row: no CE, KD still counts
   const float w = 0.6f, gs = 0.25f;
 
-  std::vector<float> ref_logits = s, ref_ce(n), ref_kd(n);
+  std::vector<float> ref_logits = s, ref_ce(n), ref_kd(n), ref_soft_ce(n);
   cpu::loss_chunk(ref_logits.data(), teacher ? t.data() : nullptr, targets.data(), ref_ce.data(),
-                  ref_kd.data(), n, V, kind, tau, w, gs, compute_grad);
+                  ref_kd.data(), n, V, kind, tau, w, gs, compute_grad, ref_soft_ce.data());
 
   DevBuf d_s(be, n * V, DType::bf16), d_t(be, n * V, DType::bf16), d_tg(be, n, DType::f32),
-      d_ce(be, n, DType::f32), d_kd(be, n, DType::f32);
+      d_ce(be, n, DType::f32), d_kd(be, n, DType::f32), d_soft_ce(be, n, DType::f32);
   d_t.upload(t);
   d_tg.upload_i32(targets);
   LossChunkArgs a;
@@ -49,6 +50,7 @@ void run_case(Backend& be, int64_t n, int64_t V, bool teacher, KdLoss kind, floa
   a.targets = d_tg.i32();
   a.ce = d_ce.f32();
   a.kd = d_kd.f32();
+  a.soft_ce = d_soft_ce.f32();
   a.kd_loss = kind;
   a.temperature = tau;
   a.kd_weight = w;
@@ -63,6 +65,7 @@ void run_case(Backend& be, int64_t n, int64_t V, bool teacher, KdLoss kind, floa
   CHECK(d_s.bytes() == first);
   check_close("ce", d_ce.download(), ref_ce, 1e-10, 3e-5, 1.0);
   check_close("kd", d_kd.download(), ref_kd, 1e-10, 3e-5, 1.0);
+  check_close("soft_ce", d_soft_ce.download(), ref_soft_ce, 1e-10, 3e-5, 1.0);
   if (compute_grad) {
     check_bf16_rounded("dlogits", d_s.download(), ref_logits);
   } else {
@@ -72,6 +75,7 @@ void run_case(Backend& be, int64_t n, int64_t V, bool teacher, KdLoss kind, floa
   CHECK(d_s.guard_intact());
   CHECK(d_ce.guard_intact());
   CHECK(d_kd.guard_intact());
+  CHECK(d_soft_ce.guard_intact());
 }
 
 }  // namespace

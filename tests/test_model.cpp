@@ -208,6 +208,31 @@ TEST_CASE("model: forward KL against an identical teacher is zero", "[model][kd]
   }
 }
 
+// FusedLoss sums the per-token teacher soft cross-entropy over its chunks for any
+// kd.loss: it equals the soft_ce loss itself, exceeds the forward KL by the teacher
+// entropy (> 0), and is 0 without a teacher.
+TEST_CASE("model: logged soft cross-entropy equals the soft_ce KD loss", "[model][kd]") {
+  Harness student(qwen_like(), AttentionVariant::affine, AlphaActivation::linear_clip, 21);
+  Harness other(qwen_like(), AttentionVariant::baseline, AlphaActivation::linear_clip, 22);
+  Model teacher(other.config, other.attention, *student.backend, false);
+  teacher.set_params(other.model->get_params());
+  teacher.forward(student.inputs.data(), student.B, student.T, false);
+  student.model->forward(student.inputs.data(), student.B, student.T, false);
+  LossSettings s;
+  s.kd_weight = 1.f;
+  s.temperature = 2.f;
+  s.chunk_tokens = 5;
+  s.kd_loss = KdLoss::soft_ce;
+  const LossSums soft = student.loss.run(*student.model, &teacher, student.targets.data(), s, 1.f, false);
+  s.kd_loss = KdLoss::forward_kl;
+  const LossSums kl = student.loss.run(*student.model, &teacher, student.targets.data(), s, 1.f, false);
+  CHECK(soft.soft_ce == Approx(soft.kd).epsilon(1e-6));
+  CHECK(kl.soft_ce == Approx(soft.kd).epsilon(1e-6));
+  CHECK(kl.soft_ce > kl.kd + 1e-3);
+  const LossSums none = student.loss.run(*student.model, nullptr, student.targets.data(), s, 1.f, false);
+  CHECK(none.soft_ce == 0.0);
+}
+
 TEST_CASE("model: teacher without gradients refuses backward", "[model]") {
   auto backend = make_backend("cpu", 0);
   AttentionConfig a;

@@ -71,6 +71,9 @@ struct LossChunkArgs {
   const int32_t* targets = nullptr;     // (n)
   float* ce = nullptr;                  // (n) per-token cross-entropy, written
   float* kd = nullptr;                  // (n) per-token KD loss (tau^2-scaled), written; 0 without teacher
+  float* soft_ce = nullptr;             // (n) or nullptr: per-token teacher soft cross-entropy
+                                        // -tau^2 sum p_T log p_S (= KL + teacher entropy), written
+                                        // when non-null; 0 without teacher
   KdLoss kd_loss = KdLoss::forward_kl;
   float temperature = 1.f;
   float kd_weight = 0.f;                // ignored (treated as 0) without teacher

@@ -9,7 +9,8 @@ namespace kdtrain {
 
 FusedLoss::~FusedLoss() {
   for (void* p : {logits_, teacher_logits_, static_cast<void*>(host_view_),
-                  static_cast<void*>(targets_), static_cast<void*>(ce_), static_cast<void*>(kd_)})
+                  static_cast<void*>(targets_), static_cast<void*>(ce_), static_cast<void*>(kd_),
+                  static_cast<void*>(soft_ce_)})
     if (p) backend_.release(p);
 }
 
@@ -27,11 +28,12 @@ void FusedLoss::reserve(int64_t chunk, int64_t V, int64_t N) {
   }
   if (N > N_) {
     for (void** p : {reinterpret_cast<void**>(&targets_), reinterpret_cast<void**>(&ce_),
-                     reinterpret_cast<void**>(&kd_)})
+                     reinterpret_cast<void**>(&kd_), reinterpret_cast<void**>(&soft_ce_)})
       if (*p) backend_.release(*p), *p = nullptr;
     targets_ = static_cast<int32_t*>(backend_.alloc(N * sizeof(int32_t)));
     ce_ = static_cast<float*>(backend_.alloc(N * sizeof(float)));
     kd_ = static_cast<float*>(backend_.alloc(N * sizeof(float)));
+    soft_ce_ = static_cast<float*>(backend_.alloc(N * sizeof(float)));
     N_ = N;
   }
 }
@@ -91,6 +93,7 @@ LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
     args.targets = targets_ + start;
     args.ce = ce_ + start;
     args.kd = kd_ + start;
+    args.soft_ce = teacher ? soft_ce_ + start : nullptr;
     args.kd_loss = settings.kd_loss;
     args.temperature = settings.temperature;
     args.kd_weight = teacher ? settings.kd_weight : 0.f;
@@ -100,14 +103,16 @@ LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
     if (compute_grad) student.head_backward(logits_, start, n);
   }
 
-  std::vector<float> ce(N), kd(N);
+  std::vector<float> ce(N), kd(N), soft_ce(teacher ? N : 0);
   backend_.to_host(ce.data(), ce_, N * sizeof(float));
   backend_.to_host(kd.data(), kd_, N * sizeof(float));
+  if (teacher) backend_.to_host(soft_ce.data(), soft_ce_, N * sizeof(float));
   LossSums sums;
   for (int64_t i = 0; i < N; ++i) {  // fixed order: deterministic
     sums.ce += ce[i];
     sums.kd += kd[i];
   }
+  for (float v : soft_ce) sums.soft_ce += v;
   sums.tokens = N;
   return sums;
 }

@@ -21,7 +21,18 @@ struct LossSettings {
 struct LossSums {
   double ce = 0.0;   // sum over tokens of per-token CE
   double kd = 0.0;   // sum over tokens of per-token KD (tau^2-scaled), 0 without teacher
+  // Sum of the teacher soft cross-entropy -tau^2 sum p_T log p_S (= forward KL + teacher
+  // entropy at tau = 1): the KD loss on a cross-entropy scale whatever kd.loss is, the
+  // number comparable to the paper's "Loss" column (docs/evaluation.md); 0 without teacher.
+  double soft_ce = 0.0;
   int64_t tokens = 0;
+  LossSums& operator+=(const LossSums& o) {
+    ce += o.ce;
+    kd += o.kd;
+    soft_ce += o.soft_ce;
+    tokens += o.tokens;
+    return *this;
+  }
   double mixed(float kd_weight, bool has_teacher) const {  // mean of the optimised loss
     const double w = has_teacher ? kd_weight : 0.0;
     return tokens ? (w * kd + (1.0 - w) * ce) / tokens : 0.0;
@@ -65,6 +76,7 @@ class FusedLoss {
   int32_t* targets_ = nullptr;      // (N)
   float* ce_ = nullptr;             // (N)
   float* kd_ = nullptr;             // (N)
+  float* soft_ce_ = nullptr;        // (N)
   int64_t chunk_ = 0, V_ = 0, N_ = 0;
 };
 

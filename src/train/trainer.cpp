@@ -253,9 +253,7 @@ class Trainer {
                           : loss_->run(*student_, teacher_.get(), targets.data(), loss_settings(),
                                        grad_scale, true);
       student_->backward();
-      r.sums.ce += s.ce;
-      r.sums.kd += s.kd;
-      r.sums.tokens += s.tokens;
+      r.sums += s;
     }
     if (observer_) observer_->on_grads_ready(step_ + 1, 0, student_->layout().total, *student_);
     int64_t alpha_tokens = 0;
@@ -296,14 +294,15 @@ class Trainer {
     if (zero1()) comm_.reduce_scatter_sum(student_->grads(), n);
     else comm_.all_reduce_sum(student_->grads(), n);
     std::vector<double> host = {sums.ce, sums.kd, static_cast<double>(sums.tokens),
-                                static_cast<double>(alpha_tokens)};
+                                static_cast<double>(alpha_tokens), sums.soft_ce};
     host.insert(host.end(), alpha_sums.begin(), alpha_sums.end());
     comm_.all_reduce_sum_host(host.data(), static_cast<int64_t>(host.size()));
     sums.ce = host[0];
     sums.kd = host[1];
     sums.tokens = static_cast<int64_t>(host[2]);
     alpha_tokens = static_cast<int64_t>(host[3]);
-    std::copy(host.begin() + 4, host.end(), alpha_sums.begin());
+    sums.soft_ce = host[4];
+    std::copy(host.begin() + 5, host.end(), alpha_sums.begin());
   }
 
   // Squared global gradient norm: per-shard sums added over ranks under ZeRO-1.
@@ -355,6 +354,8 @@ class Trainer {
     rec["loss"] = r.sums.mixed(static_cast<float>(config_.kd.weight), has_teacher());
     rec["kd"] = r.sums.tokens ? r.sums.kd / r.sums.tokens : 0.0;
     rec["ce"] = r.sums.tokens ? r.sums.ce / r.sums.tokens : 0.0;
+    // The KD loss on a cross-entropy scale (KL + teacher entropy), docs/evaluation.md.
+    if (has_teacher()) rec["soft_ce"] = r.sums.tokens ? r.sums.soft_ce / r.sums.tokens : 0.0;
     rec["grad_norm"] = r.grad_norm;
     rec["tokens_per_s"] = seconds > 0 ? tokens / seconds : 0.0;
     rec["step_time_s"] = seconds;
@@ -405,12 +406,11 @@ class Trainer {
       if (teacher_) teacher_->forward(inputs.data(), b, T, false);
       student_->forward(inputs.data(), b, T, false);
       LossSums s = loss_->run(*student_, teacher_.get(), targets.data(), loss_settings(), 1.f, false);
-      total.ce += s.ce;
-      total.kd += s.kd;
-      total.tokens += s.tokens;
+      total += s;
     }
     record["val_ce"] = total.ce / total.tokens;
     record["val_kd"] = total.kd / total.tokens;
+    if (teacher_) record["val_soft_ce"] = total.soft_ce / total.tokens;
     record["val_loss"] = total.mixed(static_cast<float>(config_.kd.weight), teacher_ != nullptr);
   }
 

@@ -173,7 +173,7 @@ class CpuBackend final : public Backend {
 
   void loss_chunk(const LossChunkArgs& a) override {
     cpu::loss_chunk(F(a.logits), F(a.teacher_logits), a.targets, a.ce, a.kd, a.n, a.V,
-                    a.kd_loss, a.temperature, a.kd_weight, a.grad_scale, a.compute_grad);
+                    a.kd_loss, a.temperature, a.kd_weight, a.grad_scale, a.compute_grad, a.soft_ce);
   }
 
   double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }

@@ -9,8 +9,9 @@
 //   forward_kl  = tau^2 sum p_T (log p_T - log p_S)        d/ds = tau (p_S - p_T)
 //   reverse_kl  = tau^2 sum p_S (log p_S - log p_T)        d/ds = tau p_S (r - E_pS[r]), r = log p_S - log p_T
 //   soft_ce     = -tau^2 sum p_T log p_S                   d/ds = tau (p_S - p_T)
-// with p = softmax(./tau). Rows are independent, so the parallel loop over rows is
-// deterministic.
+// with p = softmax(./tau). The soft_ce output (optional) is that last quantity for
+// any kd_loss: the KD loss on a cross-entropy scale (KL + teacher entropy), logged.
+// Rows are independent, so the parallel loop over rows is deterministic.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -39,7 +40,7 @@ double log_softmax(std::vector<double>& out, const T* z, int64_t V, double inv_t
 template <typename T>
 void loss_chunk(T* logits, const T* teacher_logits, const int32_t* targets, T* ce, T* kd,
                 int64_t n, int64_t V, KdLoss kd_loss, T temperature, T kd_weight, T grad_scale,
-                bool compute_grad) {
+                bool compute_grad, T* soft_ce) {
   KD_CHECK(temperature > T(0), "loss_chunk: temperature must be positive, got ", temperature);
   const bool has_teacher = teacher_logits != nullptr;
   const double w = has_teacher ? static_cast<double>(kd_weight) : 0.0;
@@ -68,10 +69,11 @@ void loss_chunk(T* logits, const T* teacher_logits, const int32_t* targets, T* c
         const T* t = teacher_logits + r * V;
         log_softmax(lsS, s, V, 1.0 / tau);
         log_softmax(lsT, t, V, 1.0 / tau);
-        double acc = 0.0;
+        double acc = 0.0, xent = 0.0;
         for (int64_t k = 0; k < V; ++k) {
           const double pS = std::exp(lsS[k]);
           const double pT = std::exp(lsT[k]);
+          if (pT > 0.0) xent -= pT * lsS[k];
           switch (kd_loss) {
             case KdLoss::forward_kl:
               if (pT > 0.0) acc += pT * (lsT[k] - lsS[k]);
@@ -86,6 +88,9 @@ void loss_chunk(T* logits, const T* teacher_logits, const int32_t* targets, T* c
         }
         if (kd_loss == KdLoss::reverse_kl) mean_r = acc;
         kd_val = tau * tau * acc;
+        if (soft_ce) soft_ce[r] = static_cast<T>(tau * tau * xent);
+      } else if (soft_ce) {
+        soft_ce[r] = T(0);
       }
       kd[r] = static_cast<T>(kd_val);
 
@@ -110,8 +115,8 @@ void loss_chunk(T* logits, const T* teacher_logits, const int32_t* targets, T* c
 }
 
 template void loss_chunk<float>(float*, const float*, const int32_t*, float*, float*, int64_t,
-                                int64_t, KdLoss, float, float, float, bool);
+                                int64_t, KdLoss, float, float, float, bool, float*);
 template void loss_chunk<double>(double*, const double*, const int32_t*, double*, double*,
-                                 int64_t, int64_t, KdLoss, double, double, double, bool);
+                                 int64_t, int64_t, KdLoss, double, double, double, bool, double*);
 
 }  // namespace kdtrain::cpu

@@ -138,7 +138,8 @@ void accumulate(T* dst, const T* src, int64_t n);
 
 // ---- fused classifier loss on a chunk (cpu_loss.cpp) ----
 // Per row: ce = logsumexp(s) - s[target]; kd = tau^2-scaled KD against the teacher
-// (0 without teacher). When compute_grad, logits are overwritten with
+// (0 without teacher); soft_ce (when non-null) = -tau^2 sum p_T log p_S, the teacher
+// soft cross-entropy whatever kd_loss is (0 without teacher). When compute_grad, logits are overwritten with
 // grad_scale * (w*dKD + (1-w)*dCE), w = kd_weight (0 without teacher).
 // A negative target masks the CE term of that row (ce = 0, no CE gradient).
 template <typename T>
@@ -148,7 +149,8 @@ void loss_chunk(T* logits,                // (n, V) in: student logits, out: dlo
                 T* ce,                    // (n), written
                 T* kd,                    // (n), written
                 int64_t n, int64_t V, KdLoss kd_loss, T temperature, T kd_weight,
-                T grad_scale, bool compute_grad);
+                T grad_scale, bool compute_grad,
+                T* soft_ce = nullptr);    // (n) or nullptr, written
 
 // ---- optimizer (cpu_optim.cpp) ----
 // Sum of x^2 in double, in fixed blocks added in order: identical for any thread count.
