@@ -114,17 +114,21 @@ TEST_CASE("analysis: statistics equal a first-principles recomputation", "[analy
       analyzer.add(*f.model);
       const nlohmann::json j = analyzer.to_json();
 
-      std::vector<double> all_query_mass;
+      std::vector<double> all_query_mass, all_excl_first;
       for (int64_t l = 0; l < L; ++l) {
         Reference r = reference(*f.model, B, T);
         fill_reference(*f.model, l, r);
-        double first = 0.0, entropy = 0.0, mass = 0.0, sink = 0.0, rows = 0.0;
+        double first = 0.0, entropy = 0.0, mass = 0.0, sink = 0.0, excl_first = 0.0, rows = 0.0;
         std::vector<double> head(H, 0.0);
         for (int64_t b = 0; b < B; ++b)
           for (int64_t i = 1; i < T; ++i) {
-            double q = 0.0;
+            double q = 0.0, q_excl_first = 0.0;  // Fig. 3: both views, mean over heads
             for (int64_t h = 0; h < H; ++h) {
               first += r.at(b, h, i, 0);
+              for (int64_t jj = 1; jj <= i; ++jj) {
+                excl_first += r.at(b, h, i, jj);
+                q_excl_first += r.at(b, h, i, jj) / H;
+              }
               double z = 0.0;
               for (int64_t jj = 0; jj <= i; ++jj) z += std::fabs(r.at(b, h, i, jj));
               for (int64_t jj = 0; jj <= i; ++jj) {
@@ -139,11 +143,14 @@ TEST_CASE("analysis: statistics equal a first-principles recomputation", "[analy
               rows += 1;
             }
             all_query_mass.push_back(q);
+            all_excl_first.push_back(q_excl_first);
           }
         CHECK(j["first_token_weight"][l].get<double>() == Approx(first / rows).epsilon(1e-5));
         CHECK(j["entropy"][l].get<double>() == Approx(entropy / rows).epsilon(1e-5));
         CHECK(j["query_mass"]["per_layer_mean"][l].get<double>() == Approx(mass / rows).epsilon(1e-5));
         CHECK(j["sink_share_per_layer"][l].get<double>() == Approx(sink / rows).margin(1e-6));
+        CHECK(j["query_mass_excl_first"]["per_layer_mean"][l].get<double>() ==
+              Approx(excl_first / rows).epsilon(1e-5));
         for (int64_t h = 0; h < H; ++h)
           CHECK(j["head_mass"][l][h].get<double>() == Approx(head[h] / (rows / H)).epsilon(1e-5));
         if (l == options.map_layer) {
@@ -166,6 +173,20 @@ TEST_CASE("analysis: statistics equal a first-principles recomputation", "[analy
       int64_t counted = j["query_mass"]["below"].get<int64_t>() + j["query_mass"]["above"].get<int64_t>();
       for (auto c : j["query_mass"]["counts"]) counted += c.get<int64_t>();
       CHECK(counted == static_cast<int64_t>(n));
+      const nlohmann::json& e = j["query_mass_excl_first"];
+      double mean_excl_first = 0.0;
+      for (double x : all_excl_first) mean_excl_first += x / static_cast<double>(n);
+      std::sort(all_excl_first.begin(), all_excl_first.end());
+      CHECK(e["mean"].get<double>() == Approx(mean_excl_first).epsilon(1e-5));
+      CHECK(e["min"].get<double>() == Approx(all_excl_first.front()).margin(1e-6));
+      CHECK(e["max"].get<double>() == Approx(all_excl_first.back()).margin(1e-6));
+      CHECK(e["below"].get<int64_t>() == 0);  // the range is widened to hold every value
+      CHECK(e["above"].get<int64_t>() == 0);
+      CHECK(e["edges"].front().get<double>() <= std::min(0.0, all_excl_first.front()));
+      CHECK(e["edges"].back().get<double>() >= std::max(1.0, all_excl_first.back()));
+      int64_t counted_e = 0;
+      for (auto c : e["counts"]) counted_e += c.get<int64_t>();
+      CHECK(counted_e == static_cast<int64_t>(n));
       CHECK(j.contains("alpha") == has_affine(variant));
     }
   }

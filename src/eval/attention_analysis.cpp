@@ -100,6 +100,7 @@ LayerView read_layer(Model& model, int64_t l, bool with_stats, int64_t sequences
 struct RowStats {
   double mass = 0.0;            // softmax-derived mass on tokens: 1, 1 - S_i, or alpha_i
   double mass_effective = 0.0;  // sum_j w_ij
+  double mass_excl_first = 0.0; // sum_{j >= 1} w_ij (paper Fig. 3)
   double sink_share = 0.0;      // S_i (sink only)
   double first = 0.0;           // w_i0
   double entropy = 0.0;         // of |w| / sum |w|, nats
@@ -190,6 +191,7 @@ void AttentionAnalyzer::add(Model& model) {
           abs_sum += std::fabs(w[j]);
         }
         r.first = w[0];
+        r.mass_excl_first = r.mass_effective - w[0];
         if (abs_sum > 0.0) {
           for (int64_t j = 0; j <= i; ++j) {
             const double p = std::fabs(w[j]) / abs_sum;
@@ -205,7 +207,7 @@ void AttentionAnalyzer::add(Model& model) {
 
     // Serial reduction in task order: deterministic for any thread count.
     LayerSums& s = layers_[l];
-    std::vector<double> per_query(B * T, 0.0);
+    std::vector<double> per_query(B * T, 0.0), per_query_excl_first(B * T, 0.0);
     for (int64_t task = 0; task < rows; ++task) {
       const int64_t i = task % T, h = (task / T) % H, b = task / (T * H);
       const RowStats& r = stats[task];
@@ -219,10 +221,14 @@ void AttentionAnalyzer::add(Model& model) {
       s.entropy += r.entropy;
       s.head_mass[h] += r.mass;
       per_query[b * T + i] += r.mass / static_cast<double>(H);
+      per_query_excl_first[b * T + i] += r.mass_excl_first / static_cast<double>(H);
     }
     s.pairs += B * H * T * (T + 1) / 2;
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 1; i < T; ++i) query_mass_.push_back(per_query[b * T + i]);
+      for (int64_t i = 1; i < T; ++i) {
+        query_mass_.push_back(per_query[b * T + i]);
+        query_mass_excl_first_.push_back(per_query_excl_first[b * T + i]);
+      }
 
     if (map_layer) {
       for (int64_t bh = 0; bh < B * H; ++bh) {
@@ -284,6 +290,19 @@ nlohmann::json histogram(const std::vector<double>& x, int64_t bins, double lo, 
   return {{"edges", edges}, {"counts", counts}, {"below", below}, {"above", above}};
 }
 
+// Histogram over [lo, hi] plus count, mean, median, min and max of x (non-empty).
+nlohmann::json distribution(const std::vector<double>& x, int64_t bins, double lo, double hi) {
+  nlohmann::json d = histogram(x, bins, lo, hi);
+  double sum = 0.0;
+  for (double v : x) sum += v;
+  d["count"] = x.size();
+  d["mean"] = sum / static_cast<double>(x.size());
+  d["median"] = median_of(x);
+  d["min"] = *std::min_element(x.begin(), x.end());
+  d["max"] = *std::max_element(x.begin(), x.end());
+  return d;
+}
+
 }  // namespace
 
 nlohmann::json AttentionAnalyzer::to_json() const {
@@ -299,7 +318,8 @@ nlohmann::json AttentionAnalyzer::to_json() const {
   j["num_seqs"] = sequences_;
   j["queries"] = "i >= 1";
 
-  std::vector<double> first(L), entropy(L), mass(L), mass_eff(L), sink_share(L), logit(L);
+  std::vector<double> first(L), entropy(L), mass(L), mass_eff(L), mass_excl_first(L),
+      sink_share(L), logit(L);
   std::vector<std::vector<double>> head_mass(L, std::vector<double>(H));
   double logit_sum = 0.0;
   int64_t pairs = 0;
@@ -310,6 +330,7 @@ nlohmann::json AttentionAnalyzer::to_json() const {
     entropy[l] = s.entropy / n;
     mass[l] = s.mass / n;
     mass_eff[l] = s.mass_effective / n;
+    mass_excl_first[l] = (s.mass_effective - s.first) / n;
     sink_share[l] = s.sink_share / n;
     logit[l] = s.abs_logit / static_cast<double>(s.pairs);
     logit_sum += s.abs_logit;
@@ -323,16 +344,19 @@ nlohmann::json AttentionAnalyzer::to_json() const {
   j["sink_share_per_layer"] = sink_share;
   j["mass_effective_per_layer"] = mass_eff;
 
-  nlohmann::json qm = histogram(query_mass_, options_.hist_bins, 0.0, 1.0);
-  double qsum = 0.0;
-  for (double x : query_mass_) qsum += x;
-  qm["count"] = query_mass_.size();
-  qm["mean"] = qsum / static_cast<double>(query_mass_.size());
-  qm["median"] = median_of(query_mass_);
-  qm["min"] = *std::min_element(query_mass_.begin(), query_mass_.end());
-  qm["max"] = *std::max_element(query_mass_.begin(), query_mass_.end());
+  nlohmann::json qm = distribution(query_mass_, options_.hist_bins, 0.0, 1.0);
   qm["per_layer_mean"] = mass;
   j["query_mass"] = qm;
+  // The effective weights past the first token can leave [0, 1] (affine: beta < 0
+  // or alpha_i P_i0 small with alpha_ma > alpha_i): widen the range to tenths.
+  const auto [lo_x, hi_x] = std::minmax_element(query_mass_excl_first_.begin(),
+                                                query_mass_excl_first_.end());
+  const double lo_e = std::min(0.0, std::floor(*lo_x * 10.0) / 10.0);
+  const double hi_e = std::max(1.0, std::ceil(*hi_x * 10.0) / 10.0);
+  const int64_t bins_e = std::max<int64_t>(
+      1, std::llround(static_cast<double>(options_.hist_bins) * (hi_e - lo_e)));
+  j["query_mass_excl_first"] = distribution(query_mass_excl_first_, bins_e, lo_e, hi_e);
+  j["query_mass_excl_first"]["per_layer_mean"] = mass_excl_first;
 
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (const auto& row : head_mass)

@@ -9,7 +9,9 @@
 //   baseline, gated, sink:  w_ij = P_ij
 //   affine, affine-gated:   w_ij = alpha_i P_ij + beta_i,  beta_i = (alpha_ma - alpha_i) / (i + 1)
 // (the gate multiplies the output, not the weights). Statistics are averaged over
-// queries i >= 1: query 0 sees only itself and makes no allocation choice.
+// queries i >= 1: query 0 sees only itself and makes no allocation choice. Fig. 3's
+// per-query quantity is sum_{j >= 1} w_ij (every token but the first) averaged over
+// heads; the softmax-part mass (1, 1 - S_i, alpha_i) is kept as a second view.
 //
 // The host recomputation costs O(B H T^2 D) per layer in fp32 with OpenMP over
 // (b, h, i) rows; each row's results go to its own slot and are reduced serially,
@@ -56,6 +58,7 @@ class AttentionAnalyzer {
   int64_t seq_len_ = 0;
   std::vector<LayerSums> layers_;
   std::vector<double> query_mass_;      // per (layer, sequence, query i >= 1): mean over heads
+  std::vector<double> query_mass_excl_first_;  // the same for sum_{j >= 1} w_ij (Fig. 3)
   std::vector<double> map_sum_;         // (map_size, map_size) summed over sequences and heads
   std::vector<double> map_sink_sum_;    // (map_size) sink share per query row
   int64_t map_count_ = 0;               // sequences * heads added to map_sum_
