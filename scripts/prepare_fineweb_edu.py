@@ -48,6 +48,10 @@ from typing import Iterator
 
 import numpy as np
 
+from token_bytes import TokenBytesError, token_bytes_document
+
+TOKEN_BYTES_FILE = "token_bytes.json"
+
 SHARD_HEADER_INTS = 256
 MAGIC_U16, VERSION_U16 = 20240520, 1
 MAGIC_U32, VERSION_U32 = 20240801, 7
@@ -71,6 +75,16 @@ def sha256_file(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def tokenizer_sha256(spec: str) -> tuple[str, dict[str, str]]:
+    """(combined sha256, {file name: sha256}) of a tokenizer spec's files."""
+    files = tokenizer_files(spec)
+    hashes = {os.path.basename(f): sha256_file(f) for f in files}
+    combined = (next(iter(hashes.values())) if len(hashes) == 1 else
+                hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(hashes.items()))
+                               .encode()).hexdigest())
+    return combined, hashes
 
 
 def tokenizer_files(spec: str) -> list[str]:
@@ -253,7 +267,8 @@ def _init_worker(spec, sep_id, position):
 
 
 def encode_batch(tok, texts, sep_id, position):
-    """(tokens uint32, documents, skipped empty documents) for a batch of texts."""
+    """(tokens uint32, documents, skipped empty documents, UTF-8 bytes of the documents)
+    for a batch of texts."""
     keep = [t for t in texts if t]
     parts = []
     for enc in tok.encode_batch_fast(keep, add_special_tokens=False):
@@ -261,7 +276,7 @@ def encode_batch(tok, texts, sep_id, position):
         sep = np.array([sep_id], dtype=np.uint32)
         parts.extend((sep, ids) if position == "before" else (ids, sep))
     tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
-    return tokens, len(keep), len(texts) - len(keep)
+    return tokens, len(keep), len(texts) - len(keep), sum(len(t.encode("utf-8")) for t in keep)
 
 
 def _encode_in_worker(texts):
@@ -453,24 +468,21 @@ def run(args, argv) -> dict:
     if existing and not args.overwrite:
         raise PrepareError(f"--out {args.out}: already holds {', '.join(sorted(existing)[:3])}"
                            f"{' ...' if len(existing) > 3 else ''}; pass --overwrite")
-    if os.path.exists(manifest_path):
-        os.unlink(manifest_path)  # a manifest present always describes complete output
+    for stale in (manifest_path, os.path.join(args.out, TOKEN_BYTES_FILE)):
+        if os.path.exists(stale):
+            os.unlink(stale)  # a manifest present always describes complete output
 
-    files = tokenizer_files(args.tokenizer)
-    hashes = {os.path.basename(f): sha256_file(f) for f in files}
-    combined = (next(iter(hashes.values())) if len(hashes) == 1 else
-                hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(hashes.items()))
-                               .encode()).hexdigest())
+    combined, hashes = tokenizer_sha256(args.tokenizer)
 
     progress = Progress(args.input, quiet=args.quiet)
     writer = ShardWriter(args.out, args.prefix, wide, sep_id, args.val_tokens,
                          args.shard_tokens, args.split == "val")
-    documents = skipped = 0
+    documents = skipped = text_bytes = 0
     started = time.monotonic()
     batches = iter_batches(args.input, args.format, args.text_field, progress)
     encoded = encoded_batches(batches, args, tok, sep_id, position)
     added = 0
-    for tokens, docs, empty in encoded:
+    for tokens, docs, empty, nbytes in encoded:
         room = args.max_tokens - added if args.max_tokens else None
         stop = room is not None and len(tokens) >= room
         if stop:
@@ -479,6 +491,7 @@ def run(args, argv) -> dict:
         added += len(tokens)
         documents += docs
         skipped += empty
+        text_bytes += nbytes
         progress.update(docs, len(tokens))
         if stop:
             break
@@ -490,6 +503,16 @@ def run(args, argv) -> dict:
     for f in existing:  # --overwrite: drop shards of an earlier, longer run
         if f != "manifest.json" and f not in keep:
             os.unlink(os.path.join(args.out, f))
+
+    # Bytes per token id for bits per byte (`kdtrain eval`, scripts/token_bytes.py).
+    try:
+        table = token_bytes_document(tok, vocab, combined)
+        write_atomic(os.path.join(args.out, TOKEN_BYTES_FILE),
+                     [json.dumps(table).encode() + b"\n"])
+        token_bytes = TOKEN_BYTES_FILE
+    except TokenBytesError as e:
+        token_bytes = None
+        print(f"[prepare] no {TOKEN_BYTES_FILE} (no bits per byte): {e}", file=sys.stderr)
 
     manifest = {
         "format": MANIFEST_FORMAT,
@@ -503,6 +526,8 @@ def run(args, argv) -> dict:
         "empty_documents_skipped": skipped,
         "stopped_at_max_tokens": bool(args.max_tokens and added >= args.max_tokens),
         "tokens": writer.written,
+        "text_bytes": text_bytes,
+        "token_bytes": token_bytes,
         "val_tokens": sum(s["tokens"] for s in writer.shards if s["split"] == "val"),
         "train_tokens": sum(s["tokens"] for s in writer.shards if s["split"] == "train"),
         "shards": writer.shards,

@@ -1,7 +1,7 @@
 // Held-out perplexity (src/eval/perplexity.h): a hand-computed case (all-zero
 // weights give uniform logits, CE = log V), agreement with per-window CE computed
-// through FusedLoss directly, independence of the batch size, --max-windows, and
-// checkpoint / run-directory resolution.
+// through FusedLoss directly, independence of the batch size, --max-windows,
+// bits per byte from a bytes-per-token table, and checkpoint / run-directory resolution.
 #include <catch2/catch.hpp>
 
 #include "temp_dir.h"
@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "data/dataset.h"
 #include "data/shard.h"
+#include "data/shard_manifest.h"
 #include "eval/perplexity.h"
 #include "io/checkpoint_format.h"
 #include "model/init.h"
@@ -97,6 +98,59 @@ TEST_CASE("eval: equals per-window CE, for any batch size, over several shards",
       CHECK(first3.tokens == 3 * T);
     }
   }
+}
+
+TEST_CASE("eval: bits per byte counts the bytes of exactly the scored targets", "[eval]") {
+  TempDir dir;
+  auto backend = make_backend("cpu", 0);
+  const ModelConfig m = llama_like();
+  AttentionConfig attention;
+  Model model(m, attention, *backend, false);
+  model.set_params(init_params(model.layout(), m, attention, 6));
+  const int64_t T = 5;
+  const std::string shard = write_tokens(dir, "s.bin", 3 * T + 3, m.vocab_size, 7);  // tail dropped
+  const data::TokenDataset dataset({shard}, T, m.vocab_size);
+  std::vector<int32_t> lengths(m.vocab_size);
+  for (int64_t i = 0; i < m.vocab_size; ++i) lengths[i] = static_cast<int32_t>(i % 4);  // 0 too
+  int64_t expected = 0;  // targets of window w: tokens w*T+1 .. w*T+T
+  std::vector<int32_t> in(T), tg(T);
+  for (int64_t w = 0; w < 2; ++w) {
+    dataset.fill_batch({w}, in.data(), tg.data());
+    for (int32_t t : tg) expected += lengths[t];
+  }
+  const eval::PerplexityResult r = eval::evaluate_perplexity(model, dataset, 3, 2, 1024, {}, &lengths);
+  CHECK(r.bytes == expected);
+  CHECK(r.bits_per_byte() == Approx(r.ce_sum / std::log(2.0) / static_cast<double>(expected)));
+  CHECK(eval::evaluate_perplexity(model, dataset, 3, 2).bytes == 0);
+  const std::vector<int32_t> short_table(3, 1);
+  CHECK_THROWS_WITH(eval::evaluate_perplexity(model, dataset, 3, 2, 1024, {}, &short_table),
+                    Catch::Matchers::Contains("bytes-per-token table"));
+}
+
+TEST_CASE("eval: the shards' manifest and the bytes-per-token table are read or refused",
+          "[eval]") {
+  TempDir dir;
+  const std::string shard = write_tokens(dir, "s.bin", 20, 50, 8);
+  std::string path;
+  CHECK(data::shards_manifest({shard}, &path).is_null());
+  std::ofstream(dir.file("manifest.json")) << R"({"documents": 3, "token_bytes": "tb.json"})";
+  const nlohmann::json manifest = data::shards_manifest({shard}, &path);
+  CHECK(manifest["documents"] == 3);
+  CHECK(fs::path(path).filename() == "manifest.json");
+  fs::create_directories(dir.file("other"));
+  const std::string elsewhere = write_tokens(dir, "other/t.bin", 20, 50, 9);
+  CHECK(data::shards_manifest({shard, elsewhere}, &path).is_null());  // two directories
+
+  std::ofstream(dir.file("tb.json")) << R"({"format": "kdtrain.token_bytes/1", "tokenizer_sha256": "ab", "bytes": [0, 1, 3]})";
+  const data::TokenBytes t = data::read_token_bytes(dir.file("tb.json"));
+  CHECK(t.bytes == std::vector<int32_t>{0, 1, 3});
+  CHECK(t.tokenizer_sha256 == "ab");
+  std::ofstream(dir.file("bad.json")) << R"({"format": "kdtrain.token_bytes/1", "bytes": [2, -1]})";
+  CHECK_THROWS_WITH(data::read_token_bytes(dir.file("bad.json")),
+                    Catch::Matchers::Contains("bad.json") && Catch::Matchers::Contains("token 1"));
+  std::ofstream(dir.file("other.json")) << R"({"bytes": [1]})";
+  CHECK_THROWS_WITH(data::read_token_bytes(dir.file("other.json")),
+                    Catch::Matchers::Contains("kdtrain.token_bytes/1"));
 }
 
 TEST_CASE("eval: a checkpoint or a run directory resolves to the model", "[eval]") {

@@ -172,6 +172,15 @@ def test_c4_validation_shards(tmp_path):
     assert np.array_equal(stream, expected)
     assert [s["file"] for s in manifest["shards"]] == ["c4_val_000000.bin"]
     assert manifest["documents"] == 1000 and manifest["train_tokens"] == 0
+    # Bytes per token: Llama-3 has no normalizer, so the scored tokens' byte lengths
+    # add up to the documents' UTF-8 bytes exactly, and the separator counts 0.
+    table = json.load(open(out / manifest["token_bytes"]))
+    lengths = np.array(table["bytes"])
+    assert table["tokenizer_sha256"] == manifest["tokenizer"]["sha256"]
+    assert len(lengths) == manifest["vocab_size"] and lengths[128000] == 0
+    text_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    assert manifest["text_bytes"] == text_bytes
+    assert int(lengths[stream].sum()) == text_bytes
 
 
 @needs_data
@@ -200,7 +209,26 @@ def test_gzip_jsonl_max_tokens_and_overwrite(tmp_path):
     r = run_script("prepare_fineweb_edu.py", *args[:-2], "--max-tokens", 2000, "--overwrite")
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(out)) == ["fineweb_edu_train_000001.bin",
-                                       "fineweb_edu_val_000000.bin", "manifest.json"]
+                                       "fineweb_edu_val_000000.bin", "manifest.json",
+                                       "token_bytes.json"]
+
+
+def test_token_bytes_of_the_byte_tokenizer_and_qwen(tmp_path):
+    # The byte tokenizer: id = byte value, one byte each. Qwen2 (vocab.json + merges):
+    # every BPE entry is ByteLevel text, the three added tokens are special (0 bytes).
+    import make_byte_tokenizer
+    import token_bytes
+    tok_dir = make_byte_tokenizer.write(tmp_path / "bytes")
+    tok = prep.load_tokenizer(str(tok_dir))
+    assert token_bytes.token_byte_lengths(tok, 256) == [1] * 256
+    if not os.path.isfile(os.path.join(QWEN2_DIR, "merges.txt")):
+        pytest.skip("Qwen2 vocab/merges absent")
+    qwen = prep.load_tokenizer(QWEN2_DIR)
+    lengths = token_bytes.token_byte_lengths(qwen, 151646)
+    assert lengths[151643:] == [0, 0, 0]
+    text = "Grüße, 東京 — 42!"
+    ids = qwen.encode(text, add_special_tokens=False).ids
+    assert sum(lengths[i] for i in ids) == len(text.encode("utf-8"))
 
 
 def test_small_vocab_writes_uint16_shards(tmp_path):
@@ -221,6 +249,9 @@ def test_small_vocab_writes_uint16_shards(tmp_path):
     assert r.returncode == 0, r.stderr
     manifest, stream = read_output(out)
     assert manifest["dtype"] == "uint16" and manifest["shard_version"] == 1
+    # A word-level tokenizer has no byte-level vocabulary: no bytes-per-token table.
+    assert manifest["token_bytes"] is None and "no token_bytes.json" in r.stderr
+    assert not os.path.exists(out / "token_bytes.json")
     # The literal "<|endoftext|>" in text is not the separator (encoded as text: <unk>s).
     assert stream.tolist()[:7] == [2, 3, 1, 3, 4, 2, 1]
     assert np.count_nonzero(stream == 1) == 3

@@ -1,10 +1,12 @@
-// kdtrain eval: mean cross-entropy and token perplexity of a checkpoint over every
-// window of held-out shards (docs/evaluation.md). Deterministic: the same number
-// for any --batch-size and thread count up to fp32 summation order inside a batch.
+// kdtrain eval: mean cross-entropy, token perplexity and bits per byte of a
+// checkpoint over every window of held-out shards (docs/evaluation.md, "C4
+// perplexity"). Deterministic: the same number for any --batch-size and thread
+// count up to fp32 summation order inside a batch.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/shard_manifest.h"
 #include "eval/perplexity.h"
 
 namespace kdtrain::cli {
@@ -19,7 +22,7 @@ namespace kdtrain::cli {
 namespace {
 
 struct EvalFlags {
-  std::string checkpoint, out, device = "cpu";
+  std::string checkpoint, out, device = "cpu", token_bytes;
   std::vector<std::string> data;
   int64_t seq_len = 1024, batch_size = 4, max_windows = 0, chunk_tokens = 1024;
   bool json = false;
@@ -36,6 +39,28 @@ void run_eval(const EvalFlags& f) {
            f.seq_len, " exceeds the model's max_position_embeddings ", m.max_position_embeddings);
   const data::TokenDataset dataset(f.data, f.seq_len, m.vocab_size);
 
+  // Provenance from the shards' manifest, and the bytes-per-token table it names
+  // (or --token-bytes) for bits per byte.
+  std::string manifest_path;
+  const nlohmann::json manifest = data::shards_manifest(f.data, &manifest_path);
+  std::string table_path = f.token_bytes;
+  if (table_path.empty() && manifest.is_object() && manifest.value("token_bytes", nlohmann::json())
+                                                        .is_string())
+    table_path = (std::filesystem::path(manifest_path).parent_path() /
+                  manifest["token_bytes"].get<std::string>()).string();
+  data::TokenBytes table;
+  if (!table_path.empty()) {
+    table = data::read_token_bytes(table_path);
+    const std::string tokenizer = manifest.is_object()
+                                      ? manifest.value("tokenizer", nlohmann::json::object())
+                                            .value("sha256", "")
+                                      : "";
+    KD_CHECK(tokenizer.empty() || table.tokenizer_sha256.empty() ||
+                 tokenizer == table.tokenizer_sha256,
+             "--token-bytes ", table_path, " belongs to tokenizer ", table.tokenizer_sha256,
+             " but the shards (", manifest_path, ") were tokenized with ", tokenizer);
+  }
+
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
   const eval::PerplexityResult r = eval::evaluate_perplexity(
@@ -45,7 +70,8 @@ void run_eval(const EvalFlags& f) {
           spdlog::info("eval: {}/{} windows", done, total);
           last_report = now;
         }
-      });
+      },
+      table_path.empty() ? nullptr : &table.bytes);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -61,16 +87,36 @@ void run_eval(const EvalFlags& f) {
   j["mean_ce"] = r.mean_ce();
   j["perplexity"] = r.perplexity();
   j["bits_per_token"] = r.bits_per_token();
+  j["definition"] =
+      "token-level: perplexity = exp(ce_sum / tokens); non-overlapping windows of seq_len + 1 "
+      "tokens (stride seq_len, none crosses a shard, a shard's tail is dropped), every "
+      "prediction of a window counted; bits_per_byte = ce_sum / ln 2 / bytes of the predicted "
+      "tokens' text";
+  if (!table_path.empty()) {
+    j["bytes"] = r.bytes;
+    j["bits_per_byte"] = r.bits_per_byte();
+    j["tokens_per_byte"] = static_cast<double>(r.tokens) / static_cast<double>(r.bytes);
+    j["token_bytes"] = table_path;
+  }
+  if (manifest.is_object()) {
+    nlohmann::json d;
+    d["path"] = manifest_path;
+    for (const char* key : {"documents", "tokens", "text_bytes", "inputs", "separator", "tokenizer"})
+      if (manifest.contains(key)) d[key] = manifest[key];
+    j["data_manifest"] = d;
+  }
   j["seconds"] = seconds;
   if (!f.out.empty()) eval::write_text_file(f.out, j.dump(2) + "\n");
   if (f.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("eval %s: %lld windows x %lld tokens = %lld tokens, mean CE %.6f nats, "
-                "token perplexity %.4f (%.1f s)\n",
+                "token perplexity %.4f",
                 model_dir.c_str(), static_cast<long long>(r.windows),
                 static_cast<long long>(f.seq_len), static_cast<long long>(r.tokens), r.mean_ce(),
-                r.perplexity(), seconds);
+                r.perplexity());
+    if (r.bytes) std::printf(", %.4f bits per byte", r.bits_per_byte());
+    std::printf(" (%.1f s)\n", seconds);
   }
 }
 
@@ -89,6 +135,9 @@ void register_eval(CLI::App& app) {
   command->add_option("--max-windows", flags->max_windows,
                       "score only the first N windows (default: all)");
   command->add_option("--chunk-tokens", flags->chunk_tokens, "rows of logits at once (default 1024)");
+  command->add_option("--token-bytes", flags->token_bytes,
+                      "bytes-per-token table for bits per byte (default: the token_bytes.json "
+                      "named by the shards' manifest.json)");
   command->add_option("--out", flags->out, "also write the JSON result to this file");
   command->add_flag("--json", flags->json, "print the result as JSON");
   command->add_option("--device", flags->device, "cpu or cuda");

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "io/file_util.h"
 
 namespace kdtrain::data {
 
@@ -36,6 +37,35 @@ std::vector<std::string> check_manifest_vocab(const std::vector<std::string>& pa
              "): the tokenizer does not belong to this model");
   }
   return {manifests.begin(), manifests.end()};
+}
+
+nlohmann::json shards_manifest(const std::vector<std::string>& patterns, std::string* path) {
+  namespace fs = std::filesystem;
+  std::set<std::string> dirs;
+  for (const std::string& shard : expand_shard_patterns(patterns))
+    dirs.insert(fs::absolute(fs::path(shard)).parent_path().lexically_normal().string());
+  if (dirs.size() != 1) return nullptr;
+  const fs::path manifest = fs::path(*dirs.begin()) / "manifest.json";
+  if (!fs::exists(manifest)) return nullptr;
+  if (path) *path = manifest.string();
+  return io::read_json_file(manifest.string());
+}
+
+TokenBytes read_token_bytes(const std::string& path) {
+  const nlohmann::json doc = io::read_json_file(path);
+  KD_CHECK(doc.is_object() && doc.value("format", "") == "kdtrain.token_bytes/1", path,
+           ": not a bytes-per-token table (format kdtrain.token_bytes/1, scripts/token_bytes.py)");
+  KD_CHECK(doc.contains("bytes") && doc["bytes"].is_array(), path, ": no \"bytes\" array");
+  TokenBytes t;
+  t.path = path;
+  t.tokenizer_sha256 = doc.value("tokenizer_sha256", "");
+  t.bytes.reserve(doc["bytes"].size());
+  for (const nlohmann::json& b : doc["bytes"]) {
+    KD_CHECK(b.is_number_integer() && b.get<int64_t>() >= 0, path, ": token ", t.bytes.size(),
+             " has byte length ", b.dump(), " (a non-negative integer is expected)");
+    t.bytes.push_back(b.get<int32_t>());
+  }
+  return t;
 }
 
 }  // namespace kdtrain::data

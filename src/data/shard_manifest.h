@@ -13,6 +13,7 @@
 // sha256 is the record for that.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -24,5 +25,19 @@ constexpr int64_t kMaxVocabPadding = 1024;
 // without manifest.json is not checked. Returns the manifests that were checked.
 std::vector<std::string> check_manifest_vocab(const std::vector<std::string>& patterns,
                                               int64_t model_vocab, const std::string& key);
+
+// The manifest.json of the one directory that holds every shard of `patterns`
+// (its path in `*path`), or null when the shards span several directories or
+// theirs has no manifest.
+nlohmann::json shards_manifest(const std::vector<std::string>& patterns, std::string* path);
+
+// Bytes of text each token id stands for (scripts/token_bytes.py writes the file,
+// format "kdtrain.token_bytes/1"): the denominator of bits per byte.
+struct TokenBytes {
+  std::string path, tokenizer_sha256;
+  std::vector<int32_t> bytes;  // per token id
+};
+// Throws naming the file on a missing file, a wrong format or a negative length.
+TokenBytes read_token_bytes(const std::string& path);
 
 }  // namespace kdtrain::data

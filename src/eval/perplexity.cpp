@@ -17,10 +17,14 @@ namespace fs = std::filesystem;
 
 double PerplexityResult::perplexity() const { return std::exp(mean_ce()); }
 double PerplexityResult::bits_per_token() const { return mean_ce() / std::log(2.0); }
+double PerplexityResult::bits_per_byte() const {
+  return bytes ? ce_sum / std::log(2.0) / static_cast<double>(bytes) : 0.0;
+}
 
 PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dataset,
                                      int64_t batch_size, int64_t max_windows,
-                                     int64_t chunk_tokens, const Progress& progress) {
+                                     int64_t chunk_tokens, const Progress& progress,
+                                     const std::vector<int32_t>* token_bytes) {
   KD_CHECK(batch_size >= 1, "eval: batch size must be at least 1, got ", batch_size);
   const int64_t T = dataset.seq_len();
   const int64_t total = max_windows > 0 ? std::min(max_windows, dataset.num_windows())
@@ -40,6 +44,13 @@ PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dat
     inputs.resize(B * T);
     targets.resize(B * T);
     dataset.fill_batch(windows, inputs.data(), targets.data());
+    if (token_bytes) {
+      for (int32_t t : targets) {
+        KD_CHECK(t >= 0 && t < static_cast<int64_t>(token_bytes->size()), "eval: token id ", t,
+                 " has no entry in the bytes-per-token table (", token_bytes->size(), " ids)");
+        result.bytes += (*token_bytes)[t];
+      }
+    }
     model.forward(inputs.data(), B, T, false);
     const LossSums sums = loss.run(model, nullptr, targets.data(), settings, 1.f, false);
     KD_CHECK(std::isfinite(sums.ce), "eval: non-finite cross-entropy in windows ", first, "..",

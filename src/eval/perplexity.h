@@ -5,6 +5,8 @@
 // all B*T predicted tokens, and the token perplexity exp(mean CE). The result
 // depends only on the model, the shards and seq_len — not on batch_size, which
 // only groups windows (the CE sums are accumulated in double, window order fixed).
+// With a bytes-per-token table (data::TokenBytes) the scored tokens' bytes of text
+// are counted too, for bits per byte.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -20,9 +22,11 @@ struct PerplexityResult {
   int64_t windows = 0;   // windows scored
   int64_t tokens = 0;    // predicted tokens = windows * seq_len
   double ce_sum = 0.0;   // sum of per-token CE, nats
+  int64_t bytes = 0;     // bytes of text of the predicted tokens (0 without a table)
   double mean_ce() const { return tokens ? ce_sum / static_cast<double>(tokens) : 0.0; }
   double perplexity() const;  // exp(mean_ce)
   double bits_per_token() const;
+  double bits_per_byte() const;  // ce_sum / ln 2 / bytes
 };
 
 // Called after each batch with (windows done, windows total).
@@ -30,9 +34,11 @@ using Progress = std::function<void(int64_t done, int64_t total)>;
 
 // Scores the first min(max_windows, num_windows) windows (max_windows <= 0: all)
 // in batches of batch_size windows (the last batch may be smaller).
+// token_bytes (may be null): bytes of text per token id, summed over the targets.
 PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dataset,
                                      int64_t batch_size, int64_t max_windows,
-                                     int64_t chunk_tokens = 1024, const Progress& progress = {});
+                                     int64_t chunk_tokens = 1024, const Progress& progress = {},
+                                     const std::vector<int32_t>* token_bytes = nullptr);
 
 // A model checkpoint directory (config.json + model.safetensors), or a run
 // directory whose checkpoints/latest names one.
