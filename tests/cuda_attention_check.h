@@ -27,6 +27,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attention_terms.h"
 #include "backend/cpu/cpu_ops.h"
 #include "test_cuda_util.h"
 
@@ -87,7 +88,7 @@ struct AttentionReference {
   std::vector<float> out, lse, dq, dk, dv, dsinks, dalpha;  // per group, concatenated
   std::vector<float> p_abs_v;  // (P |V|) per out element
   std::vector<double> dsinks_bound;
-  double dalpha_terms = 0;  // max_i (sum_d |dO_i v| terms) / N_i, the cancelling terms' size
+  double dalpha_terms = 0;  // attention_terms.h: the size of dalpha's cancelling terms
 };
 
 // Gathers head-indexed rows: dst[(b, t, k)] = src[(b, t, first + k)], `width` elements per head.
@@ -163,18 +164,7 @@ inline AttentionReference attention_reference(const AttentionCase& c, const Atte
       r.dsinks_bound.push_back(2.1 * kBf16U * sum + 1e-6 * std::fabs(ds[k]));
     }
     if (has_affine(c.variant))
-      for (int64_t b = 0; b < c.B; ++b)
-        for (int64_t k = 0; k < grp; ++k) {
-          std::vector<double> S(c.D, 0.0);
-          for (int64_t i = 0; i < c.T; ++i) {
-            double terms = 0;
-            for (int64_t d = 0; d < c.D; ++d) {
-              S[d] += qkv[(b * c.T + i) * Ws + (grp + 1) * c.D + d];
-              terms += std::fabs(dout[((b * c.T + i) * grp + k) * c.D + d] * S[d]);
-            }
-            r.dalpha_terms = std::max(r.dalpha_terms, terms / static_cast<double>(i + 1));
-          }
-        }
+      r.dalpha_terms = std::max(r.dalpha_terms, testing::dalpha_cancelling_terms(qkv.data(), dout.data(), dims));
   }
   return r;
 }

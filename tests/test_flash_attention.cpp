@@ -19,6 +19,7 @@
 
 #include "backend/cpu/cpu_flash_attention.h"
 #include "backend/cpu/cpu_ops.h"
+#include "attention_terms.h"
 #include "cpu_test_util.h"
 #include "flash_params.h"
 
@@ -125,26 +126,6 @@ void check_all_finite(const std::vector<T>& v, const char* what) {
   CHECK(finite);
 }
 
-// max over rows of |dO_i . S_i / N_i|, S_i = sum_{j<=i} v_j: the size of dalpha's terms.
-double sigma_over_n(const Problem& pb) {
-  const auto& d = pb.dims;
-  const int64_t tok = (d.H + 2 * d.Hkv) * d.D, group = d.H / d.Hkv;
-  double worst = 0;
-  std::vector<double> S(static_cast<size_t>(d.D));
-  for (int64_t b = 0; b < d.B; ++b)
-    for (int64_t h = 0; h < d.H; ++h) {
-      std::fill(S.begin(), S.end(), 0.0);
-      for (int64_t i = 0; i < d.T; ++i) {
-        const double* v = &pb.qkv[static_cast<size_t>((b * d.T + i) * tok + (d.H + d.Hkv + h / group) * d.D)];
-        const double* dO = &pb.dout[static_cast<size_t>(((b * d.T + i) * d.H + h) * d.D)];
-        double sig = 0;
-        for (int64_t k = 0; k < d.D; ++k) sig += dO[k] * (S[static_cast<size_t>(k)] += v[k]);
-        worst = std::max(worst, std::fabs(sig) / static_cast<double>(i + 1));
-      }
-    }
-  return worst;
-}
-
 template <typename T>
 void compare_to_reference(const Problem& pb, cpu::FlashTileOverride tiles, double tol,
                           double dsinks_tol) {
@@ -170,7 +151,7 @@ void compare_to_reference(const Problem& pb, cpu::FlashTileOverride tiles, doubl
       err = std::max(err, std::fabs(static_cast<double>(got.dalpha[k]) - ref.dalpha[k]));
       scale = std::max(scale, std::fabs(static_cast<double>(ref.dalpha[k])));
     }
-    CHECK(err / std::max(scale, sigma_over_n(pb)) < tol);
+    CHECK(err / std::max(scale, testing::dalpha_cancelling_terms(pb.qkv.data(), pb.dout.data(), pb.dims)) < tol);
   }
 }
 

@@ -9,7 +9,8 @@
 // dalpha) rounded to bf16: the error any bf16 implementation is expected to have.
 // The kernel runs on the bf16-rounded inputs. The floor atol (one bf16 step at the
 // largest magnitude) covers outputs where lowp happens to be nearly exact; for dalpha it
-// is one bf16 step of its cancelling terms (dalpha_terms), since at row 0 the truth is 0.
+// is one bf16 step of its cancelling terms (attention_terms.h), since at row 0 the truth
+// is 0 (a bound of 0 failed on the first GPU run, at 1e-6..6e-6 of fp32 round-off).
 // Also: no NaN/inf, outputs NaN until written, guard elements before and after every
 // buffer unchanged, and forward and backward bit-identical over two runs.
 //
@@ -39,6 +40,7 @@ TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][atte
 #include "cuda_probe.h"
 #include "attention_entry.cuh"
 #include "flash_attention.cuh"
+#include "attention_terms.h"
 
 using namespace kdtrain;
 
@@ -130,30 +132,6 @@ void check_rule(const std::string& what, const std::vector<float>& got, const st
 struct Host {
   std::vector<float> qkv, sinks, alpha, alpha_ma, dout;
 };
-
-// dalpha_i = sum_j P_ij dO_i.v_j - dO_i.S_i / N_i (S_i = sum_{j<=i} v_j) is a difference
-// of two terms that cancel exactly at row 0 (P_00 = 1, S_0 = v_0): there the truth is 0,
-// the bf16 reference's error is 0, and the kernel's fp32 round-off of the two dot
-// products (1e-6..6e-6 on the first GPU run) failed a bound of 0. The floor scales with
-// the terms instead: max_i |dO_i.S_i| / N_i over rows and heads.
-double dalpha_terms(const struct Host& in, const cpu::AttnDims& d) {
-  const int64_t tok = (d.H + 2 * d.Hkv) * d.D, group = d.H / d.Hkv;
-  double worst = 0;
-  std::vector<double> S(static_cast<size_t>(d.D));
-  for (int64_t b = 0; b < d.B; ++b)
-    for (int64_t h = 0; h < d.H; ++h) {
-      std::fill(S.begin(), S.end(), 0.0);
-      for (int64_t i = 0; i < d.T; ++i) {
-        double sig = 0;
-        for (int64_t k = 0; k < d.D; ++k) {
-          S[k] += in.qkv[static_cast<size_t>((b * d.T + i) * tok + (d.H + d.Hkv + h / group) * d.D + k)];
-          sig += in.dout[static_cast<size_t>(((b * d.T + i) * d.H + h) * d.D + k)] * S[k];
-        }
-        worst = std::max(worst, std::fabs(sig) / static_cast<double>(i + 1));
-      }
-    }
-  return worst;
-}
 
 struct Outputs {
   std::vector<float> out, lse, dqkv, dsinks, dalpha;
@@ -291,7 +269,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   }
   if (has_affine(variant))
     check_rule("dalpha", widen(dalpha_h[0], n_alpha), lowp.dalpha, truth.dalpha,
-               dalpha_terms(exact, dims));
+               testing::dalpha_cancelling_terms(exact.qkv.data(), exact.dout.data(), dims));
 }
 
 }  // namespace
