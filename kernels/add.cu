@@ -1,22 +1,25 @@
-// Kernels for add.cuh: grid-stride loops.
+// Kernels for add.cuh: flat packs (elementwise.cuh).
 #include "add.cuh"
-#include "cuda_check.cuh"
+#include "elementwise.cuh"
 
 namespace kdtrain::cuda {
 namespace {
-constexpr int kThreads = 256;
-
-__global__ void add_kernel(bf16* out, const bf16* a, const bf16* b, int64_t n) {
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
-       k += int64_t(gridDim.x) * blockDim.x)
-    out[k] = to_bf(to_f(a[k]) + to_f(b[k]));
-}
+struct AddOp {
+  bf16* out;
+  const bf16 *a, *b;
+  template <int V>
+  __device__ void apply(int64_t k) const {
+    const Pack<bf16, V> pa = load_pack<V>(a + k), pb = load_pack<V>(b + k);
+    Pack<bf16, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = to_bf(to_f(pa.v[j]) + to_f(pb.v[j]));
+    store_pack<V>(out + k, o);
+  }
+};
 }  // namespace
 
 void add(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  add_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
-  CUDA_CHECK_LAUNCH();
+  launch_flat(AddOp{out, a, b}, n, stream, out, a, b);
 }
 void accumulate(bf16* dst, const bf16* src, int64_t n, cudaStream_t stream) {
   add(dst, dst, src, n, stream);

@@ -1,11 +1,17 @@
-// Small device helpers shared by the kernel files: bf16 <-> fp32, warp and block
-// reductions with a fixed order (so every reduction gives the same bits run after
-// run), and launch-size arithmetic. Header-only and internal to kernels/.
+// The device helpers every kernel file shares, defined here once: bf16 <-> fp32,
+// the stable sigmoid, warp and block reductions with a fixed order (so every
+// reduction gives the same bits run after run), packs for 16-byte loads and
+// stores, and launch-size arithmetic. The index arithmetic of the vectorised
+// loops is in vec_layout.h (host-testable); error and launch checks in
+// cuda_check.cuh. Header-only and internal to kernels/.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "vec_layout.h"
 
 namespace kdtrain::cuda {
 
@@ -24,9 +30,68 @@ inline unsigned elementwise_blocks(int64_t n, int threads) {
   return static_cast<unsigned>(want < 1 ? 1 : (want > cap ? cap : want));
 }
 
+// Grid for a kernel whose blocks each cover `per_block` items of n: enough to fill
+// the GPU, capped like elementwise_blocks (the kernels loop over the rest).
+inline unsigned blocks_for(int64_t n, int64_t per_block) {
+  return elementwise_blocks(ceil_div(n, per_block), 1);
+}
+
+// Grid of a row_pack_loop kernel: x covers one row's packs with `threads` per block,
+// y the rows, at most 65535 of them (the kernels loop over the rest).
+inline dim3 row_pack_grid(int64_t rows, int64_t packs_per_row, int threads) {
+  return dim3(static_cast<unsigned>(ceil_div(packs_per_row, threads)),
+              static_cast<unsigned>(rows < 65535 ? (rows > 0 ? rows : 1) : 65535));
+}
+
+// Calls launch(std::integral_constant<int, VEC>{}) for vec in {8, 4, 2, 1}, so one
+// launcher instantiates the kernel for each pack width widest_pack may return.
+template <typename Launch>
+void dispatch_pack(int vec, Launch&& launch) {
+  switch (vec) {
+    case 8: launch(std::integral_constant<int, 8>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    default: launch(std::integral_constant<int, 1>{}); break;
+  }
+}
+
+// VEC consecutive values of T moved as one access (16 bytes for 8 bf16 or 4 fp32).
+// Packs wider than 16 bytes are moved as several 16-byte accesses.
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC < kPackBytes ? sizeof(T) * VEC : kPackBytes) Pack {
+  T v[VEC];
+};
+
 #ifdef __CUDACC__  // device helpers: only for nvcc; the launcher headers stay plain C++.
 __device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ bf16 to_bf(float x) { return __float2bfloat16(x); }
+
+// p must be aligned to pack_alignment(VEC, sizeof(T)) (the launchers pick VEC with
+// widest_pack). At most 16 bytes per access: LDG.E.128 / STG.E.128 in the SASS.
+template <int VEC, typename T>
+__device__ __forceinline__ Pack<T, VEC> load_pack(const T* p) {
+  constexpr int kPer = sizeof(T) * VEC <= kPackBytes ? VEC : kPackBytes / sizeof(T);
+  Pack<T, VEC> out;
+#pragma unroll
+  for (int i = 0; i < VEC; i += kPer)
+    *reinterpret_cast<Pack<T, kPer>*>(&out.v[i]) = *reinterpret_cast<const Pack<T, kPer>*>(p + i);
+  return out;
+}
+template <int VEC, typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, VEC>& pack) {
+  constexpr int kPer = sizeof(T) * VEC <= kPackBytes ? VEC : kPackBytes / sizeof(T);
+#pragma unroll
+  for (int i = 0; i < VEC; i += kPer)
+    *reinterpret_cast<Pack<T, kPer>*>(p + i) = *reinterpret_cast<const Pack<T, kPer>*>(&pack.v[i]);
+}
+// Global thread index and count of a 1-D grid, for grid-stride loops.
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_threads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
 
 // Stable sigmoid: never forms exp of a large positive number.
 __device__ __forceinline__ float sigmoidf_stable(float z) {

@@ -6,27 +6,44 @@ namespace kdtrain::cuda {
 namespace {
 constexpr int kThreads = 256;
 
+// Rows from the grid's y dimension, VEC-wide column packs from x: a 16-byte copy
+// of wte's row per thread when C allows (row_pack_loop in vec_layout.h).
+template <int VEC>
 __global__ void embedding_forward_kernel(bf16* out, const int32_t* tokens, const bf16* wte,
-                                         int64_t N, int64_t C) {
-  const int64_t total = N * C;
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total;
-       k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = k / C, c = k % C;
-    const int32_t id = tokens[n];
-    out[k] = id >= 0 ? wte[static_cast<int64_t>(id) * C + c] : to_bf(0.f);
-  }
+                                         int64_t N, int C) {
+  row_pack_loop<VEC>(N, blockIdx.y, gridDim.y, C / VEC, blockIdx.x * blockDim.x + threadIdx.x,
+                     gridDim.x * blockDim.x, [&](int64_t n, int c) {
+                       const int32_t id = tokens[n];
+                       Pack<bf16, VEC> p;
+                       if (id >= 0) {
+                         p = load_pack<VEC>(wte + static_cast<int64_t>(id) * C + c);
+                       } else {
+#pragma unroll
+                         for (int k = 0; k < VEC; ++k) p.v[k] = to_bf(0.f);
+                       }
+                       store_pack<VEC>(out + n * C + c, p);
+                     });
 }
 
-// grid (U, column blocks): block (u, cb) owns dwte[ids[u], cb*kThreads + threadIdx.x].
+// grid (U, column packs): block (u, cb) owns dwte[ids[u], (cb*kThreads + threadIdx.x)*VEC + k].
+template <int VEC>
 __global__ void embedding_backward_kernel(float* dwte, const bf16* dout, const int32_t* ids,
                                           const int32_t* offsets, const int32_t* positions,
-                                          int64_t C) {
-  const int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
+                                          int C) {
+  const int c = (blockIdx.y * blockDim.x + threadIdx.x) * VEC;
   if (c >= C) return;
   const int64_t u = blockIdx.x;
-  float acc = 0.f;
-  for (int32_t p = offsets[u]; p < offsets[u + 1]; ++p) acc += to_f(dout[positions[p] * C + c]);
-  dwte[static_cast<int64_t>(ids[u]) * C + c] += acc;
+  float acc[VEC] = {};
+  for (int32_t p = offsets[u]; p < offsets[u + 1]; ++p) {
+    const Pack<bf16, VEC> g = load_pack<VEC>(dout + static_cast<int64_t>(positions[p]) * C + c);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) acc[k] += to_f(g.v[k]);
+  }
+  float* row = dwte + static_cast<int64_t>(ids[u]) * C + c;
+  Pack<float, VEC> w = load_pack<VEC>(row);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) w.v[k] += acc[k];
+  store_pack<VEC>(row, w);
 }
 }  // namespace
 
@@ -53,18 +70,27 @@ TokenBuckets bucket_tokens(const int32_t* tokens, int64_t N, int64_t V) {
 
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int64_t N, int64_t C,
                        cudaStream_t stream) {
+  KD_CHECK(C < (int64_t(1) << 31), "embedding_forward: C=", C, " too large");
   if (N <= 0 || C <= 0) return;
-  embedding_forward_kernel<<<elementwise_blocks(N * C, kThreads), kThreads, 0, stream>>>(out, tokens,
-                                                                                          wte, N, C);
+  dispatch_pack(widest_pack(C, out, wte), [&](auto v) {
+    constexpr int VEC = decltype(v)::value;
+    embedding_forward_kernel<VEC><<<row_pack_grid(N, C / VEC, kThreads), kThreads, 0, stream>>>(
+        out, tokens, wte, N, static_cast<int>(C));
+  });
   CUDA_CHECK_LAUNCH();
 }
 
 void embedding_backward(float* dwte, const bf16* dout, const int32_t* ids, const int32_t* offsets,
                         const int32_t* positions, int64_t U, int64_t C, cudaStream_t stream) {
   if (U <= 0 || C <= 0) return;
-  KD_CHECK(U < (int64_t(1) << 31), "embedding_backward: too many distinct tokens ", U);
-  const dim3 grid(static_cast<unsigned>(U), static_cast<unsigned>(ceil_div(C, kThreads)));
-  embedding_backward_kernel<<<grid, kThreads, 0, stream>>>(dwte, dout, ids, offsets, positions, C);
+  KD_CHECK(U < (int64_t(1) << 31) && C < (int64_t(1) << 31),
+           "embedding_backward: too many distinct tokens ", U, " or columns ", C);
+  dispatch_pack(widest_pack(C, dout, dwte), [&](auto v) {
+    constexpr int VEC = decltype(v)::value;
+    const dim3 grid(static_cast<unsigned>(U), static_cast<unsigned>(ceil_div(C / VEC, kThreads)));
+    embedding_backward_kernel<VEC><<<grid, kThreads, 0, stream>>>(dwte, dout, ids, offsets,
+                                                                  positions, static_cast<int>(C));
+  });
   CUDA_CHECK_LAUNCH();
 }
 }  // namespace kdtrain::cuda

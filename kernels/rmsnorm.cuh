@@ -11,7 +11,10 @@
 //   on (N, C) and the inputs, never on the GPU model or scheduling.
 // - loads are vectorised (up to 16 bytes: 8 bf16) when C and the pointers allow;
 //   any C works, odd C falls back to scalar loads.
-// Buffers must not alias each other. N == 0 is a no-op.
+// - fused add: sum_out = bf16(a + b) (one rounding, as the add op), then the forward
+//   above on sum_out: bit for bit what add followed by rmsnorm_forward computes.
+//   sum_out may alias a or b (each lane reads its columns before writing them).
+// Otherwise buffers must not alias each other. N == 0 is a no-op.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -25,6 +28,12 @@ namespace kdtrain::cuda {
 void rmsnorm_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* inp,
                      const __nv_bfloat16* weight, int64_t N, int64_t C, float eps,
                      cudaStream_t stream);
+
+// sum_out (N,C) = a + b, then out, rstd as rmsnorm_forward on sum_out.
+void add_rmsnorm_forward(__nv_bfloat16* sum_out, __nv_bfloat16* out, float* rstd,
+                         const __nv_bfloat16* a, const __nv_bfloat16* b,
+                         const __nv_bfloat16* weight, int64_t N, int64_t C, float eps,
+                         cudaStream_t stream);
 
 // Bytes of device scratch rmsnorm_backward needs for this shape (fp32 partial sums).
 size_t rmsnorm_backward_scratch_bytes(int64_t N, int64_t C);

@@ -1,42 +1,50 @@
-// Kernels for sigmoid_gate.cuh: grid-stride loops.
-#include "cuda_check.cuh"
+// Kernels for sigmoid_gate.cuh: flat packs (elementwise.cuh).
+#include "elementwise.cuh"
 #include "sigmoid_gate.cuh"
 
 namespace kdtrain::cuda {
 namespace {
-constexpr int kThreads = 256;
-
-__global__ void gate_forward_kernel(bf16* out, const bf16* inp, const bf16* gate, int64_t n) {
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
-       k += int64_t(gridDim.x) * blockDim.x)
-    out[k] = to_bf(to_f(inp[k]) * sigmoidf_stable(to_f(gate[k])));
-}
-
-__global__ void gate_backward_kernel(bf16* dinp, bf16* dgate, const bf16* dout, const bf16* inp,
-                                     const bf16* gate, int64_t n) {
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
-       k += int64_t(gridDim.x) * blockDim.x) {
-    const float s = sigmoidf_stable(to_f(gate[k]));
-    const float g = to_f(dout[k]);
-    const float x = to_f(inp[k]);
-    dinp[k] = to_bf(g * s);
-    dgate[k] = to_bf(g * x * s * (1.f - s));
+struct GateForwardOp {
+  bf16* out;
+  const bf16 *inp, *gate;
+  template <int V>
+  __device__ void apply(int64_t k) const {
+    const Pack<bf16, V> x = load_pack<V>(inp + k), g = load_pack<V>(gate + k);
+    Pack<bf16, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = to_bf(to_f(x.v[j]) * sigmoidf_stable(to_f(g.v[j])));
+    store_pack<V>(out + k, o);
   }
-}
+};
+struct GateBackwardOp {
+  bf16 *dinp, *dgate;
+  const bf16 *dout, *inp, *gate;
+  template <int V>
+  __device__ void apply(int64_t k) const {
+    const Pack<bf16, V> dy = load_pack<V>(dout + k), x = load_pack<V>(inp + k),
+                        g = load_pack<V>(gate + k);
+    Pack<bf16, V> dx, dg;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float s = sigmoidf_stable(to_f(g.v[j]));
+      const float d = to_f(dy.v[j]);
+      dx.v[j] = to_bf(d * s);
+      dg.v[j] = to_bf(d * to_f(x.v[j]) * s * (1.f - s));
+    }
+    store_pack<V>(dinp + k, dx);
+    store_pack<V>(dgate + k, dg);
+  }
+};
 }  // namespace
 
 void sigmoid_gate_forward(bf16* out, const bf16* inp, const bf16* gate, int64_t n,
                           cudaStream_t stream) {
-  if (n <= 0) return;
-  gate_forward_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(out, inp, gate, n);
-  CUDA_CHECK_LAUNCH();
+  launch_flat(GateForwardOp{out, inp, gate}, n, stream, out, inp, gate);
 }
 
 void sigmoid_gate_backward(bf16* dinp, bf16* dgate, const bf16* dout, const bf16* inp,
                            const bf16* gate, int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  gate_backward_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(dinp, dgate, dout,
-                                                                                 inp, gate, n);
-  CUDA_CHECK_LAUNCH();
+  launch_flat(GateBackwardOp{dinp, dgate, dout, inp, gate}, n, stream, dinp, dgate, dout, inp,
+              gate);
 }
 }  // namespace kdtrain::cuda
