@@ -13,10 +13,11 @@
 // counts. Targets >= V cannot raise an error from the device: they are treated as
 // masked too (the CPU reference throws; callers validate on the host).
 //
-// Numerics: one block per row; logits read as bf16, everything else fp32. Pass 1
-// keeps an online (max, sum of exp) per thread for s, s/tau and t/tau, merged by
-// fixed block trees; pass 2 sums the KD (and soft-CE) terms; pass 3 writes the gradient. Each
-// thread owns a fixed strided set of columns, so results are deterministic.
+// Numerics: one block per row, two passes (loss.cu); logits read as bf16 (16-byte
+// packs when the row allows), everything else fp32. Pass 1 keeps per thread an
+// online (max, sum of exp, weighted sums) for s, s/tau (when tau != 1) and t/tau,
+// merged by fixed block trees, giving ce, the KD value and soft-CE; pass 2 writes
+// the gradient. Each thread owns a fixed strided set of columns: deterministic.
 #pragma once
 #include "cuda_common.cuh"
 

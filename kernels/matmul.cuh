@@ -8,8 +8,15 @@
 //
 // Row-major X(r,c) is column-major X^T with leading dimension c, so each product
 // is issued as its transpose in column-major form (see matmul.cu).
-// Numerics: the bias is added by a small kernel after the product (one extra bf16
-// rounding, simpler than epilogue support across cuBLASLt versions).
+// Plans: the descriptors, layouts and heuristic answer of each distinct call
+// (MatmulKey, matmul_plan.h) are built once and cached in the context; a step
+// reuses them (about 700 products per step, a handful of distinct keys).
+// Numerics: the bias is added by cuBLASLt's BIAS epilogue inside the product (fp32
+// accumulator + bias, one rounding to bf16); where the heuristic offers no
+// algorithm (the cublasGemmEx fallback) a small kernel adds it after (one more
+// rounding). dbias stays a column-sum kernel (column_sum.cuh): the BGRADB epilogue
+// writes (=) where dbias accumulates (+=) and does not document a fixed reduction
+// order.
 // Determinism: cuBLAS gives the same bits run after run on the same GPU model and
 // library version for the same algorithm; the algorithm is a function of shapes
 // and pointer alignment only (heuristic query, fixed workspace), and the
@@ -24,13 +31,21 @@
 
 namespace kdtrain::cuda {
 
-// Handles and workspace owned by the backend (no globals).
+struct PlanCache;  // matmul.cu
+
+// Handles, workspace and the plan cache owned by the backend (no globals).
 struct BlasContext {
   cublasLtHandle_t lt = nullptr;
   cublasHandle_t blas = nullptr;  // fallback path only
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  PlanCache* plans = nullptr;
 };
+// Plans built so far (distinct keys) and products run, for tests and reports.
+struct PlanStats {
+  int64_t plans = 0, products = 0;
+};
+PlanStats plan_stats(const BlasContext& ctx);
 
 // Creates handles and a workspace of `workspace_bytes`; destroy with blas_destroy.
 BlasContext blas_create(size_t workspace_bytes);

@@ -5,7 +5,8 @@
 // of kSumChunk elements (a constant, not a function of the GPU), each summed in
 // double by a fixed block tree; pass 2 adds the chunk sums in order in one block.
 //
-// AdamW (decoupled, bias-corrected; per element, so deterministic):
+// AdamW (decoupled, bias-corrected; per element, so deterministic; 16-byte packs
+// when every array is aligned, one launch over many segments in the multi form):
 //   g = grad_scale*grad; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
 //   w -= lr * (m/bc1 / (sqrt(v/bc2) + eps) + wd w);   compute = bf16(w)
 // in fp32 with the bias corrections bc1 = 1-b1^t, bc2 = 1-b2^t computed in double
@@ -35,6 +36,17 @@ struct AdamWParams {
   uint32_t seed = 0;                  // for stochastic rounding
 };
 
+// A range [begin, end) of the arrays above with its weight decay.
+struct AdamWSegment {
+  int64_t begin, end;
+  float weight_decay;
+};
+
 void adamw_update(const AdamWParams& p, cudaStream_t stream);
+// Multi-tensor: the segments (device memory, sorted, disjoint) in one launch; each
+// block takes a fixed chunk of [segments[0].begin, segments[count-1].end) and skips
+// the gaps between segments. p.weight_decay is unused.
+void adamw_update_segments(const AdamWParams& p, const AdamWSegment* segments, int64_t count,
+                           int64_t range_begin, int64_t range_end, cudaStream_t stream);
 
 }  // namespace kdtrain::cuda
