@@ -84,16 +84,7 @@ double max_rel_diff(const std::vector<A>& a, const std::vector<B>& b) {
   return err / scale;
 }
 
-// Local names so the tests do not depend on the config module's to_string.
-inline const char* variant_name(AttentionVariant v) {
-  switch (v) {
-    case AttentionVariant::baseline: return "baseline";
-    case AttentionVariant::sink: return "sink";
-    case AttentionVariant::affine: return "affine";
-    case AttentionVariant::gated: return "gated";
-    case AttentionVariant::affine_gated: return "affine-gated";
-  }
-  return "?";
-}
+// The header-only spelling (config/attention_variant.h), so op tests need no config module.
+inline const char* variant_name(AttentionVariant v) { return variant_info(v).name; }
 
 }  // namespace kdtrain::testutil

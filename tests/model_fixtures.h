@@ -58,8 +58,6 @@ inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t see
   return t;
 }
 
-inline const AttentionVariant kAllVariants[] = {
-    AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
-    AttentionVariant::gated, AttentionVariant::affine_gated};
+inline constexpr auto kAllVariants = all_attention_variants();
 
 }  // namespace kdtrain::testing

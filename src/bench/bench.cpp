@@ -120,8 +120,9 @@ double activation_bytes_estimate(const ModelConfig& m, const AttentionConfig& a,
   double layer = act * (N * C + N * (H + 2 * Hkv) * D + N * H * D + N * C + N * C + 2 * N * F +
                         N * F + N * C) +
                  4 * (N + N * H + N);
-  if (has_affine(a.variant)) layer += 4 * N * H + act * (N * H * D + N * Hkv * D);
-  if (has_gate(a.variant)) layer += act * 2 * N * H * D;
+  const AttentionFeatures f = features_of(a.variant);
+  if (f.affine) layer += 4 * N * H + act * (N * H * D + N * Hkv * D);
+  if (f.gate) layer += act * 2 * N * H * D;
   const double outside = act * 2 * N * C + 4 * N;
   const double loss = 2.0 * std::min(double(chunk_tokens), N) * V * 4.0;
   return layer * double(m.num_hidden_layers) + outside + loss;
@@ -379,6 +380,7 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   const int64_t Hkv = std::max<int64_t>(1, H / group);
   KD_CHECK(H % Hkv == 0, "--head-dim ", D, ": ", H, " heads do not split into groups of ", group);
   const AttentionVariant v = c.attention.variant;
+  const AttentionFeatures f = features_of(v);
 
   std::unique_ptr<Backend> backend = make_backend(device, c.train.threads);
   Backend& be = *backend;
@@ -405,9 +407,9 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   fa.variant = v;
   fa.scale = scale;
   fa.qkv = qkv.ptr;
-  fa.sinks = has_sink(v) ? static_cast<const float*>(sinks.ptr) : nullptr;
-  fa.alpha = has_affine(v) ? alpha.ptr : nullptr;
-  fa.alpha_ma = has_affine(v) ? static_cast<const float*>(alpha_ma.ptr) : nullptr;
+  fa.sinks = f.sink ? static_cast<const float*>(sinks.ptr) : nullptr;
+  fa.alpha = f.affine ? alpha.ptr : nullptr;
+  fa.alpha_ma = f.affine ? static_cast<const float*>(alpha_ma.ptr) : nullptr;
   fa.out = out.ptr;
   fa.lse = static_cast<float*>(lse.ptr);
   AttentionBackwardArgs ba;
@@ -420,10 +422,10 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   ba.alpha_ma = fa.alpha_ma;
   ba.out = out.ptr;
   ba.lse = fa.lse;
-  ba.dout = has_gate(v) ? dcore.ptr : dout.ptr;
+  ba.dout = f.gate ? dcore.ptr : dout.ptr;
   ba.dqkv = dqkv.ptr;
-  ba.dsinks = has_sink(v) ? static_cast<float*>(dsinks.ptr) : nullptr;
-  ba.dalpha = has_affine(v) ? dalpha.ptr : nullptr;
+  ba.dsinks = f.sink ? static_cast<float*>(dsinks.ptr) : nullptr;
+  ba.dalpha = f.affine ? dalpha.ptr : nullptr;
   const int64_t n_out = N * H * D;
 
   std::vector<double> t_fwd, t_bwd;
@@ -431,10 +433,10 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
     const auto a = Clock::now();
     be.attention_forward(fa);
-    if (has_gate(v)) be.sigmoid_gate_forward(gated.ptr, out.ptr, gate.ptr, n_out);
+    if (f.gate) be.sigmoid_gate_forward(gated.ptr, out.ptr, gate.ptr, n_out);
     be.synchronize();
     const auto b = Clock::now();
-    if (has_gate(v)) be.sigmoid_gate_backward(dcore.ptr, dgate.ptr, dout.ptr, out.ptr, gate.ptr, n_out);
+    if (f.gate) be.sigmoid_gate_backward(dcore.ptr, dgate.ptr, dout.ptr, out.ptr, gate.ptr, n_out);
     be.attention_backward(ba);
     be.synchronize();
     const auto d = Clock::now();
@@ -465,7 +467,7 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   r["flops_fwd_bwd"] = flops;
   r["tflops"] = ms > 0 ? flops / (ms / 1e3) / 1e12 : 0.0;
   r["flop_convention"] = "causal fwd 4*B*H*T^2*D/2; fwd+bwd = 3.5 x fwd; variant extras not counted";
-  r["includes"] = has_gate(v) ? "attention core + sigmoid gate op" : "attention core";
+  r["includes"] = f.gate ? "attention core + sigmoid gate op" : "attention core";
   r["attention_paths"] = attention_paths_json(be);
   r["attention_path"] = attention_path_summary(r["attention_paths"]);
   return r;

@@ -79,9 +79,9 @@ MemoryEstimate estimate_memory(const Config& c, int64_t trainable, int64_t B, in
                  + 2 * N * C + 4 * N          // post-attention norm
                  + 2 * N * 2 * F + 2 * N * F  // gate/up, swiglu
                  + 2 * N * C;                 // layer output
-  const AttentionVariant v = c.attention.variant;
-  if (has_affine(v)) layer += 4 * N * H + 2 * N * H * D + 2 * N * Hkv * D;
-  if (has_gate(v)) layer += 2 * N * H * D + 2 * N * H * D;
+  const AttentionFeatures f = features_of(c.attention.variant);
+  if (f.affine) layer += 4 * N * H + 2 * N * H * D + 2 * N * Hkv * D;
+  if (f.gate) layer += 2 * N * H * D + 2 * N * H * D;
   e.activations_per_layer = layer;
   e.activations = layer * double(m.num_hidden_layers) + 2 * N * C + 2 * N * C + 4 * N;
   const double rows = std::min(double(c.kd.chunk_tokens), N);

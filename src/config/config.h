@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "config/attention_variant.h"
+
 namespace kdtrain {
 
-enum class AttentionVariant { baseline, sink, affine, gated, affine_gated };
 enum class AlphaActivation { linear_clip, sigmoid };
 enum class KdLoss { forward_kl, reverse_kl, soft_ce };
 enum class ScheduleKind { wsd, cosine, constant };
@@ -31,13 +32,11 @@ DecayShape parse_decay_shape(const std::string& name);
 const char* to_string(NonFinitePolicy p);
 NonFinitePolicy parse_nonfinite_policy(const std::string& name);
 
-inline bool has_sink(AttentionVariant v) { return v == AttentionVariant::sink; }
-inline bool has_affine(AttentionVariant v) {
-  return v == AttentionVariant::affine || v == AttentionVariant::affine_gated;
-}
-inline bool has_gate(AttentionVariant v) {
-  return v == AttentionVariant::gated || v == AttentionVariant::affine_gated;
-}
+// Transitional: callers not yet holding AttentionFeatures. New code resolves
+// features_of(variant) once and reads its fields.
+inline bool has_sink(AttentionVariant v) { return features_of(v).sink; }
+inline bool has_affine(AttentionVariant v) { return features_of(v).affine; }
+inline bool has_gate(AttentionVariant v) { return features_of(v).gate; }
 
 struct RopeScaling {
   std::string type = "default";  // "default" (none) or "llama3"

@@ -1,6 +1,7 @@
 // Spellings of the config enums, shared by the JSON reader, the CLI and to_json.
-// Each enum has one table; to_string and parse read the same table so the two
-// can never disagree.
+// Each enum has one table (the attention variants': kAttentionVariants in
+// attention_variant.h); to_string and parse read the same table so the two can
+// never disagree.
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -12,13 +13,6 @@ namespace kdtrain {
 
 namespace {
 
-const std::pair<AttentionVariant, const char*> kAttention[] = {
-    {AttentionVariant::baseline, "baseline"},
-    {AttentionVariant::sink, "sink"},
-    {AttentionVariant::affine, "affine"},
-    {AttentionVariant::gated, "gated"},
-    {AttentionVariant::affine_gated, "affine-gated"},
-};
 const std::pair<AlphaActivation, const char*> kAlpha[] = {
     {AlphaActivation::linear_clip, "linear_clip"},
     {AlphaActivation::sigmoid, "sigmoid"},
@@ -43,30 +37,37 @@ const std::pair<NonFinitePolicy, const char*> kNonFinite[] = {
     {NonFinitePolicy::skip, "skip"},
 };
 
-template <typename E, size_t N>
-const char* name_of(const std::pair<E, const char*> (&table)[N], E value) {
-  for (const auto& entry : table)
-    if (entry.first == value) return entry.second;
+// A table row is a (value, spelling) pair, or an AttentionVariantInfo.
+template <typename E>
+E value_of(const std::pair<E, const char*>& row) { return row.first; }
+template <typename E>
+const char* spelling_of(const std::pair<E, const char*>& row) { return row.second; }
+AttentionVariant value_of(const AttentionVariantInfo& row) { return row.variant; }
+const char* spelling_of(const AttentionVariantInfo& row) { return row.name; }
+
+template <typename Table, typename E>
+const char* name_of(const Table& table, E value) {
+  for (const auto& row : table)
+    if (value_of(row) == value) return spelling_of(row);
   return "?";  // unreachable for a valid enum value
 }
 
-template <typename E, size_t N>
-E parse_name(const std::pair<E, const char*> (&table)[N], const std::string& name,
-             const char* what) {
+template <typename Table>
+auto parse_name(const Table& table, const std::string& name, const char* what) {
   std::string choices;
-  for (const auto& entry : table) {
-    if (name == entry.second) return entry.first;
+  for (const auto& row : table) {
+    if (name == spelling_of(row)) return value_of(row);
     if (!choices.empty()) choices += ", ";
-    choices += entry.second;
+    choices += spelling_of(row);
   }
   fail("unknown ", what, " '", name, "' (choices: ", choices, ")");
 }
 
 }  // namespace
 
-const char* to_string(AttentionVariant v) { return name_of(kAttention, v); }
+const char* to_string(AttentionVariant v) { return name_of(kAttentionVariants, v); }
 AttentionVariant parse_attention_variant(const std::string& name) {
-  return parse_name(kAttention, name, "attention variant");
+  return parse_name(kAttentionVariants, name, "attention variant");
 }
 const char* to_string(AlphaActivation a) { return name_of(kAlpha, a); }
 AlphaActivation parse_alpha_activation(const std::string& name) {

@@ -82,14 +82,14 @@ LayerView read_layer(Model& model, int64_t l, bool with_stats, int64_t sequences
   if (!with_stats) return v;
   v.lse.resize(v.B * v.H * v.T);
   backend.to_host(v.lse.data(), model.layer_lse(l), v.lse.size() * sizeof(float));
-  const AttentionVariant variant = model.attention().variant;
+  const AttentionFeatures f = model.features();
   const LayerOffsets& o = model.layout().layers[l];
-  if (has_affine(variant)) {
+  if (f.affine) {
     v.alpha = host_f32(backend, model.layer_alpha(l), v.B * v.T * v.H);
     v.alpha_ma.resize(v.H);
     backend.to_host(v.alpha_ma.data(), model.master() + o.alpha_ma, v.H * sizeof(float));
   }
-  if (has_sink(variant)) {
+  if (f.sink) {
     v.sinks.resize(v.H);
     backend.to_host(v.sinks.data(), model.master() + o.sinks, v.H * sizeof(float));
   }
@@ -151,7 +151,7 @@ void AttentionAnalyzer::add(Model& model) {
            " and ", T, ")");
   KD_CHECK(T >= 2, "analysis: sequences need at least 2 tokens");
   seq_len_ = T;
-  const bool affine = has_affine(variant_), sink = has_sink(variant_);
+  const bool affine = model.features().affine, sink = model.features().sink;
   const int64_t M = std::min(options_.map_size, T);
 
   for (int64_t l = 0; l < L; ++l) {
@@ -377,7 +377,7 @@ nlohmann::json AttentionAnalyzer::to_json() const {
   j["attention_map"] = {{"layer", options_.map_layer + 1}, {"size", M}, {"weights", map},
                         {"sink_share", map_sink}};
 
-  if (has_affine(variant_)) {
+  if (features_of(variant_).affine) {
     std::vector<std::vector<double>> mean(L, std::vector<double>(H)), stdev = mean, mn = mean,
                                                                       mx = mean, ma = mean;
     for (int64_t l = 0; l < L; ++l) {

@@ -81,7 +81,8 @@ class Carver {
 
 Model::Model(const ModelConfig& model, const AttentionConfig& attention, Backend& backend,
              bool trainable)
-    : model_(model), attention_(attention), backend_(backend),
+    : model_(model), attention_(attention), features_(features_of(attention.variant)),
+      backend_(backend),
       layout_(make_param_layout(model, attention)) {
   const size_t n = static_cast<size_t>(layout_.total);
   master_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
@@ -144,7 +145,7 @@ void Model::ensure_activations(int64_t B, int64_t T) {
                 Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size;
   const int64_t N = B * T, QKV = (H + 2 * Hkv) * D;
   const size_t a = dtype_size(backend_.act_dtype()), f = sizeof(float);
-  const AttentionVariant v = attention_.variant;
+  const AttentionFeatures features = features_;
 
   auto lay_out = [&](Activations& x, char* base) {
     Carver c(base);
@@ -173,11 +174,11 @@ void Model::ensure_activations(int64_t B, int64_t T) {
       c.take(x.qkv[l], N * QKV * a);
       c.take(x.lse[l], B * H * T * f);
       c.take(x.att[l], N * H * D * a);
-      if (has_affine(v)) {
+      if (features.affine) {
         c.take(x.alpha_z[l], N * H * a);
         c.take(x.alpha[l], N * H * a);
       }
-      if (has_gate(v)) {
+      if (features.gate) {
         c.take(x.gate_z[l], N * H * D * a);
         c.take(x.att_gated[l], N * H * D * a);
       }
@@ -251,15 +252,14 @@ void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool accumulate
 template <typename Args>
 void Model::fill_attention_inputs(Args& args, int64_t l) const {
   const LayerOffsets& o = layout_.layers[l];
-  const AttentionVariant v = attention_.variant;
   const int64_t D = model_.head_dim;
   args.shape = {B_, T_, model_.num_attention_heads, model_.num_key_value_heads, D};
-  args.variant = v;
+  args.variant = attention_.variant;
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   args.qkv = acts_->qkv[l];
-  args.sinks = has_sink(v) ? master_ + o.sinks : nullptr;
-  args.alpha = has_affine(v) ? acts_->alpha[l] : nullptr;
-  args.alpha_ma = has_affine(v) ? master_ + o.alpha_ma : nullptr;
+  args.sinks = features_.sink ? master_ + o.sinks : nullptr;
+  args.alpha = features_.affine ? acts_->alpha[l] : nullptr;
+  args.alpha_ma = features_.affine ? master_ + o.alpha_ma : nullptr;
 }
 
 void Model::forward_layer(int64_t l, bool accumulate_alpha) {
@@ -269,13 +269,13 @@ void Model::forward_layer(int64_t l, bool accumulate_alpha) {
   const int64_t B = B_, T = T_, N = B * T, C = m.hidden_size, H = m.num_attention_heads,
                 Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size;
   const int64_t QKV = (H + 2 * Hkv) * D;
-  const AttentionVariant v = attention_.variant;
+  const AttentionFeatures f = features_;
   const float eps = static_cast<float>(m.rms_norm_eps);
 
   backend_.rmsnorm_forward(x.ln1[l], x.ln1_rstd[l], x.resid[l], weight(o.input_norm), N, C, eps);
   backend_.matmul_forward(x.qkv[l], x.ln1[l], weight(o.qkv_weight), weight(o.qkv_bias), N, C, QKV);
   backend_.rope_forward(x.qkv[l], x.rope_cos, x.rope_sin, B, T, H + 2 * Hkv, H + Hkv, D);
-  if (has_affine(v)) {
+  if (f.affine) {
     backend_.matmul_forward(x.alpha_z[l], x.ln1[l], weight(o.alpha_weight), nullptr, N, C, H);
     backend_.alpha_activation_forward(x.alpha[l], x.alpha_z[l], N * H, attention_.alpha_activation);
     if (accumulate_alpha) backend_.column_sum_accumulate(alpha_sums_ + l * H, x.alpha[l], N, H);
@@ -287,7 +287,7 @@ void Model::forward_layer(int64_t l, bool accumulate_alpha) {
   backend_.attention_forward(args);
 
   void* y = x.att[l];
-  if (has_gate(v)) {
+  if (f.gate) {
     backend_.matmul_forward(x.gate_z[l], x.ln1[l], weight(o.gate_weight), nullptr, N, C, H * D);
     backend_.sigmoid_gate_forward(x.att_gated[l], x.att[l], x.gate_z[l], N * H * D);
     y = x.att_gated[l];
@@ -340,7 +340,7 @@ void Model::backward_layer(int64_t l) {
   const int64_t B = B_, T = T_, N = B * T, C = m.hidden_size, H = m.num_attention_heads,
                 Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size;
   const int64_t QKV = (H + 2 * Hkv) * D;
-  const AttentionVariant v = attention_.variant;
+  const AttentionFeatures f = features_;
 
   // MLP block: resid[l+1] = resid_mid + down(swiglu(gate_up(ln2(resid_mid))))
   backend_.matmul_backward(x.d_swiglu, grads_ + o.mlp_down_weight, nullptr, x.d_resid,
@@ -352,12 +352,12 @@ void Model::backward_layer(int64_t l) {
                             weight(o.post_norm), x.ln2_rstd[l], N, C);
 
   // Attention block: resid_mid = resid[l] + o_proj(gate(attention(...)))
-  const void* y = has_gate(v) ? x.att_gated[l] : x.att[l];
+  const void* y = f.gate ? x.att_gated[l] : x.att[l];
   backend_.matmul_backward(x.d_y, grads_ + o.o_weight, nullptr, x.d_resid, y,
                            weight(o.o_weight), N, H * D, C, false);
   bool d_ln_written = false;
   const void* d_att = x.d_y;
-  if (has_gate(v)) {
+  if (f.gate) {
     backend_.sigmoid_gate_backward(x.d_att, x.d_gate_z, x.d_y, x.att[l], x.gate_z[l], N * H * D);
     backend_.matmul_backward(x.d_ln, grads_ + o.gate_weight, nullptr, x.d_gate_z, x.ln1[l],
                              weight(o.gate_weight), N, C, H * D, false);
@@ -370,10 +370,10 @@ void Model::backward_layer(int64_t l) {
   args.lse = x.lse[l];
   args.dout = d_att;
   args.dqkv = x.d_qkv;
-  args.dsinks = has_sink(v) ? grads_ + o.sinks : nullptr;
-  args.dalpha = has_affine(v) ? x.d_alpha : nullptr;
+  args.dsinks = f.sink ? grads_ + o.sinks : nullptr;
+  args.dalpha = f.affine ? x.d_alpha : nullptr;
   backend_.attention_backward(args);
-  if (has_affine(v)) {
+  if (f.affine) {
     backend_.alpha_activation_backward(x.d_alpha_z, x.d_alpha, x.alpha_z[l], N * H,
                                        attention_.alpha_activation);
     backend_.matmul_backward(x.d_ln, grads_ + o.alpha_weight, nullptr, x.d_alpha_z, x.ln1[l],
@@ -391,7 +391,7 @@ void Model::backward_layer(int64_t l) {
 std::vector<double> Model::take_alpha_sums(int64_t* tokens_counted) {
   if (tokens_counted) *tokens_counted = alpha_tokens_;
   alpha_tokens_ = 0;
-  if (!has_affine(attention_.variant)) return {};
+  if (!features_.affine) return {};
   const int64_t LH = model_.num_hidden_layers * model_.num_attention_heads;
   std::vector<float> sums(LH);
   backend_.to_host(sums.data(), alpha_sums_, LH * sizeof(float));
@@ -401,7 +401,7 @@ std::vector<double> Model::take_alpha_sums(int64_t* tokens_counted) {
 
 std::vector<float> Model::alpha_ma() {
   const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
-  if (!has_affine(attention_.variant)) return {};
+  if (!features_.affine) return {};
   std::vector<float> values(L * H);
   for (int64_t l = 0; l < L; ++l)
     backend_.to_host(values.data() + l * H, master_ + layout_.layers[l].alpha_ma, H * sizeof(float));
@@ -410,7 +410,7 @@ std::vector<float> Model::alpha_ma() {
 
 void Model::set_alpha_ma(const std::vector<float>& values) {
   const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
-  KD_CHECK(has_affine(attention_.variant) && static_cast<int64_t>(values.size()) == L * H,
+  KD_CHECK(features_.affine && static_cast<int64_t>(values.size()) == L * H,
            "set_alpha_ma: expected ", L * H, " values for an affine model");
   for (int64_t l = 0; l < L; ++l)
     backend_.to_device(master_ + layout_.layers[l].alpha_ma, values.data() + l * H, H * sizeof(float));

@@ -31,6 +31,7 @@ class Model {
 
   const ModelConfig& config() const { return model_; }
   const AttentionConfig& attention() const { return attention_; }
+  AttentionFeatures features() const { return features_; }
   const ParamLayout& layout() const { return layout_; }
   Backend& backend() { return backend_; }
 
@@ -85,6 +86,7 @@ class Model {
 
   ModelConfig model_;
   AttentionConfig attention_;
+  AttentionFeatures features_;  // of attention_.variant, resolved once
   Backend& backend_;
   ParamLayout layout_;
   float* master_ = nullptr;

@@ -50,7 +50,7 @@ ParamLayout make_param_layout(const ModelConfig& m, const AttentionConfig& atten
            "model: every size must be positive");
   const int64_t C = m.hidden_size, H = m.num_attention_heads, Hkv = m.num_key_value_heads,
                 D = m.head_dim, F = m.intermediate_size, V = m.vocab_size;
-  const AttentionVariant variant = attention.variant;
+  const AttentionFeatures f = features_of(attention.variant);
 
   ParamLayout layout;
   LayoutBuilder b(layout);
@@ -68,12 +68,12 @@ ParamLayout make_param_layout(const ModelConfig& m, const AttentionConfig& atten
       b.add(p + "self_attn.v_proj.bias", {Hkv * D}, ParamRole::bias, l);
     }
     o.o_weight = b.add(p + "self_attn.o_proj.weight", {C, H * D}, ParamRole::matrix, l);
-    if (has_sink(variant)) o.sinks = b.add(p + "self_attn.sinks", {H}, ParamRole::sink, l);
-    if (has_affine(variant)) {
+    if (f.sink) o.sinks = b.add(p + "self_attn.sinks", {H}, ParamRole::sink, l);
+    if (f.affine) {
       o.alpha_weight = b.add(p + "self_attn.alpha_proj.weight", {H, C}, ParamRole::matrix, l);
       o.alpha_ma = b.add(p + "self_attn.alpha_ma", {H}, ParamRole::buffer, l);
     }
-    if (has_gate(variant))
+    if (f.gate)
       o.gate_weight = b.add(p + "self_attn.gate_proj.weight", {H * D, C}, ParamRole::matrix, l);
     o.post_norm = b.add(p + "post_attention_layernorm.weight", {C}, ParamRole::norm, l);
     o.mlp_gate_weight = b.add(p + "mlp.gate_proj.weight", {F, C}, ParamRole::matrix, l);

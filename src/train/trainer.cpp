@@ -363,7 +363,7 @@ class Trainer {
     rec["skipped_steps"] = skipped_;
     rec["peak_memory_bytes"] = backend_->memory_stats().peak_bytes;  // device on GPU, host on CPU
     const int64_t L = config_.model.num_hidden_layers, H = config_.model.num_attention_heads;
-    if (has_affine(config_.attention.variant)) {
+    if (student_->features().affine) {
       std::vector<float> ma = student_->alpha_ma();
       nlohmann::json mean = nlohmann::json::array(), ma_json = nlohmann::json::array();
       for (int64_t l = 0; l < L; ++l) {
@@ -379,7 +379,7 @@ class Trainer {
       rec["alpha_mean"] = mean;
       rec["alpha_ma"] = ma_json;
     }
-    if (has_sink(config_.attention.variant)) {
+    if (student_->features().sink) {
       std::vector<float> params = student_->get_params();
       nlohmann::json sinks = nlohmann::json::array();
       for (int64_t l = 0; l < L; ++l) {

@@ -1,0 +1,66 @@
+// The attention variants (SPEC §2) and the features each one switches on.
+//
+// A variant is the name a user picks; the code below the config reads its
+// features, resolved once with features_of(). Every variant is one row of
+// kAttentionVariants, so adding a variant means adding an enum value and a row
+// here, not a case at every call site. Header-only and constexpr so kernels can
+// turn features into template flags.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <iterator>
+
+namespace kdtrain {
+
+enum class AttentionVariant { baseline, sink, affine, gated, affine_gated };
+
+// What a variant adds to causal softmax attention (SPEC §2).
+struct AttentionFeatures {
+  bool sink = false;    // a learned logit per head joins the softmax denominator (self_attn.sinks)
+  bool affine = false;  // out = alpha*PV + beta*prefix(V); alpha from alpha_proj, alpha_ma a buffer
+  bool gate = false;    // out *= sigmoid(gate_proj(x)) before o_proj, a separate op
+  constexpr bool operator==(const AttentionFeatures& o) const {
+    return sink == o.sink && affine == o.affine && gate == o.gate;
+  }
+  constexpr bool operator!=(const AttentionFeatures& o) const { return !(*this == o); }
+};
+
+struct AttentionVariantInfo {
+  AttentionVariant variant;
+  const char* name;  // CLI / JSON / checkpoint spelling
+  AttentionFeatures features;
+};
+
+// The one table of variants; to_string, parse_attention_variant, features_of and
+// `kdtrain info --variants` read it.
+inline constexpr AttentionVariantInfo kAttentionVariants[] = {
+    {AttentionVariant::baseline, "baseline", {false, false, false}},
+    {AttentionVariant::sink, "sink", {true, false, false}},
+    {AttentionVariant::affine, "affine", {false, true, false}},
+    {AttentionVariant::gated, "gated", {false, false, true}},
+    {AttentionVariant::affine_gated, "affine-gated", {false, true, true}},
+};
+
+constexpr const AttentionVariantInfo& variant_info(AttentionVariant v) {
+  for (const AttentionVariantInfo& info : kAttentionVariants)
+    if (info.variant == v) return info;
+  return kAttentionVariants[0];  // unreachable for a valid enum value
+}
+constexpr AttentionFeatures features_of(AttentionVariant v) { return variant_info(v).features; }
+
+// Every variant, in table order (for loops over variants in tests and tools).
+constexpr std::array<AttentionVariant, std::size(kAttentionVariants)> all_attention_variants() {
+  std::array<AttentionVariant, std::size(kAttentionVariants)> out{};
+  for (size_t i = 0; i < out.size(); ++i) out[i] = kAttentionVariants[i].variant;
+  return out;
+}
+
+// No variant both adds a sink and rescales by alpha: the flash kernels rely on it.
+constexpr bool no_variant_has_sink_and_affine() {
+  for (const AttentionVariantInfo& info : kAttentionVariants)
+    if (info.features.sink && info.features.affine) return false;
+  return true;
+}
+static_assert(no_variant_has_sink_and_affine(), "a variant with sink and affine needs kernel support");
+
+}  // namespace kdtrain
