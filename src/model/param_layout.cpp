@@ -30,8 +30,9 @@ namespace {
 class LayoutBuilder {
  public:
   explicit LayoutBuilder(ParamLayout& layout) : layout_(layout) {}
-  int64_t add(std::string name, std::vector<int64_t> shape, ParamRole role, int64_t layer) {
-    ParamSpec spec{std::move(name), std::move(shape), role, layer, layout_.total};
+  int64_t add(std::string name, std::vector<int64_t> shape, ParamRole role,
+              ParamComponent component, int64_t layer) {
+    ParamSpec spec{std::move(name), std::move(shape), role, component, layer, layout_.total};
     layout_.total += spec.numel();
     layout_.specs.push_back(std::move(spec));
     return layout_.specs.back().offset;
@@ -51,57 +52,58 @@ ParamLayout make_param_layout(const ModelConfig& m, const AttentionConfig& atten
   const int64_t C = m.hidden_size, H = m.num_attention_heads, Hkv = m.num_key_value_heads,
                 D = m.head_dim, F = m.intermediate_size, V = m.vocab_size;
   const AttentionFeatures f = features_of(attention.variant);
+  using R = ParamRole;
+  using P = ParamComponent;
 
   ParamLayout layout;
   LayoutBuilder b(layout);
-  layout.embed = b.add("model.embed_tokens.weight", {V, C}, ParamRole::embedding, -1);
+  layout.embed = b.add("model.embed_tokens.weight", {V, C}, R::embedding, P::embedding, -1);
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerOffsets o;
-    o.input_norm = b.add(p + "input_layernorm.weight", {C}, ParamRole::norm, l);
-    o.qkv_weight = b.add(p + "self_attn.q_proj.weight", {H * D, C}, ParamRole::matrix, l);
-    b.add(p + "self_attn.k_proj.weight", {Hkv * D, C}, ParamRole::matrix, l);
-    b.add(p + "self_attn.v_proj.weight", {Hkv * D, C}, ParamRole::matrix, l);
+    o.input_norm = b.add(p + "input_layernorm.weight", {C}, R::norm, P::norm, l);
+    o.qkv_weight = b.add(p + "self_attn.q_proj.weight", {H * D, C}, R::matrix, P::attention, l);
+    b.add(p + "self_attn.k_proj.weight", {Hkv * D, C}, R::matrix, P::attention, l);
+    b.add(p + "self_attn.v_proj.weight", {Hkv * D, C}, R::matrix, P::attention, l);
     if (m.attention_bias) {
-      o.qkv_bias = b.add(p + "self_attn.q_proj.bias", {H * D}, ParamRole::bias, l);
-      b.add(p + "self_attn.k_proj.bias", {Hkv * D}, ParamRole::bias, l);
-      b.add(p + "self_attn.v_proj.bias", {Hkv * D}, ParamRole::bias, l);
+      o.qkv_bias = b.add(p + "self_attn.q_proj.bias", {H * D}, R::bias, P::attention, l);
+      b.add(p + "self_attn.k_proj.bias", {Hkv * D}, R::bias, P::attention, l);
+      b.add(p + "self_attn.v_proj.bias", {Hkv * D}, R::bias, P::attention, l);
     }
-    o.o_weight = b.add(p + "self_attn.o_proj.weight", {C, H * D}, ParamRole::matrix, l);
-    if (f.sink) o.sinks = b.add(p + "self_attn.sinks", {H}, ParamRole::sink, l);
+    o.o_weight = b.add(p + "self_attn.o_proj.weight", {C, H * D}, R::matrix, P::attention, l);
+    if (f.sink) o.sinks = b.add(p + "self_attn.sinks", {H}, R::sink, P::variant, l);
     if (f.affine) {
-      o.alpha_weight = b.add(p + "self_attn.alpha_proj.weight", {H, C}, ParamRole::matrix, l);
-      o.alpha_ma = b.add(p + "self_attn.alpha_ma", {H}, ParamRole::buffer, l);
+      o.alpha_weight = b.add(p + "self_attn.alpha_proj.weight", {H, C}, R::matrix, P::variant, l);
+      o.alpha_ma = b.add(p + "self_attn.alpha_ma", {H}, R::buffer, P::variant, l);
     }
     if (f.gate)
-      o.gate_weight = b.add(p + "self_attn.gate_proj.weight", {H * D, C}, ParamRole::matrix, l);
-    o.post_norm = b.add(p + "post_attention_layernorm.weight", {C}, ParamRole::norm, l);
-    o.mlp_gate_weight = b.add(p + "mlp.gate_proj.weight", {F, C}, ParamRole::matrix, l);
-    o.mlp_up_weight = b.add(p + "mlp.up_proj.weight", {F, C}, ParamRole::matrix, l);
-    o.mlp_down_weight = b.add(p + "mlp.down_proj.weight", {C, F}, ParamRole::matrix, l);
+      o.gate_weight = b.add(p + "self_attn.gate_proj.weight", {H * D, C}, R::matrix, P::variant, l);
+    o.post_norm = b.add(p + "post_attention_layernorm.weight", {C}, R::norm, P::norm, l);
+    o.mlp_gate_weight = b.add(p + "mlp.gate_proj.weight", {F, C}, R::matrix, P::mlp, l);
+    o.mlp_up_weight = b.add(p + "mlp.up_proj.weight", {F, C}, R::matrix, P::mlp, l);
+    o.mlp_down_weight = b.add(p + "mlp.down_proj.weight", {C, F}, R::matrix, P::mlp, l);
     layout.layers.push_back(o);
   }
-  layout.final_norm = b.add("model.norm.weight", {C}, ParamRole::norm, -1);
+  layout.final_norm = b.add("model.norm.weight", {C}, R::norm, P::norm, -1);
   layout.lm_head = m.tie_word_embeddings
                        ? layout.embed
-                       : b.add("lm_head.weight", {V, C}, ParamRole::matrix, -1);
+                       : b.add("lm_head.weight", {V, C}, R::matrix, P::lm_head, -1);
   return layout;
 }
 
 ParamBreakdown count_params(const ParamLayout& layout) {
   ParamBreakdown c;
   for (const ParamSpec& s : layout.specs) {
+    if (!s.trainable()) continue;
     const int64_t n = s.numel();
-    const std::string& name = s.name;
-    auto contains = [&](const char* part) { return name.find(part) != std::string::npos; };
-    if (s.role == ParamRole::buffer) continue;
-    if (s.role == ParamRole::embedding) c.embedding += n;
-    else if (name == "lm_head.weight") c.lm_head += n;
-    else if (s.role == ParamRole::norm) c.norms += n;
-    else if (contains(".mlp.")) c.mlp += n;
-    else if (contains("sinks") || contains("alpha_proj") || contains("self_attn.gate_proj"))
-      c.variant += n;
-    else c.attention += n;
+    switch (s.component) {
+      case ParamComponent::embedding: c.embedding += n; break;
+      case ParamComponent::attention: c.attention += n; break;
+      case ParamComponent::variant: c.variant += n; break;
+      case ParamComponent::mlp: c.mlp += n; break;
+      case ParamComponent::norm: c.norms += n; break;
+      case ParamComponent::lm_head: c.lm_head += n; break;
+    }
     c.total += n;
   }
   return c;

@@ -20,10 +20,21 @@ enum class ParamRole {
   buffer,     // alpha_ma: saved, never trained
 };
 
+// The part of the model a tensor belongs to, for the counts `kdtrain info` prints.
+enum class ParamComponent {
+  embedding,  // token embedding
+  attention,  // q/k/v/o weights and biases
+  variant,    // what the attention variant adds: sinks, alpha_proj (+ alpha_ma), gate_proj
+  mlp,        // gate/up/down projections
+  norm,       // RMSNorm gains
+  lm_head,    // untied output head
+};
+
 struct ParamSpec {
   std::string name;            // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
   std::vector<int64_t> shape;  // PyTorch order
   ParamRole role;
+  ParamComponent component;
   int64_t layer = -1;          // decoder layer, -1 for embedding / final norm / head
   int64_t offset = 0;          // in elements from the arena start
   int64_t numel() const;
@@ -64,7 +75,7 @@ struct ParamLayout {
 
 ParamLayout make_param_layout(const ModelConfig& model, const AttentionConfig& attention);
 
-// Parameter counts per component, as `kdtrain info` prints them.
+// Parameter counts per component (ParamSpec::component), as `kdtrain info` prints them.
 struct ParamBreakdown {
   int64_t embedding = 0;
   int64_t attention = 0;   // q/k/v/o weights and biases
