@@ -109,25 +109,6 @@ Teacher make_teacher(const std::string& spec, const ModelConfig& student, Backen
   return t;
 }
 
-// Per-layer activation elements the backward keeps, mirroring the list in
-// `kdtrain info` (cmd_info.cpp), times the backend's activation dtype size; the
-// fp32 statistics (rstd, lse) are counted at 4 bytes.
-double activation_bytes_estimate(const ModelConfig& m, const AttentionConfig& a, int64_t B,
-                                 int64_t T, double act, int64_t chunk_tokens) {
-  const double N = double(B) * double(T), C = double(m.hidden_size),
-               H = double(m.num_attention_heads), Hkv = double(m.num_key_value_heads),
-               D = double(m.head_dim), F = double(m.intermediate_size), V = double(m.vocab_size);
-  double layer = act * (N * C + N * (H + 2 * Hkv) * D + N * H * D + N * C + N * C + 2 * N * F +
-                        N * F + N * C) +
-                 4 * (N + N * H + N);
-  const AttentionFeatures f = features_of(a.variant);
-  if (f.affine) layer += 4 * N * H + act * (N * H * D + N * Hkv * D);
-  if (f.gate) layer += act * 2 * N * H * D;
-  const double outside = act * 2 * N * C + 4 * N;
-  const double loss = 2.0 * std::min(double(chunk_tokens), N) * V * 4.0;
-  return layer * double(m.num_hidden_layers) + outside + loss;
-}
-
 }  // namespace
 
 nlohmann::json run_bench(const BenchOptions& o) {
@@ -222,8 +203,10 @@ nlohmann::json run_bench(const BenchOptions& o) {
       {"params_bytes", master + compute_copy},
       {"grads_bytes", 4.0 * double(layout.total)},
       {"optimizer_bytes", 8.0 * double(optimizer.shard_end() - optimizer.shard_begin())},
-      {"activations_bytes_estimate",
-       activation_bytes_estimate(c.model, c.attention, B, T, act, c.kd.chunk_tokens)},
+      // The arenas as allocated (model/activations.h), student and teacher.
+      {"activations_bytes",
+       double(student.activation_bytes()) +
+           double(teacher.model ? teacher.model->activation_bytes() : size_t(0))},
       {"teacher_params_bytes",
        teacher.model ? (4.0 + (backend->act_dtype() == DType::f32 ? 0.0 : act)) *
                            double(teacher.model->layout().total)
@@ -310,10 +293,9 @@ std::string format_report(const nlohmann::json& r) {
   line("  formula: %s\n", r["flop_formula"].get<std::string>().c_str());
   const auto& m = r["memory"];
   const double MiB = 1024.0 * 1024.0;
-  line("  memory: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activations ~%.2f MiB (estimate)",
+  line("  memory: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activations %.2f MiB",
        m["params_bytes"].get<double>() / MiB, m["grads_bytes"].get<double>() / MiB,
-       m["optimizer_bytes"].get<double>() / MiB,
-       m["activations_bytes_estimate"].get<double>() / MiB);
+       m["optimizer_bytes"].get<double>() / MiB, m["activations_bytes"].get<double>() / MiB);
   if (m.contains("peak_rss_bytes"))
     line(", peak RSS %.1f MiB\n", double(m["peak_rss_bytes"].get<int64_t>()) / MiB);
   else

@@ -18,6 +18,7 @@
 #include "io/checkpoint_format.h"
 #include "io/file_util.h"
 #include "io/hf_checkpoint.h"
+#include "model/activations.h"
 #include "model/param_layout.h"
 
 namespace kdtrain::cli {
@@ -42,50 +43,37 @@ std::string millions(int64_t n) {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-// Training memory on the CUDA layout (bytes). Activations are what the backward
-// pass keeps per layer, for N = B*T tokens (bf16 = 2 bytes, fp32 = 4):
-//   input RMSNorm out 2NC + rstd 4N; q,k,v after RoPE 2N(H+2Hkv)D;
-//   attention out 2NHD; softmax log-sum-exp 4NH; residual after attention 2NC;
-//   post-attention RMSNorm out 2NC + rstd 4N; MLP gate and up 2N*2F; SwiGLU 2NF;
-//   layer output (residual) 2NC;
-//   affine: alpha pre-activation 4NH, P·V before the affine mix 2NHD, causal
-//           prefix sum of V 2N*Hkv*D;
-//   gated:  gate pre-activation 2NHD, output before the gate 2NHD;
-//   sink:   nothing beyond the log-sum-exp.
-// Outside the layers: embedding output 2NC, final RMSNorm out 2NC + rstd 4N.
-// The fused loss holds one chunk of min(kd.chunk_tokens, N) rows of fp32 logits
-// for the student (overwritten by their gradient) and one for the teacher.
+// Every buffer of the activation arena: name, copies, MiB of all copies.
+nlohmann::json activation_buffers_json(const ActivationPlan& plan) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ActivationPlan::Buffer& b : plan.buffers)
+    list.push_back({{"name", b.name}, {"count", b.count}, {"mib", mib(double(b.bytes))},
+                    {"per_layer", b.per_layer}});
+  return list;
+}
+
+// Training memory on the CUDA layout (bytes): bf16 weights beside the fp32 master
+// and gradients, AdamW's two fp32 moments, the activation arena exactly as the
+// model lays it out for (B, T) (model/activations.h), and the fused loss, which
+// holds one chunk of min(kd.chunk_tokens, N) rows of fp32 logits for the student
+// (overwritten by their gradient) and one for the teacher.
 struct MemoryEstimate {
   double params_bf16 = 0, master_fp32 = 0, grads_fp32 = 0, adamw = 0;
   double activations_per_layer = 0, activations = 0, loss_chunk = 0;
   double total() const { return params_bf16 + master_fp32 + grads_fp32 + adamw + activations + loss_chunk; }
 };
 
-MemoryEstimate estimate_memory(const Config& c, int64_t trainable, int64_t B, int64_t T) {
-  const ModelConfig& m = c.model;
-  const double N = double(B) * double(T);
-  const double C = double(m.hidden_size), H = double(m.num_attention_heads),
-               Hkv = double(m.num_key_value_heads), D = double(m.head_dim),
-               F = double(m.intermediate_size), V = double(m.vocab_size);
+MemoryEstimate estimate_memory(const Config& c, const ActivationPlan& plan, int64_t trainable,
+                               int64_t B, int64_t T) {
   MemoryEstimate e;
   e.params_bf16 = 2.0 * double(trainable);
   e.master_fp32 = 4.0 * double(trainable);
   e.grads_fp32 = 4.0 * double(trainable);
   e.adamw = 8.0 * double(trainable);
-  double layer = 2 * N * C + 4 * N            // input norm
-                 + 2 * N * (H + 2 * Hkv) * D  // q, k, v
-                 + 2 * N * H * D + 4 * N * H  // attention out, lse
-                 + 2 * N * C                  // residual after attention
-                 + 2 * N * C + 4 * N          // post-attention norm
-                 + 2 * N * 2 * F + 2 * N * F  // gate/up, swiglu
-                 + 2 * N * C;                 // layer output
-  const AttentionFeatures f = features_of(c.attention.variant);
-  if (f.affine) layer += 4 * N * H + 2 * N * H * D + 2 * N * Hkv * D;
-  if (f.gate) layer += 2 * N * H * D + 2 * N * H * D;
-  e.activations_per_layer = layer;
-  e.activations = layer * double(m.num_hidden_layers) + 2 * N * C + 2 * N * C + 4 * N;
-  const double rows = std::min(double(c.kd.chunk_tokens), N);
-  e.loss_chunk = 2.0 * rows * V * 4.0;
+  e.activations_per_layer = double(plan.per_layer_bytes);
+  e.activations = double(plan.total_bytes);
+  const double rows = std::min(double(c.kd.chunk_tokens), double(B) * double(T));
+  e.loss_chunk = 2.0 * rows * double(c.model.vocab_size) * 4.0;
   return e;
 }
 
@@ -139,7 +127,9 @@ void run_info(const InfoOptions& o) {
   const ParamBreakdown base = count_params(make_param_layout(c.model, base_attention));
   const int64_t delta = p.total - base.total;
   KD_CHECK(o.world_size >= 1, "--world-size must be >= 1, got ", o.world_size);
-  MemoryEstimate mem = estimate_memory(c, p.total, B, T);
+  const ActivationPlan plan =
+      plan_activations(c.model, features_of(c.attention.variant), DType::bf16, B, T);
+  MemoryEstimate mem = estimate_memory(c, plan, p.total, B, T);
   // ZeRO-1 (dist.zero1): each rank keeps the moments of its arena shard only;
   // weights, master copy and gradients stay whole on every rank.
   const bool zero1 = c.dist.zero1 && o.world_size > 1;
@@ -185,6 +175,7 @@ void run_info(const InfoOptions& o) {
                    {"adamw_all_ranks_mib", mib(adamw_all_ranks)},
                    {"activations_per_layer_mib", mib(mem.activations_per_layer)},
                    {"activations_mib", mib(mem.activations)},
+                   {"activation_buffers", activation_buffers_json(plan)},
                    {"loss_chunk_mib", mib(mem.loss_chunk)},
                    {"total_mib", mib(mem.total())}};
     std::cout << j.dump(2) << "\n";
@@ -245,8 +236,8 @@ void run_info(const InfoOptions& o) {
   } else {
     mrow("AdamW m, v fp32", mem.adamw);
   }
-  mrow("activations (all layers)", mem.activations);
-  mrow("  per layer", mem.activations_per_layer);
+  mrow("activations (arena)", mem.activations);
+  mrow("  per decoder layer", mem.activations_per_layer);
   mrow("fused loss chunk", mem.loss_chunk);
   mrow("total", mem.total());
 }

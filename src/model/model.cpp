@@ -4,80 +4,10 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/activations.h"
 #include "model/rope.h"
 
 namespace kdtrain {
-
-namespace {
-// Rounds byte counts up so every buffer starts 256-byte aligned (vector loads on GPU).
-size_t align_up(size_t bytes) { return (bytes + 255) & ~static_cast<size_t>(255); }
-}  // namespace
-
-// Every activation and gradient scratch buffer of one (B, T) shape, carved out of
-// one backend allocation. Per-layer buffers are what backward reads; the d*
-// buffers are scratch reused layer after layer.
-struct Model::Activations {
-  Backend& backend;
-  void* arena = nullptr;
-  size_t bytes = 0;
-  int64_t B = 0, T = 0;
-
-  int32_t* tokens = nullptr;          // (N)
-  float* rope_cos = nullptr;          // (T, D/2)
-  float* rope_sin = nullptr;          // (T, D/2)
-  std::vector<void*> resid;           // L+1 x (N, C): input of layer l; resid[L] feeds the final norm
-  std::vector<void*> resid_mid;       // L x (N, C): after attention's residual add
-  std::vector<void*> ln1, ln2;        // L x (N, C)
-  std::vector<float*> ln1_rstd, ln2_rstd;  // L x (N)
-  std::vector<void*> qkv;             // L x (N, (H+2Hkv)*D), RoPE applied
-  std::vector<float*> lse;            // L x (B, H, T)
-  std::vector<void*> att;             // L x (N, H*D): attention core output
-  std::vector<void*> alpha_z, alpha;  // L x (N, H)                 [affine]
-  std::vector<void*> gate_z, att_gated;  // L x (N, H*D)            [gated]
-  std::vector<void*> gate_up;         // L x (N, 2F)
-  std::vector<void*> swiglu;          // L x (N, F)
-  void* final_norm = nullptr;         // (N, C)
-  float* final_rstd = nullptr;        // (N)
-  void* proj_out = nullptr;           // (N, C) scratch for o_proj / down_proj outputs
-  // gradient scratch
-  void* d_final = nullptr;            // (N, C) d final_norm, filled by the loss
-  void* d_resid = nullptr;            // (N, C)
-  void* d_ln = nullptr;               // (N, C)
-  void* d_y = nullptr;                // (N, H*D) gradient of the o_proj input
-  void* d_att = nullptr;              // (N, H*D)
-  void* d_gate_z = nullptr;           // (N, H*D)
-  void* d_alpha = nullptr;            // (N, H)
-  void* d_alpha_z = nullptr;          // (N, H)
-  void* d_qkv = nullptr;              // (N, (H+2Hkv)*D)
-  void* d_swiglu = nullptr;           // (N, F)
-  void* d_gate_up = nullptr;          // (N, 2F)
-
-  explicit Activations(Backend& b) : backend(b) {}
-  ~Activations() {
-    if (arena) backend.release(arena);
-  }
-};
-
-namespace {
-
-// Two passes over the same list of requests: the first sums sizes, the second
-// hands out pointers, so the layout is written once.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  void take(T*& ptr, size_t bytes) {
-    ptr = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
-    used_ += align_up(bytes);
-  }
-  size_t used() const { return used_; }
-
- private:
-  char* base_;
-  size_t used_ = 0;
-};
-
-}  // namespace
 
 Model::Model(const ModelConfig& model, const AttentionConfig& attention, Backend& backend,
              bool trainable)
@@ -97,7 +27,7 @@ Model::Model(const ModelConfig& model, const AttentionConfig& attention, Backend
 }
 
 Model::~Model() {
-  acts_.reset();
+  if (arena_) backend_.release(arena_);
   if (weights_ != master_) backend_.release(weights_);
   backend_.release(master_);
   if (grads_) backend_.release(grads_);
@@ -139,90 +69,25 @@ void* Model::weight(int64_t offset) const {
 }
 
 void Model::ensure_activations(int64_t B, int64_t T) {
-  if (acts_ && acts_->B == B && acts_->T == T) return;
-  const ModelConfig& m = model_;
-  const int64_t L = m.num_hidden_layers, C = m.hidden_size, H = m.num_attention_heads,
-                Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size;
-  const int64_t N = B * T, QKV = (H + 2 * Hkv) * D;
-  const size_t a = dtype_size(backend_.act_dtype()), f = sizeof(float);
-  const AttentionFeatures features = features_;
-
-  auto lay_out = [&](Activations& x, char* base) {
-    Carver c(base);
-    x.resid.assign(L + 1, nullptr);
-    for (auto& p : x.resid) c.take(p, N * C * a);
-    x.resid_mid.assign(L, nullptr);
-    x.ln1.assign(L, nullptr);
-    x.ln2.assign(L, nullptr);
-    x.ln1_rstd.assign(L, nullptr);
-    x.ln2_rstd.assign(L, nullptr);
-    x.qkv.assign(L, nullptr);
-    x.lse.assign(L, nullptr);
-    x.att.assign(L, nullptr);
-    x.alpha_z.assign(L, nullptr);
-    x.alpha.assign(L, nullptr);
-    x.gate_z.assign(L, nullptr);
-    x.att_gated.assign(L, nullptr);
-    x.gate_up.assign(L, nullptr);
-    x.swiglu.assign(L, nullptr);
-    for (int64_t l = 0; l < L; ++l) {
-      c.take(x.resid_mid[l], N * C * a);
-      c.take(x.ln1[l], N * C * a);
-      c.take(x.ln2[l], N * C * a);
-      c.take(x.ln1_rstd[l], N * f);
-      c.take(x.ln2_rstd[l], N * f);
-      c.take(x.qkv[l], N * QKV * a);
-      c.take(x.lse[l], B * H * T * f);
-      c.take(x.att[l], N * H * D * a);
-      if (features.affine) {
-        c.take(x.alpha_z[l], N * H * a);
-        c.take(x.alpha[l], N * H * a);
-      }
-      if (features.gate) {
-        c.take(x.gate_z[l], N * H * D * a);
-        c.take(x.att_gated[l], N * H * D * a);
-      }
-      c.take(x.gate_up[l], N * 2 * F * a);
-      c.take(x.swiglu[l], N * F * a);
-    }
-    c.take(x.tokens, N * sizeof(int32_t));
-    c.take(x.rope_cos, T * (D / 2) * f);
-    c.take(x.rope_sin, T * (D / 2) * f);
-    c.take(x.final_norm, N * C * a);
-    c.take(x.final_rstd, N * f);
-    c.take(x.proj_out, N * C * a);
-    c.take(x.d_final, N * C * a);
-    c.take(x.d_resid, N * C * a);
-    c.take(x.d_ln, N * C * a);
-    c.take(x.d_y, N * H * D * a);
-    c.take(x.d_att, N * H * D * a);
-    c.take(x.d_gate_z, N * H * D * a);
-    c.take(x.d_alpha, N * H * a);
-    c.take(x.d_alpha_z, N * H * a);
-    c.take(x.d_qkv, N * QKV * a);
-    c.take(x.d_swiglu, N * F * a);
-    c.take(x.d_gate_up, N * 2 * F * a);
-    return c.used();
-  };
-
-  acts_.reset();
-  auto acts = std::make_unique<Activations>(backend_);
-  acts->B = B;
-  acts->T = T;
-  acts->bytes = lay_out(*acts, nullptr);
-  acts->arena = backend_.alloc(acts->bytes);
-  lay_out(*acts, static_cast<char*>(acts->arena));
+  if (arena_ && acts_.B == B && acts_.T == T) return;
+  if (arena_) backend_.release(arena_);
+  arena_ = nullptr;
+  acts_ = Activations{};
+  acts_.B = B;
+  acts_.T = T;
+  arena_bytes_ = lay_out_activations(acts_, nullptr, model_, features_, backend_.act_dtype());
+  arena_ = backend_.alloc(arena_bytes_);
+  lay_out_activations(acts_, static_cast<char*>(arena_), model_, features_, backend_.act_dtype());
 
   std::vector<float> cos, sin;
   rope_tables(model_, T, cos, sin);
-  backend_.to_device(acts->rope_cos, cos.data(), cos.size() * sizeof(float));
-  backend_.to_device(acts->rope_sin, sin.data(), sin.size() * sizeof(float));
-  acts_ = std::move(acts);
+  backend_.to_device(acts_.rope_cos, cos.data(), cos.size() * sizeof(float));
+  backend_.to_device(acts_.rope_sin, sin.data(), sin.size() * sizeof(float));
 }
 
 const void* Model::final_hidden() const {
-  KD_CHECK(acts_ != nullptr, "final_hidden: forward has not run");
-  return acts_->final_norm;
+  KD_CHECK(arena_ != nullptr, "final_hidden: forward has not run");
+  return acts_.final_norm;
 }
 
 void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool accumulate_alpha) {
@@ -233,7 +98,7 @@ void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool accumulate
   ensure_activations(B, T);
   B_ = B;
   T_ = T;
-  Activations& x = *acts_;
+  Activations& x = acts_;
   const int64_t N = B * T, C = model_.hidden_size;
   for (int64_t i = 0; i < N; ++i)
     KD_CHECK(tokens[i] >= 0 && tokens[i] < model_.vocab_size, "token id ", tokens[i],
@@ -256,14 +121,14 @@ void Model::fill_attention_inputs(Args& args, int64_t l) const {
   args.shape = {B_, T_, model_.num_attention_heads, model_.num_key_value_heads, D};
   args.variant = attention_.variant;
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  args.qkv = acts_->qkv[l];
+  args.qkv = acts_.qkv[l];
   args.sinks = features_.sink ? master_ + o.sinks : nullptr;
-  args.alpha = features_.affine ? acts_->alpha[l] : nullptr;
+  args.alpha = features_.affine ? acts_.alpha[l] : nullptr;
   args.alpha_ma = features_.affine ? master_ + o.alpha_ma : nullptr;
 }
 
 void Model::forward_layer(int64_t l, bool accumulate_alpha) {
-  Activations& x = *acts_;
+  Activations& x = acts_;
   const LayerOffsets& o = layout_.layers[l];
   const ModelConfig& m = model_;
   const int64_t B = B_, T = T_, N = B * T, C = m.hidden_size, H = m.num_attention_heads,
@@ -303,26 +168,26 @@ void Model::forward_layer(int64_t l, bool accumulate_alpha) {
 }
 
 void Model::head_logits(void* logits, int64_t start, int64_t n) {
-  KD_CHECK(acts_ && start >= 0 && start + n <= B_ * T_, "head_logits: rows out of range");
+  KD_CHECK(arena_ && start >= 0 && start + n <= B_ * T_, "head_logits: rows out of range");
   const int64_t C = model_.hidden_size;
   const size_t a = dtype_size(backend_.act_dtype());
-  const char* h = static_cast<const char*>(acts_->final_norm) + start * C * a;
+  const char* h = static_cast<const char*>(acts_.final_norm) + start * C * a;
   backend_.matmul_forward(logits, h, weight(layout_.lm_head), nullptr, n, C, model_.vocab_size);
 }
 
 void Model::head_backward(const void* dlogits, int64_t start, int64_t n) {
   const int64_t C = model_.hidden_size;
   const size_t a = dtype_size(backend_.act_dtype());
-  const char* h = static_cast<const char*>(acts_->final_norm) + start * C * a;
-  char* dh = static_cast<char*>(acts_->d_final) + start * C * a;
+  const char* h = static_cast<const char*>(acts_.final_norm) + start * C * a;
+  char* dh = static_cast<char*>(acts_.d_final) + start * C * a;
   backend_.matmul_backward(dh, grads_ + layout_.lm_head, nullptr, dlogits, h,
                            weight(layout_.lm_head), n, C, model_.vocab_size, false);
 }
 
 void Model::backward() {
-  KD_CHECK(acts_ != nullptr, "backward: forward has not run");
+  KD_CHECK(arena_ != nullptr, "backward: forward has not run");
   KD_CHECK(grads_ != nullptr, "backward: model was built without gradients");
-  Activations& x = *acts_;
+  Activations& x = acts_;
   const int64_t N = B_ * T_, C = model_.hidden_size, L = model_.num_hidden_layers;
   backend_.zero(x.d_resid, N * C * dtype_size(backend_.act_dtype()));
   backend_.rmsnorm_backward(x.d_resid, grads_ + layout_.final_norm, x.d_final, x.resid[L],
@@ -334,7 +199,7 @@ void Model::backward() {
 
 // On entry d_resid holds d resid[l+1]; on exit it holds d resid[l].
 void Model::backward_layer(int64_t l) {
-  Activations& x = *acts_;
+  Activations& x = acts_;
   const LayerOffsets& o = layout_.layers[l];
   const ModelConfig& m = model_;
   const int64_t B = B_, T = T_, N = B * T, C = m.hidden_size, H = m.num_attention_heads,
@@ -419,21 +284,21 @@ void Model::set_alpha_ma(const std::vector<float>& values) {
 
 // --- read-only views for analysis ---
 const void* Model::layer_qkv(int64_t l) const {
-  KD_CHECK(acts_ && l >= 0 && l < model_.num_hidden_layers, "layer_qkv: layer ", l,
+  KD_CHECK(arena_ && l >= 0 && l < model_.num_hidden_layers, "layer_qkv: layer ", l,
            " out of range or forward has not run");
-  return acts_->qkv[l];
+  return acts_.qkv[l];
 }
 
 const void* Model::layer_alpha(int64_t l) const {
-  KD_CHECK(acts_ && l >= 0 && l < model_.num_hidden_layers, "layer_alpha: layer ", l,
+  KD_CHECK(arena_ && l >= 0 && l < model_.num_hidden_layers, "layer_alpha: layer ", l,
            " out of range or forward has not run");
-  return acts_->alpha[l];
+  return acts_.alpha[l];
 }
 
 const float* Model::layer_lse(int64_t l) const {
-  KD_CHECK(acts_ && l >= 0 && l < model_.num_hidden_layers, "layer_lse: layer ", l,
+  KD_CHECK(arena_ && l >= 0 && l < model_.num_hidden_layers, "layer_lse: layer ", l,
            " out of range or forward has not run");
-  return acts_->lse[l];
+  return acts_.lse[l];
 }
 
 }  // namespace kdtrain

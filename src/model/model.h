@@ -4,7 +4,7 @@
 // Memory: three parameter-sized arenas (fp32 master weights, the compute copy
 // in the backend's activation dtype — the same memory as the master on the CPU —
 // and fp32 gradients) laid out by ParamLayout, plus one activation arena laid
-// out for the largest (B, T) seen so far.
+// out (model/activations.h) for the last (B, T) seen.
 //
 // A training micro-step is: forward(tokens) → the fused loss
 // (model/loss.h) calls head_logits()/head_backward() chunk by chunk, filling
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/activations.h"
 #include "model/param_layout.h"
 
 namespace kdtrain {
@@ -74,9 +75,9 @@ class Model {
   const void* layer_qkv(int64_t l) const;    // (B, T, H + 2*Hkv, D), RoPE applied
   const void* layer_alpha(int64_t l) const;  // (B, T, H) activated alpha; null unless affine
   const float* layer_lse(int64_t l) const;   // (B, H, T) fp32 log softmax denominator
+  size_t activation_bytes() const { return arena_bytes_; }  // the arena (0 before forward)
 
  private:
-  struct Activations;
   void ensure_activations(int64_t B, int64_t T);
   void* weight(int64_t offset) const;  // compute-copy pointer at an arena offset
   void forward_layer(int64_t l, bool accumulate_alpha);
@@ -94,7 +95,9 @@ class Model {
   void* weights_ = nullptr;  // == master_ when act dtype is fp32
   float* alpha_sums_ = nullptr;  // (L, H) fp32
   int64_t alpha_tokens_ = 0;
-  std::unique_ptr<Activations> acts_;
+  Activations acts_;          // pointers into arena_, laid out for (acts_.B, acts_.T)
+  void* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
   int64_t B_ = 0, T_ = 0;
 };
 

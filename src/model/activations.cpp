@@ -1,0 +1,118 @@
+#include "model/activations.h"
+
+namespace kdtrain {
+
+namespace {
+
+// Rounds byte counts up so every buffer starts 256-byte aligned (vector loads on GPU).
+size_t align_up(size_t bytes) { return (bytes + 255) & ~static_cast<size_t>(255); }
+
+// Hands out consecutive aligned pieces of `base` (or only counts them when base is
+// null), recording each request in the plan when one is given.
+class Carver {
+ public:
+  Carver(char* base, ActivationPlan* plan) : base_(base), plan_(plan) {}
+  template <typename T>
+  void take(T*& ptr, size_t bytes, const char* name) {
+    ptr = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += align_up(bytes);
+    if (!plan_) return;
+    for (ActivationPlan::Buffer& b : plan_->buffers) {
+      if (b.name != name) continue;
+      b.count += 1;
+      b.bytes += align_up(bytes);
+      return;
+    }
+    plan_->buffers.push_back({name, 1, align_up(bytes), in_layer_});
+  }
+  void set_in_layer(bool in_layer) { in_layer_ = in_layer; }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  ActivationPlan* plan_;
+  size_t used_ = 0;
+  bool in_layer_ = false;
+};
+
+}  // namespace
+
+size_t lay_out_activations(Activations& x, char* base, const ModelConfig& m,
+                           AttentionFeatures f, DType act, ActivationPlan* plan) {
+  const int64_t B = x.B, T = x.T, L = m.num_hidden_layers, C = m.hidden_size,
+                H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim,
+                F = m.intermediate_size;
+  const int64_t N = B * T, QKV = (H + 2 * Hkv) * D;
+  const size_t a = dtype_size(act), fp = sizeof(float);
+  if (plan) *plan = ActivationPlan{};
+  Carver c(base, plan);
+  for (auto* v : {&x.resid, &x.resid_mid, &x.ln1, &x.ln2, &x.qkv, &x.att, &x.alpha_z, &x.alpha,
+                  &x.gate_z, &x.att_gated, &x.gate_up, &x.swiglu})
+    v->assign(L, nullptr);
+  x.resid.assign(L + 1, nullptr);
+  for (auto* v : {&x.ln1_rstd, &x.ln2_rstd, &x.lse}) v->assign(L, nullptr);
+
+  c.set_in_layer(true);
+  for (int64_t l = 0; l < L; ++l) {
+    c.take(x.resid[l], N * C * a, "resid");
+    c.take(x.resid_mid[l], N * C * a, "resid_mid");
+    c.take(x.ln1[l], N * C * a, "ln1");
+    c.take(x.ln2[l], N * C * a, "ln2");
+    c.take(x.ln1_rstd[l], N * fp, "ln1_rstd");
+    c.take(x.ln2_rstd[l], N * fp, "ln2_rstd");
+    c.take(x.qkv[l], N * QKV * a, "qkv");
+    c.take(x.lse[l], B * H * T * fp, "lse");
+    c.take(x.att[l], N * H * D * a, "att");
+    if (f.affine) {
+      c.take(x.alpha_z[l], N * H * a, "alpha_z");
+      c.take(x.alpha[l], N * H * a, "alpha");
+    }
+    if (f.gate) {
+      c.take(x.gate_z[l], N * H * D * a, "gate_z");
+      c.take(x.att_gated[l], N * H * D * a, "att_gated");
+    }
+    c.take(x.gate_up[l], N * 2 * F * a, "gate_up");
+    c.take(x.swiglu[l], N * F * a, "swiglu");
+  }
+  const size_t layers_bytes = c.used();
+  c.set_in_layer(false);
+  c.take(x.resid[L], N * C * a, "resid_final");
+  c.take(x.tokens, N * sizeof(int32_t), "tokens");
+  c.take(x.rope_cos, T * (D / 2) * fp, "rope_cos");
+  c.take(x.rope_sin, T * (D / 2) * fp, "rope_sin");
+  c.take(x.final_norm, N * C * a, "final_norm");
+  c.take(x.final_rstd, N * fp, "final_rstd");
+  c.take(x.proj_out, N * C * a, "proj_out");
+  c.take(x.d_final, N * C * a, "d_final");
+  c.take(x.d_resid, N * C * a, "d_resid");
+  c.take(x.d_ln, N * C * a, "d_ln");
+  c.take(x.d_y, N * H * D * a, "d_y");
+  if (f.gate) {
+    c.take(x.d_att, N * H * D * a, "d_att");
+    c.take(x.d_gate_z, N * H * D * a, "d_gate_z");
+  }
+  if (f.affine) {
+    c.take(x.d_alpha, N * H * a, "d_alpha");
+    c.take(x.d_alpha_z, N * H * a, "d_alpha_z");
+  }
+  c.take(x.d_qkv, N * QKV * a, "d_qkv");
+  c.take(x.d_swiglu, N * F * a, "d_swiglu");
+  c.take(x.d_gate_up, N * 2 * F * a, "d_gate_up");
+  if (plan) {
+    plan->total_bytes = c.used();
+    plan->per_layer_bytes = L > 0 ? layers_bytes / static_cast<size_t>(L) : 0;
+  }
+  return c.used();
+}
+
+ActivationPlan plan_activations(const ModelConfig& model, AttentionFeatures features, DType act,
+                                int64_t B, int64_t T) {
+  Activations sizing;
+  sizing.B = B;
+  sizing.T = T;
+  ActivationPlan plan;
+  lay_out_activations(sizing, nullptr, model, features, act, &plan);
+  return plan;
+}
+
+}  // namespace kdtrain
