@@ -1,6 +1,7 @@
 // Fused (flash) causal attention on the CUDA backend: launchers only (kernels in
-// flash_attention_fwd.cu / flash_attention_bwd.cu, shared device code in
-// flash_attention_tile.cuh). Plain C++ can include this header.
+// flash_attention_fwd.cu / flash_attention_bwd.cu, their bodies in
+// flash_forward_kernel.cuh / flash_attention_bwd_{prep,kernel}.cuh). Plain C++ can
+// include this header.
 //
 // Contract: attention_params.h (one struct for both CUDA attention paths) with
 // bf16 qkv/out/dout/dqkv/alpha/dalpha and fp32 sinks/alpha_ma/lse/dsinks.
@@ -16,10 +17,12 @@
 //   with the sink folded into the running max/sum (lse includes the sink); affine adds
 //   beta_i * sum_{j<=i} v_j from a parallel chunked scan (prefix_scan_kernel.cuh) kept
 //   in the forward workspace.
-// - backward: no float atomics anywhere, so the bits depend only on the inputs:
-//   prefix sums of v [affine] -> per-row D_i (and dO.S [affine]) -> dsinks (one
-//   block per head, fixed tree) [sink] -> dq (+ dalpha) per (b, h, query tile) ->
-//   dk, dv per (b, kv head, key tile) looping the group's heads and query tiles.
+// - backward: one pass over (b, kv head, key tile) items computing QK^T once per tile
+//   pair, dk/dv in registers, dq through an fp32 accumulator updated in key-tile order
+//   under integer semaphores (flash_bwd_schedule.h): no float atomics anywhere, so the
+//   bits depend only on the inputs. Before it, a preprocessing kernel forms the per-row
+//   D_i (and sigma_i, u_i [affine]) and dsinks (fixed tree) [sink]; affine's prefix sums
+//   of v and reverse sums of u are parallel chunked scans.
 // - head dims 64 and 128; any T >= 1, any H multiple of Hkv. Buffers must not alias;
 //   qkv/out/dout/dqkv must be 16-byte aligned.
 #pragma once
@@ -44,7 +47,9 @@ void flash_attention_forward(const AttentionParams& p, void* workspace, size_t w
                              cudaStream_t stream);
 
 // dqkv and dalpha written, dsinks accumulated. `workspace` holds at least
-// flash_attention_backward_workspace_bytes(p) bytes.
+// flash_attention_backward_workspace_bytes(p) bytes (flash_bwd_workspace.h: the fp32 dq
+// accumulator, B*H*T*D*4 bytes with T rounded up to 64, per-row statistics, semaphores,
+// and the scans' buffers for affine), 16-byte aligned, any contents.
 void flash_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream);
 

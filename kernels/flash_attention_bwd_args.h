@@ -58,9 +58,11 @@ struct BwdArgs {
   float* rs_acc = nullptr;
   float* sink_part = nullptr;
   float* vsum = nullptr;
+  float* scan_sums = nullptr;
+  float* u = nullptr;  // (B, T, Hkv, D) inside the dq_acc region, before the main kernel
   float* dq_acc = nullptr;
 
-  int* sems() const { return ints + BwdWorkspace::kCounters; }
+  constexpr int* sems() const { return ints + BwdWorkspace::kCounters; }
 };
 
 // The workspace of this call (tiles, dq slices and row chunk fixed above).
@@ -85,6 +87,8 @@ inline BwdArgs make_bwd_args(const FlashParams& p, bool sink, bool affine, unsig
     a.sigma = f(ws.sigma);
     a.rs_acc = f(ws.rs_acc);
     a.vsum = f(ws.vsum);
+    a.scan_sums = f(ws.scan);
+    a.u = f(ws.dq_acc);
   }
   if (sink) a.sink_part = f(ws.sink);
   a.dq_acc = f(ws.dq_acc);

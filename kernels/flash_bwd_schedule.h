@@ -49,8 +49,11 @@ struct BwdStep {
   int head_in_group = 0;  // query head h = g * group + head_in_group
 };
 
+// Per-step functions use 32-bit arithmetic (T < 2^31): they run once per tile pair on
+// the GPU, where 64-bit division is a subroutine call.
 struct BwdSchedule {
-  int64_t T = 0, group = 0;
+  int64_t T = 0;
+  int group = 0;            // query heads per kv head
   int Br = 0, Bc = 0;       // query / key rows per tile
   int n_qt = 0, n_kt = 0;   // query / key tiles
   int64_t groups = 0;       // B * Hkv work-item groups
@@ -58,22 +61,18 @@ struct BwdSchedule {
   int64_t items = 0;        // groups * n_kt
 
   // Query tiles that see key tile kt: qt >= first_qt(kt) (key kt*Bc <= some row of qt).
-  constexpr int first_qt(int kt) const { return static_cast<int>((static_cast<int64_t>(kt) * Bc) / Br); }
+  constexpr int first_qt(int kt) const { return kt * Bc / Br; }
   // Key tiles that reach query tile qt: kt <= last_kt(qt); the last one adds last.
   constexpr int last_kt(int qt) const {
-    const int64_t k = ((static_cast<int64_t>(qt) + 1) * Br - 1) / Bc;
-    return static_cast<int>(k < n_kt - 1 ? k : n_kt - 1);
+    const int k = ((qt + 1) * Br - 1) / Bc;
+    return k < n_kt - 1 ? k : n_kt - 1;
   }
   // Whether some key of the pair lies after some query row (causal mask needed).
   // Also true for every pair holding padded keys (rows >= T) next to real query rows.
-  constexpr bool masked(int qt, int kt) const {
-    return static_cast<int64_t>(kt) * Bc + Bc - 1 > static_cast<int64_t>(qt) * Br;
-  }
+  constexpr bool masked(int qt, int kt) const { return kt * Bc + Bc - 1 > qt * Br; }
   // Tile pairs of an item, and the pair of local step s (0-based).
-  constexpr int64_t steps(int kt) const { return (n_qt - first_qt(kt)) * group; }
-  constexpr BwdStep step(int s) const {
-    return BwdStep{n_qt - 1 - static_cast<int>(s / group), static_cast<int>(s % group)};
-  }
+  constexpr int steps(int kt) const { return (n_qt - first_qt(kt)) * group; }
+  constexpr BwdStep step(int s) const { return BwdStep{n_qt - 1 - s / group, s % group}; }
   // Ticket t -> item: chunks of chunk_groups consecutive (b, g), key tiles outer inside.
   constexpr BwdItem item(int64_t ticket, int64_t Hkv) const {
     const int64_t per_chunk = chunk_groups * n_kt;
@@ -94,7 +93,7 @@ struct BwdSchedule {
 constexpr BwdSchedule make_bwd_schedule(const FlashParams& p, FlashTiles tiles, int64_t chunk_groups) {
   BwdSchedule s;
   s.T = p.T;
-  s.group = p.group;
+  s.group = static_cast<int>(p.group);
   s.Br = tiles.Br;
   s.Bc = tiles.Bc;
   s.n_qt = static_cast<int>((p.T + tiles.Br - 1) / tiles.Br);

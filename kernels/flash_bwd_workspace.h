@@ -13,10 +13,14 @@
 //   sigma   (B, H, T_pad) fp32 [affine]: dO_i . S_i
 //   rs_acc  (B, H, T_pad) fp32 [affine]: sum_j P_ij dPraw_ij, accumulated like dq
 //   sink    (H, B, n_chunks) fp32 [sink]: per-chunk partial sums of dsinks
-//   vsum    (B, T, Hkv, D) fp32 [affine]: S_i = sum_{j<=i} v_j, then u_i = sum_h beta dO,
-//           then R_j = sum_{i>=j} u_i
+//   vsum    (B, T, Hkv, D) fp32 [affine]: S_i = sum_{j<=i} v_j (forward scan of v), read
+//           by the preprocessing, then R_j = sum_{i>=j} u_i (reverse scan of u)
+//   scan    (B, scan_chunks(T), Hkv * D) fp32 [affine]: the scans' chunk totals
 //   dq_acc  (B, H, n_qt) tiles of Br x D fp32: dq accumulated over key tiles, in the
-//           kernel's fragment order (flash_attention_bwd_kernel.cuh)
+//           kernel's fragment order (flash_attention_bwd_kernel.cuh). Before the main
+//           kernel it holds u_i = sum_h beta_ih dO_ih (B, T, Hkv, D) [affine], written
+//           by the preprocessing and read by the reverse scan: the main kernel's first
+//           contributor to every dq tile stores without reading, so nothing of u leaks.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,7 +37,7 @@ struct BwdWorkspace {
   int64_t n_qt = 0, T_pad = 0, n_chunks = 0;  // query tiles, padded rows, preprocessing chunks
   int dq_slices = 0;                          // semaphores per (b, h, query tile)
   size_t ints = 0, lse2 = 0, drow = 0, alpha = 0, sigma = 0, rs_acc = 0, sink = 0, vsum = 0,
-         dq_acc = 0;          // byte offsets
+         scan = 0, dq_acc = 0;  // byte offsets
   size_t zeroed_bytes = 0;    // bytes from `ints` that must be zero before the launch
   size_t bytes = 0;           // total
 
@@ -61,7 +65,9 @@ struct BwdWorkspace {
     rs_acc = affine_on ? take(rows) : at;
     sink = sink_on ? take(static_cast<size_t>(H * B * n_chunks) * sizeof(float)) : at;
     vsum = affine_on ? take(static_cast<size_t>(B * T * Hkv * D) * sizeof(float)) : at;
-    dq_acc = take(rows * static_cast<size_t>(D));
+    const int64_t scan_chunks = (T + kScanChunkRows - 1) / kScanChunkRows;
+    scan = affine_on ? take(static_cast<size_t>(B * scan_chunks * Hkv * D) * sizeof(float)) : at;
+    dq_acc = take(rows * static_cast<size_t>(D));  // >= (B, T, Hkv, D) floats: holds u first
     bytes = at;
   }
 };

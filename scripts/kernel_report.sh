@@ -66,16 +66,17 @@ for f in "${files[@]}"; do
       local_mem=$(grep -cE "\b(LDL|STL)\b" <<< "$body" || true)
       counts="$hmma | $ldsm | $ldgsts | $local_mem"
       [[ $local_mem -eq 0 ]] || status=1
-      if [[ $name == *flash_forward_kernel* && ( $hmma -eq 0 || $ldsm -eq 0 || $ldgsts -eq 0 ) ]]; then status=1; fi
+      if [[ ( $name == *flash_forward_kernel* || $name == *bwd_main_kernel* ) && ( $hmma -eq 0 || $ldsm -eq 0 || $ldgsts -eq 0 ) ]]; then status=1; fi
     fi
     [[ $spst -eq 0 && $spld -eq 0 ]] || status=1
     echo "| $(echo "$name" | demangle) | $regs | $stack | $spst/$spld | $smem | $counts |"
   done
 done
 
-# Dynamic shared memory of the forward instantiations, from the one tile table.
+# Dynamic shared memory of the forward and backward instantiations, from the one tile table.
 cat > "$tmp/smem.cpp" <<'EOF'
 #include <cstdio>
+#include "flash_attention_bwd_kernel.cuh"
 #include "flash_forward_kernel.cuh"
 template <int D> void row() {
   constexpr auto t = kdtrain::flash::flash_tiles(D, false, false, kdtrain::flash::FlashPass::forward);
@@ -83,7 +84,13 @@ template <int D> void row() {
   std::printf("| forward D=%d | Br %d, Bc %d, %d warps (%d m-tiles each) | %d threads | %d bytes |\n", D, t.Br, t.Bc,
               t.warps, L::kMTiles, L::kThreads, L::kSmemBytes);
 }
-int main() { row<64>(); row<128>(); }
+template <int D, bool kAffine> void bwd_row() {
+  constexpr auto t = kdtrain::flash::kBwdTiles;
+  std::printf("| backward main D=%d%s | Br %d, Bc %d, %d warps (16 key rows each) | %d threads | %zu bytes |\n", D,
+              kAffine ? " affine" : "", t.Br, t.Bc, t.warps, kdtrain::flash::kBwdThreads,
+              kdtrain::flash_bwd::MainLayout<D, kAffine>::kBytes);
+}
+int main() { row<64>(); row<128>(); bwd_row<64, false>(); bwd_row<64, true>(); bwd_row<128, false>(); bwd_row<128, true>(); }
 EOF
 echo
 echo "| kernel | tiles | block | dynamic smem |"

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_flash_attention.h"
 #include "backend/cpu/cpu_flash_attention_common.h"
+#include "backend/cpu/cpu_prefix_scan.h"
 #include "flash_bwd_schedule.h"
 
 namespace kdtrain::cpu {
@@ -22,19 +23,20 @@ template <typename T>
 struct Workspace {
   std::vector<T> drow;    // (B, H, T) D_i = dO'_i . (PV)_i
   std::vector<T> sigma;   // (B, H, T) dO_i . S_i                              [affine]
-  std::vector<T> vsum;    // (B, T, Hkv, D) S_i, then u_i, then R_j            [affine]
+  std::vector<T> vsum;    // (B, T, Hkv, D) S_i, then R_j                      [affine]
+  std::vector<T> u;       // (B, T, Hkv, D) u_i = sum_h beta_ih dO_ih           [affine]
   std::vector<T> dq_acc;  // (B, H, T, D) dq accumulated over key tiles
   std::vector<T> rs_acc;  // (B, H, T) sum_j P_ij dPraw_ij accumulated          [affine]
 };
 
 // Preprocessing, as the CUDA preprocessing kernels do it:
-//  - affine: S_i = sum_{j<=i} v_j per (b, kv head) (the forward scan);
+//  - affine: S_i = sum_{j<=i} v_j per (b, kv head) (the forward chunked scan);
 //  - per (b, kv head, chunk of kRowChunk rows), every head h of the group:
 //      D_ih = dO_ih . (out_ih - beta_ih S_i)   [= dO'.(PV), no division by alpha]
-//      sigma_ih = dO_ih . S_i, and u_i = sum_h beta_ih dO_ih replaces S_i   [affine]
+//      sigma_ih = dO_ih . S_i, and u_i = sum_h beta_ih dO_ih               [affine]
 //      sink partial(h, b, chunk) = sum_i e^{s_h - lse_ih} D_ih             [sink]
 //  - sink: dsinks_h -= sum over (b, chunk) of the partials, in that fixed order;
-//  - affine: R_j = sum_{i>=j} u_i (the reverse scan), in place.
+//  - affine: R_j = sum_{i>=j} u_i (the reverse chunked scan).
 template <typename T, typename Flags>
 void preprocess(Workspace<T>& ws, T* dsinks, const T* dout, const T* qkv, const T* out,
                 const T* lse, const T* sinks, const T* alpha, const T* alpha_ma, const FlashParams& p) {
@@ -43,17 +45,9 @@ void preprocess(Workspace<T>& ws, T* dsinks, const T* dout, const T* qkv, const 
   const int64_t B = p.B, Tn = p.T, H = p.H, Hkv = p.Hkv, D = p.D;
   const int64_t n_chunks = ceil_div(Tn, flash::kRowChunk);
   auto vsum = [&](int64_t b, int64_t i, int64_t g) { return ws.vsum.data() + ((b * Tn + i) * Hkv + g) * D; };
-  if constexpr (kAffine) {
-#pragma omp parallel for schedule(static)
-    for (int64_t item = 0; item < B * Hkv; ++item) {
-      const int64_t b = item / Hkv, g = item % Hkv;
-      for (int64_t i = 0; i < Tn; ++i) {
-        const T* vi = ix.v(qkv, b, i, g);
-        T* si = vsum(b, i, g);
-        for (int64_t d = 0; d < D; ++d) si[d] = (i > 0 ? si[d - Hkv * D] : T(0)) + vi[d];
-      }
-    }
-  }
+  // The v rows of a token are the Hkv * D contiguous values at v_offset.
+  if constexpr (kAffine)
+    chunked_prefix_scan<T>(ws.vsum.data(), qkv + p.v_offset, B, Tn, Hkv * D, p.qkv_token, p.qkv_batch, false);
   std::vector<T> partial(kSink ? static_cast<size_t>(H * B * n_chunks) : 0);
 #pragma omp parallel
   {
@@ -87,9 +81,9 @@ void preprocess(Workspace<T>& ws, T* dsinks, const T* dout, const T* qkv, const 
         }
         if constexpr (kSink) partial[(h * B + b) * n_chunks + c] = sink_acc;
       }
-      // Every head of the group has read S_i: u_i takes its place.
       if constexpr (kAffine)
-        for (int64_t i = i0; i < i_end; ++i) std::copy_n(u.data() + (i - i0) * D, D, vsum(b, i, g));
+        for (int64_t i = i0; i < i_end; ++i)
+          std::copy_n(u.data() + (i - i0) * D, D, ws.u.data() + ((b * Tn + i) * Hkv + g) * D);
     }
   }
   if constexpr (kSink) {
@@ -101,16 +95,8 @@ void preprocess(Workspace<T>& ws, T* dsinks, const T* dout, const T* qkv, const 
       }
     }
   }
-  if constexpr (kAffine) {
-#pragma omp parallel for schedule(static)
-    for (int64_t item = 0; item < B * Hkv; ++item) {
-      const int64_t b = item / Hkv, g = item % Hkv;
-      for (int64_t i = Tn - 2; i >= 0; --i) {
-        T* ri = vsum(b, i, g);
-        for (int64_t d = 0; d < D; ++d) ri[d] += ri[d + Hkv * D];
-      }
-    }
-  }
+  if constexpr (kAffine)
+    chunked_prefix_scan<T>(ws.vsum.data(), ws.u.data(), B, Tn, Hkv * D, Hkv * D, Tn * Hkv * D, true);
 }
 
 // The main pass: one work item per (b, kv head, key tile), walked as flash_bwd_schedule.h
@@ -209,6 +195,7 @@ void backward_impl(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv, c
   if constexpr (kAffine) {
     ws.sigma.resize(rows);
     ws.vsum.resize(static_cast<size_t>(p.B * p.T * p.Hkv * p.D));
+    ws.u.resize(ws.vsum.size());
     ws.rs_acc.resize(rows);
   }
   preprocess<T, Flags>(ws, dsinks, dout, qkv, out, lse, sinks, alpha, alpha_ma, p);
