@@ -100,7 +100,7 @@ TC_DEVICE void load_step(const BwdArgs& a, unsigned char* smem, int64_t b, int64
 // Column sums of a warp's 16-row C fragments: v[2n + e] (N values per lane) is column
 // 8n + 2t + e, t = lane % 4, of rows lane / 4 and lane / 4 + 8 already added. Three
 // halving exchanges (lane masks 16, 8, 4) leave each lane N / 8 sums of the 8 lanes
-// sharing t, which it writes to out[column]: N - 2 shuffles instead of 3N.
+// sharing t, which it writes to out[column]: 7N/8 shuffles instead of 3N.
 template <int kLen, int kMask>
 TC_DEVICE void halve_columns(float (&v)[16], int lane) {
   const bool hi = (lane & kMask) != 0;

@@ -45,65 +45,31 @@
 #include "flash_attention_bwd_sequence.h"
 #include "flash_params.h"
 #include "prefix_scan_kernel.cuh"
+#include "sim_test_util.h"
 
 using namespace kdtrain;
 
 namespace {
 
-constexpr size_t kGuard = 64;                 // guard elements before and after each buffer
-constexpr uint16_t kGuardHalf = 0x7fb3;       // bf16 NaN payload no kernel writes
-constexpr uint32_t kGuardWord = 0x7fa5a5a5u;  // fp32 NaN payload no kernel writes
-constexpr uint8_t kGuardByte = 0xa5;
+using namespace simtest;
 
-// Elements [kGuard, kGuard + n) of a buffer framed by guard elements, pre-filled.
-template <typename E>
-struct Guarded {
-  std::vector<E> buf;
-  size_t n;
-  Guarded(size_t count, E fill, E guard) : buf(count + 2 * kGuard, guard), n(count) {
-    std::fill(buf.begin() + kGuard, buf.begin() + kGuard + n, fill);
-  }
-  E* data() { return buf.data() + kGuard; }
-  const E* data() const { return buf.data() + kGuard; }
-  bool guards_intact(E guard) const {
-    for (size_t k = 0; k < kGuard; ++k)
-      if (std::memcmp(&buf[k], &guard, sizeof(E)) != 0 || std::memcmp(&buf[kGuard + n + k], &guard, sizeof(E)) != 0)
-        return false;
-    return true;
-  }
-};
+constexpr uint8_t kGuardByte = 0xa5;  // around the workspace
 
-float bits_float(uint32_t w) {
-  float f;
-  std::memcpy(&f, &w, 4);
-  return f;
-}
-
-struct Problem {
-  int64_t B, T, H, Hkv, D;
-  AttentionVariant variant;
-  std::vector<uint16_t> qkv, alpha, dout, out;  // bf16 bits
-  std::vector<float> sinks, alpha_ma, lse;
-  std::vector<double> lse_ref, out_ref;          // the double forward
+// Inputs of the backward: the forward's inputs, dO, and what a GPU forward hands over
+// (out = the double reference forward rounded to bf16, lse rounded to fp32).
+struct Problem : AttnInputs {
+  std::vector<uint16_t> dout, out;  // bf16 bits
+  std::vector<float> lse;
+  std::vector<double> lse_ref;      // the double forward's
 
   Problem(int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t d, AttentionVariant v, uint64_t seed)
-      : B(b), T(t), H(h), Hkv(hkv), D(d), variant(v) {
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> x(-1.5f, 1.5f), a(0.f, 1.2f), s(-1.f, 1.f), ma(0.3f, 0.9f), go(-1.f, 1.f);
-    qkv.resize(static_cast<size_t>(B * T * (H + 2 * Hkv) * D));
-    for (auto& e : qkv) e = sim::bf16_round(x(rng));
-    alpha.resize(static_cast<size_t>(B * T * H));
-    for (size_t k = 0; k < alpha.size(); ++k)  // linear_clip gives exact 0 and 1
-      alpha[k] = sim::bf16_round(k % 5 == 0 ? 0.f : k % 7 == 2 ? 1.f : a(rng));
+      : AttnInputs(b, t, h, hkv, d, v, seed) {
+    std::uniform_real_distribution<float> go(-1.f, 1.f);
     dout.resize(static_cast<size_t>(B * T * H * D));
     for (auto& e : dout) e = sim::bf16_round(go(rng));
-    for (int64_t k = 0; k < H; ++k) {
-      sinks.push_back(s(rng));
-      alpha_ma.push_back(ma(rng));
-    }
-    out_ref.resize(dout.size());
+    std::vector<double> out_ref(dout.size());
     lse_ref.resize(static_cast<size_t>(B * H * T));
-    const std::vector<double> q = wide(qkv), al = wide(alpha);
+    const std::vector<double> q = widen(qkv), al = widen(alpha);
     const std::vector<double> sk(sinks.begin(), sinks.end()), am(alpha_ma.begin(), alpha_ma.end());
     cpu::attention_forward<double>(out_ref.data(), lse_ref.data(), q.data(), sk.data(), al.data(), am.data(),
                                    dims(), scale(), variant);
@@ -111,12 +77,6 @@ struct Problem {
     for (double l : lse_ref) lse.push_back(static_cast<float>(l));
   }
   cpu::AttnDims dims() const { return cpu::AttnDims{B, T, H, Hkv, D}; }
-  float scale() const { return 1.f / std::sqrt(static_cast<float>(D)); }
-  static std::vector<double> wide(const std::vector<uint16_t>& v) {
-    std::vector<double> w(v.size());
-    for (size_t k = 0; k < v.size(); ++k) w[k] = sim::bf16_value(v[k]);
-    return w;
-  }
 };
 
 struct Emulated {
@@ -129,6 +89,7 @@ struct Emulated {
 // The launch sequence's Launcher, on the emulator.
 struct SimLauncher {
   sim::Schedule schedule;
+  int first_ticket = 0;  // > 0: the main kernel's first block skips the items before it
   uint64_t dropped = 0;
   sim::LaunchConfig config(const flash::BwdGrid& g, unsigned threads, size_t smem) const {
     sim::LaunchConfig c;
@@ -142,13 +103,13 @@ struct SimLauncher {
     c.seed = 0x5eed;
     return c;
   }
-  void zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
+  void zero(void* p, size_t bytes) {
+    std::memset(p, 0, bytes);
+    static_cast<int*>(p)[flash::BwdWorkspace::kTicket] = first_ticket;
+  }
   template <typename In>
   void scan(const flash::ScanArgs<In>& a) {
-    const flash::BwdGrid g{(a.cols + flash::kScanThreads - 1) / flash::kScanThreads, flash::scan_chunks(a.rows), a.batches};
-    const sim::LaunchConfig c = config(g, flash::kScanThreads, 0);
-    dropped += sim::launch(c, [&](unsigned char*) { flash::scan_chunk_totals(a); }).cp_async_dropped;
-    dropped += sim::launch(c, [&](unsigned char*) { flash::scan_chunk_apply(a); }).cp_async_dropped;
+    dropped += run_scan(a, schedule).cp_async_dropped;
   }
   template <int D, bool kSink, bool kAffine>
   void prep(const flash::BwdGrid& g, const flash::BwdArgs& a) {
@@ -164,11 +125,11 @@ struct SimLauncher {
   }
 };
 
-Emulated run_emulated(const Problem& pb, sim::Schedule schedule) {
+Emulated run_emulated(const Problem& pb, sim::Schedule schedule, int first_ticket = 0) {
   const bool sink = has_sink(pb.variant), affine = has_affine(pb.variant);
   Guarded<uint16_t> dqkv(pb.qkv.size(), 0x7fc0, kGuardHalf);
   Guarded<uint16_t> dalpha(pb.alpha.size(), affine ? 0x7fc0 : 0, kGuardHalf);
-  Guarded<float> dsinks(static_cast<size_t>(pb.H), 0.25f, bits_float(kGuardWord));
+  Guarded<float> dsinks(static_cast<size_t>(pb.H), 0.25f, guard_float());
   const flash::FlashParams p = flash::make_flash_params(pb.B, pb.T, pb.H, pb.Hkv, pb.D, pb.scale());
   const flash::BwdWorkspace layout = flash::bwd_workspace(pb.B, pb.T, pb.H, pb.Hkv, pb.D, sink, affine);
   // Garbage (NaN bytes) in the workspace: the kernels must not read what they did not write.
@@ -185,7 +146,7 @@ Emulated run_emulated(const Problem& pb, sim::Schedule schedule) {
   a.dqkv = dqkv.data();
   a.dalpha = dalpha.data();
   a.dsinks = dsinks.data();
-  SimLauncher launch{schedule};
+  SimLauncher launch{schedule, first_ticket};
   flash::flash_dispatch(sink, affine, [&](auto flags) {
     using F = decltype(flags);
     if (pb.D == 64)
@@ -195,7 +156,7 @@ Emulated run_emulated(const Problem& pb, sim::Schedule schedule) {
   });
   Emulated r;
   r.guards_ok = dqkv.guards_intact(kGuardHalf) && dalpha.guards_intact(kGuardHalf) &&
-                dsinks.guards_intact(bits_float(kGuardWord)) && ws.guards_intact(kGuardByte);
+                dsinks.guards_intact(guard_float()) && ws.guards_intact(kGuardByte);
   r.dqkv.assign(dqkv.data(), dqkv.data() + dqkv.n);
   r.dalpha.assign(dalpha.data(), dalpha.data() + dalpha.n);
   r.dsinks.assign(dsinks.data(), dsinks.data() + dsinks.n);
@@ -218,8 +179,8 @@ void compare_to_reference(const Problem& pb, const Emulated& got) {
   const int64_t tok = (H + 2 * Hkv) * D;
   const bool sink = has_sink(pb.variant), affine = has_affine(pb.variant);
   const double scale = pb.scale(), u = std::ldexp(1.0, -8), f32 = std::ldexp(1.0, -14), floor = std::ldexp(1.0, -20);
-  const std::vector<double> qkv = Problem::wide(pb.qkv), alpha = Problem::wide(pb.alpha);
-  const std::vector<double> dout = Problem::wide(pb.dout), out = Problem::wide(pb.out);
+  const std::vector<double> qkv = widen(pb.qkv), alpha = widen(pb.alpha);
+  const std::vector<double> dout = widen(pb.dout), out = widen(pb.out);
   const std::vector<double> sinks(pb.sinks.begin(), pb.sinks.end()), ama(pb.alpha_ma.begin(), pb.alpha_ma.end());
   std::vector<double> dqkv(qkv.size()), dalpha(alpha.size()), dsinks(static_cast<size_t>(H), 0.25);
   cpu::attention_backward<double>(dqkv.data(), dsinks.data(), dalpha.data(), dout.data(), qkv.data(),
@@ -339,4 +300,12 @@ TEST_CASE("emulated backward kernel matches the reference at head dim 128", "[fl
       check_problem(Problem(B, T, 3, 1, 128, v, 4000 * T + static_cast<int>(v)), T == 130);
     }
   for (AttentionVariant v : kVariants) check_problem(Problem(1, 65, 2, 2, 128, v, 199 + static_cast<int>(v)), false);
+}
+
+TEST_CASE("emulated backward kernel reports a dq tile whose earlier key tile never came", "[flash][sim][attention]") {
+  // T = 130, one (b, kv head): key tiles 0 and 1. Starting the tickets at 1 runs key tile 1
+  // first; its first dq contribution must wait for key tile 0's release, which in the
+  // emulator (blocks one at a time) can never come: the kernel must be caught waiting.
+  const Problem pb(1, 130, 2, 1, 64, AttentionVariant::baseline, 5);
+  CHECK_THROWS_WITH(run_emulated(pb, sim::Schedule::forward, 1), Catch::Contains("deadlock"));
 }

@@ -32,61 +32,14 @@
 #include "flash_forward_kernel.cuh"
 #include "flash_params.h"
 #include "prefix_scan_kernel.cuh"
+#include "sim_test_util.h"
 
 using namespace kdtrain;
 
 namespace {
 
-constexpr size_t kGuard = 64;                  // guard elements before and after each output
-constexpr uint16_t kGuardHalf = 0x7fb3;        // bf16 NaN payloads no kernel writes
-constexpr uint32_t kGuardWord = 0x7fa5a5a5u;   // fp32 NaN payload no kernel writes
-
-// Elements [kGuard, kGuard + n) of a buffer framed by guard words, pre-filled with NaN.
-template <typename E>
-struct Guarded {
-  std::vector<E> buf;
-  size_t n;
-  Guarded(size_t count, E fill, E guard) : buf(count + 2 * kGuard, guard), n(count) {
-    std::fill(buf.begin() + kGuard, buf.begin() + kGuard + n, fill);
-  }
-  E* data() { return buf.data() + kGuard; }
-  const E* data() const { return buf.data() + kGuard; }
-  bool guards_intact(E guard) const {
-    for (size_t k = 0; k < kGuard; ++k)
-      if (std::memcmp(&buf[k], &guard, sizeof(E)) != 0 || std::memcmp(&buf[kGuard + n + k], &guard, sizeof(E)) != 0)
-        return false;
-    return true;
-  }
-};
-
-float guard_float() {
-  float f;
-  std::memcpy(&f, &kGuardWord, 4);
-  return f;
-}
-
-struct Problem {
-  int64_t B, T, H, Hkv, D;
-  AttentionVariant variant;
-  std::vector<uint16_t> qkv, alpha;  // bf16 bits
-  std::vector<float> sinks, alpha_ma;
-
-  Problem(int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t d, AttentionVariant v, uint64_t seed)
-      : B(b), T(t), H(h), Hkv(hkv), D(d), variant(v) {
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> x(-1.5f, 1.5f), a(0.f, 1.2f), s(-1.f, 1.f), ma(0.3f, 0.9f);
-    qkv.resize(static_cast<size_t>(B * T * (H + 2 * Hkv) * D));
-    for (auto& e : qkv) e = sim::bf16_round(x(rng));
-    alpha.resize(static_cast<size_t>(B * T * H));
-    for (size_t k = 0; k < alpha.size(); ++k)  // linear_clip gives exact 0 and 1
-      alpha[k] = sim::bf16_round(k % 5 == 0 ? 0.f : k % 7 == 2 ? 1.f : a(rng));
-    for (int64_t k = 0; k < H; ++k) {
-      sinks.push_back(s(rng));
-      alpha_ma.push_back(ma(rng));
-    }
-  }
-  float scale() const { return 1.f / std::sqrt(static_cast<float>(D)); }
-};
+using namespace simtest;
+using Problem = AttnInputs;
 
 struct Emulated {
   std::vector<uint16_t> out;
@@ -94,17 +47,6 @@ struct Emulated {
   bool guards_ok = false;
   sim::LaunchStats stats;
 };
-
-template <typename In>
-void run_scan(const flash::ScanArgs<In>& a, sim::Schedule sched) {
-  sim::LaunchConfig c;
-  c.grid = {static_cast<unsigned>((a.cols + flash::kScanThreads - 1) / flash::kScanThreads),
-            static_cast<unsigned>(flash::scan_chunks(a.rows)), static_cast<unsigned>(a.batches)};
-  c.block = {flash::kScanThreads, 1, 1};
-  c.schedule = sched;
-  sim::launch(c, [&](unsigned char*) { flash::scan_chunk_totals(a); });
-  sim::launch(c, [&](unsigned char*) { flash::scan_chunk_apply(a); });
-}
 
 template <int D, bool kSink, bool kAffine>
 sim::LaunchStats launch_forward(const flash::ForwardArgs& args, sim::Schedule sched) {

@@ -1,0 +1,92 @@
+// Shared by the tests that run the attention kernel bodies in the host SIMT emulator
+// (test_flash_forward_sim.cpp, test_flash_attention_bwd_sim.cpp): buffers framed by
+// guard elements, the random bf16 attention inputs, and the prefix-scan launch.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "config/config.h"
+#include "prefix_scan_kernel.cuh"
+#include "sim/simt.h"
+
+namespace kdtrain::simtest {
+
+constexpr size_t kGuard = 64;                 // guard elements before and after each buffer
+constexpr uint16_t kGuardHalf = 0x7fb3;       // bf16 NaN payload no kernel writes
+constexpr uint32_t kGuardWord = 0x7fa5a5a5u;  // fp32 NaN payload no kernel writes
+
+// Elements [kGuard, kGuard + n) of a buffer framed by guard elements, pre-filled.
+template <typename E>
+struct Guarded {
+  std::vector<E> buf;
+  size_t n;
+  Guarded(size_t count, E fill, E guard) : buf(count + 2 * kGuard, guard), n(count) {
+    std::fill(buf.begin() + kGuard, buf.begin() + kGuard + n, fill);
+  }
+  E* data() { return buf.data() + kGuard; }
+  const E* data() const { return buf.data() + kGuard; }
+  bool guards_intact(E guard) const {
+    for (size_t k = 0; k < kGuard; ++k)
+      if (std::memcmp(&buf[k], &guard, sizeof(E)) != 0 || std::memcmp(&buf[kGuard + n + k], &guard, sizeof(E)) != 0)
+        return false;
+    return true;
+  }
+};
+
+inline float guard_float() {
+  float f;
+  std::memcpy(&f, &kGuardWord, 4);
+  return f;
+}
+
+// Random inputs of one attention call, bf16 values as raw bits: qkv in [-1.5, 1.5],
+// alpha in [0, 1.2] with the exact 0 and 1 that linear_clip produces, fp32 sinks in
+// [-1, 1] and alpha_ma in [0.3, 0.9]. `rng` continues for further inputs.
+struct AttnInputs {
+  int64_t B, T, H, Hkv, D;
+  AttentionVariant variant;
+  std::vector<uint16_t> qkv, alpha;
+  std::vector<float> sinks, alpha_ma;
+  std::mt19937_64 rng;
+
+  AttnInputs(int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t d, AttentionVariant v, uint64_t seed)
+      : B(b), T(t), H(h), Hkv(hkv), D(d), variant(v), rng(seed) {
+    std::uniform_real_distribution<float> x(-1.5f, 1.5f), a(0.f, 1.2f), s(-1.f, 1.f), ma(0.3f, 0.9f);
+    qkv.resize(static_cast<size_t>(B * T * (H + 2 * Hkv) * D));
+    for (auto& e : qkv) e = sim::bf16_round(x(rng));
+    alpha.resize(static_cast<size_t>(B * T * H));
+    for (size_t k = 0; k < alpha.size(); ++k)
+      alpha[k] = sim::bf16_round(k % 5 == 0 ? 0.f : k % 7 == 2 ? 1.f : a(rng));
+    for (int64_t k = 0; k < H; ++k) {
+      sinks.push_back(s(rng));
+      alpha_ma.push_back(ma(rng));
+    }
+  }
+  float scale() const { return 1.f / std::sqrt(static_cast<float>(D)); }
+};
+
+// bf16 bits -> double values.
+inline std::vector<double> widen(const std::vector<uint16_t>& v) {
+  std::vector<double> w(v.size());
+  for (size_t k = 0; k < v.size(); ++k) w[k] = sim::bf16_value(v[k]);
+  return w;
+}
+
+// The two launches of the chunked prefix scan (prefix_scan_kernel.cuh) on the emulator.
+template <typename In>
+sim::LaunchStats run_scan(const flash::ScanArgs<In>& a, sim::Schedule schedule) {
+  sim::LaunchConfig c;
+  c.grid = {static_cast<unsigned>((a.cols + flash::kScanThreads - 1) / flash::kScanThreads),
+            static_cast<unsigned>(flash::scan_chunks(a.rows)), static_cast<unsigned>(a.batches)};
+  c.block = {flash::kScanThreads, 1, 1};
+  c.schedule = schedule;
+  sim::LaunchStats s = sim::launch(c, [&](unsigned char*) { flash::scan_chunk_totals(a); });
+  s.cp_async_dropped += sim::launch(c, [&](unsigned char*) { flash::scan_chunk_apply(a); }).cp_async_dropped;
+  return s;
+}
+
+}  // namespace kdtrain::simtest
