@@ -7,8 +7,9 @@
 # table is printed last. With --update-docs the measured keys (attn_fwdbwd_vs_sdpa,
 # variant_attn_slowdown, step_speedup_vs_torch_compile, step_speedup_vs_torch_with_teacher,
 # mfu_1b_t2048, peak device memory), with commit and GPU, are merged into
-# docs/gpu/latest.json (scripts/gpu_report.py; run scripts/gpu_check.sh --update-docs
-# from the same build for tests_passed / tests_failed).
+# docs/gpu/latest.json and the measured table of docs/performance.md is rewritten from
+# it (scripts/gpu_report.py; run scripts/gpu_check.sh --update-docs from the same build
+# for tests_passed / tests_failed).
 #
 #   scripts/gpu_bench.sh [--update-docs]
 #
@@ -29,10 +30,10 @@ rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR"
 exec > >(tee "$OUTDIR/gpu_bench.log") 2>&1
 
-UPDATE_DOCS=""
+UPDATE_DOCS="" UPDATE_TABLE=""
 for arg in "$@"; do
   case "$arg" in
-    --update-docs) UPDATE_DOCS="$ROOT/docs/gpu/latest.json" ;;
+    --update-docs) UPDATE_DOCS="$ROOT/docs/gpu/latest.json" UPDATE_TABLE="$ROOT/docs/performance.md" ;;
     *) echo "gpu_bench: unknown argument '$arg'"; exit 2 ;;
   esac
 done
@@ -86,4 +87,4 @@ python3 scripts/bench_attention.py --device "$DEVICE" --compile --cases strong -
 
 phase "summary ($OUTDIR/summary.json)"
 python3 scripts/gpu_report.py bench "$OUTDIR" --commit "$COMMIT" --gpu "$GPU" \
-  ${UPDATE_DOCS:+--update-docs "$UPDATE_DOCS"}
+  ${UPDATE_DOCS:+--update-docs "$UPDATE_DOCS" --update-table "$UPDATE_TABLE"}

@@ -10,7 +10,7 @@
 #   scripts/gpu_check.sh [--build] [--update-docs]
 #
 # --update-docs merges tests_passed / tests_failed (with commit and GPU) into
-# docs/gpu/latest.json. Environment: MEMCHECK_TIMEOUT (default 150 s),
+# docs/gpu/latest.json and rewrites the measured table of docs/performance.md. Environment: MEMCHECK_TIMEOUT (default 150 s),
 # RACECHECK_TIMEOUT (120 s), SANITIZE=0 skips the sanitizers, TRAIN_STEPS (50).
 # CPU smoke run of the script itself (the CUDA tests run against the CPU backend,
 # KDTRAIN_CUDA_TESTS_ON_CPU=1; nothing is learnt about the GPU):
@@ -23,18 +23,18 @@ rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR"
 exec > >(tee "$OUTDIR/gpu_check.log") 2>&1
 
-UPDATE_DOCS=""
+UPDATE_DOCS="" UPDATE_TABLE=""
 for arg in "$@"; do
   case "$arg" in
     --build) scripts/package_gpu_build.sh || exit 2 ;;
-    --update-docs) UPDATE_DOCS="$ROOT/docs/gpu/latest.json" ;;
+    --update-docs) UPDATE_DOCS="$ROOT/docs/gpu/latest.json" UPDATE_TABLE="$ROOT/docs/performance.md" ;;
     *) echo "gpu_check: unknown argument '$arg'"; exit 2 ;;
   esac
 done
 DEVICE="${DEVICE:-cuda}"
 SUITE="${SUITE:-[cuda]~[realistic]}"
 REALISTIC="${REALISTIC:-[realistic]}"
-MEMCHECK_FILTER="${MEMCHECK_FILTER:-[cuda]~[realistic]~[determinism]~[matmul]}"
+MEMCHECK_FILTER="${MEMCHECK_FILTER:-[cuda]~[realistic]~[determinism]~[matmul]~[flash]}"
 RACECHECK_FILTER="${RACECHECK_FILTER:-[sanitize],[cuda][loss],[cuda][rmsnorm],[cuda][optim],[cuda][elementwise][affine]}"
 source "$ROOT/scripts/gpu_env.sh"
 [[ -x "$KDTRAIN" && -x "$TESTS" ]] || { echo "gpu_check: no build ($KDTRAIN; run scripts/package_gpu_build.sh)"; exit 2; }
@@ -109,7 +109,7 @@ rm -rf "$TMP"
 
 echo "== summary ($OUTDIR/summary.json)"
 python3 scripts/gpu_report.py check "$OUTDIR" --commit "$COMMIT" --gpu "$GPU" \
-  ${UPDATE_DOCS:+--update-docs "$UPDATE_DOCS"}
+  ${UPDATE_DOCS:+--update-docs "$UPDATE_DOCS" --update-table "$UPDATE_TABLE"}
 python3 - "$OUTDIR/summary.json" <<'PY'
 import json, sys
 sys.exit(0 if json.load(open(sys.argv[1]))["tests_status"] == "passed" else 1)

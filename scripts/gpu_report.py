@@ -287,6 +287,51 @@ def update_latest(path, summary, keys):
     return doc
 
 
+TABLE_BEGIN = "<!-- gpu_report: measured table begin -->"
+TABLE_END = "<!-- gpu_report: measured table end -->"
+
+
+def markdown_table(doc):
+    """docs/gpu/latest.json as the markdown table of docs/performance.md."""
+    def per_variant(key, pattern):
+        values = doc.get(key) or {}
+        return ", ".join(f"{v} {fmt(values.get(v), pattern)}" for v in VARIANTS) if values else "not measured"
+
+    def per_dim(key):
+        values = doc.get(key) or {}
+        return ", ".join(f"D={d}: {fmt(x, '{:.2f}')}" for d, x in sorted(values.items())) or "not measured"
+
+    slow = doc.get("variant_attn_slowdown") or {}
+    rows = [
+        ("commit, GPU", f"{str(doc.get('commit'))[:12]}, {doc.get('gpu')}"),
+        ("bench config", json.dumps(doc.get("bench_config")) if doc.get("bench_config") else "not measured"),
+        ("tests passed / failed (status)",
+         f"{fmt(doc.get('tests_passed'), '{}')} / {fmt(doc.get('tests_failed'), '{}')} ({doc.get('tests_status', 'not run')})"),
+        ("attn_fwdbwd_vs_sdpa (SDPA time / kdtrain)", per_dim("attn_fwdbwd_vs_sdpa")),
+    ]
+    rows += [(f"variant_attn_slowdown, D={d}", ", ".join(f"{v} {fmt(x, '{:.2f}')}" for v, x in per.items()))
+             for d, per in sorted(slow.items())] or [("variant_attn_slowdown", "not measured")]
+    rows += [
+        ("step_speedup_vs_torch_compile", per_variant("step_speedup_vs_torch_compile", "{:.2f}x")),
+        ("step_speedup_vs_torch_with_teacher", per_variant("step_speedup_vs_torch_with_teacher", "{:.2f}x")),
+        ("mfu_1b_t2048", per_variant("mfu_1b_t2048", "{:.1%}")),
+    ]
+    lines = ["| measurement | value |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
+    return "\n".join(lines)
+
+
+def update_markdown(path, doc):
+    """Replaces the block between TABLE_BEGIN and TABLE_END in `path` with the table."""
+    with open(path) as f:
+        text = f.read()
+    start, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"gpu_report: {path} has no {TABLE_BEGIN} ... {TABLE_END} block")
+    text = text[:start + len(TABLE_BEGIN)] + "\n" + markdown_table(doc) + "\n" + text[end:]
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=("check", "bench"))
@@ -295,6 +340,8 @@ def main(argv=None):
     ap.add_argument("--gpu", default="")
     ap.add_argument("--update-docs", metavar="PATH", default="",
                     help="merge the measured keys into this JSON file (docs/gpu/latest.json)")
+    ap.add_argument("--update-table", metavar="PATH", default="",
+                    help="with --update-docs: rewrite the measured table of this markdown file from the JSON")
     args = ap.parse_args(argv)
     gpu = args.gpu or None
     if args.kind == "check":
@@ -310,8 +357,11 @@ def main(argv=None):
         if gpu is None:
             print(f"gpu_report: no GPU named; {args.update_docs} left alone (only GPU measurements go there)")
         else:
-            update_latest(args.update_docs, s, keys)
+            doc = update_latest(args.update_docs, s, keys)
             print(f"gpu_report: merged {', '.join(keys)} into {args.update_docs}")
+            if args.update_table:
+                update_markdown(args.update_table, doc)
+                print(f"gpu_report: rewrote the measured table of {args.update_table}")
     print(table)
     return 0
 

@@ -175,3 +175,21 @@ def test_gpu_bench_cpu_smoke(tmp_path):
     assert set(s["attn_fwdbwd_vs_sdpa"]) == {"16"}
     assert p.stdout.strip().splitlines()[-1].startswith("peak device memory")  # the table comes last
     assert (latest.read_bytes() if latest.exists() else None) == before  # no GPU: docs untouched
+
+
+def test_markdown_table_rewritten_between_the_markers(tmp_path):
+    md = tmp_path / "performance.md"
+    md.write_text(f"# x\n\nbefore\n{gpu_report.TABLE_BEGIN}\nold table\n{gpu_report.TABLE_END}\nafter\n")
+    doc = {"commit": "abcdef1234567890", "gpu": "NVIDIA H100 80GB HBM3", "tests_passed": 30, "tests_failed": 1,
+           "tests_status": "failed", "attn_fwdbwd_vs_sdpa": {"64": 0.95},
+           "variant_attn_slowdown": {"64": {"baseline": 1.0, "sink": 1.04}},
+           "step_speedup_vs_torch_compile": {"baseline": 1.21, "sink": None}}
+    gpu_report.update_markdown(str(md), doc)
+    text = md.read_text()
+    assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith("after\n")
+    assert "| tests passed / failed (status) | 30 / 1 (failed) |" in text
+    assert "D=64: 0.95" in text and "baseline 1.21x, sink not measured" in text
+    assert "| mfu_1b_t2048 | not measured |" in text
+    # The real docs carry the markers, so --update-docs can rewrite them.
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    assert perf.index(gpu_report.TABLE_BEGIN) < perf.index(gpu_report.TABLE_END)
