@@ -9,9 +9,14 @@ definitions are the YAMLs in scripts/lm_eval_tasks/; their data are converted
 here from the files under ../shared/data/evals/ (original or Hugging Face
 formats) into one JSON-lines file per task, so nothing is downloaded.
 
-The output JSON (docs/evaluation.md) holds, per task, acc (and acc_norm where
-lm-eval computes it), the metric the paper's column uses, and the average of
-those metrics over the six tasks. Values are fractions in [0, 1].
+Splits: lm-eval scores ARC-Easy and ARC-Challenge on their test splits and the
+other four on validation. For each task the file holding the most rows of that
+split under --eval-data is used (a full file in place of a shipped slice);
+ARC-Easy falls back to its validation split when no test file is there, marked
+as such. The output JSON (docs/evaluation.md) holds, per task, acc (and acc_norm
+where lm-eval computes it), the metric the paper's column uses, the split, the
+source file, how many examples were scored and the split's full size, and the
+average of the metrics over the six tasks. Values are fractions in [0, 1].
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import re
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,7 +92,14 @@ def hellaswag_clean(text: str) -> str:
 
 
 def hellaswag_rows(path: Path) -> list[dict]:
-    """llama.cpp text format: per task 6 lines — 'activity: context', gold 0-3, four endings."""
+    """The original jsonl {activity_label, ctx_a, ctx_b, endings, label} prepared as
+    lm-eval's hellaswag does (ctx_b capitalised), or the llama.cpp text format: per
+    task 6 lines — 'activity: context', gold 0-3, four endings."""
+    if path.suffix == ".jsonl":
+        return [{"query": hellaswag_clean(f"{r['activity_label']}: {r['ctx_a']} "
+                                          f"{r['ctx_b'].capitalize()}"),
+                 "choices": [hellaswag_clean(e) for e in r["endings"]],
+                 "label": int(r["label"])} for r in read_jsonl(path)]
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     while lines and lines[-1] == "":
@@ -134,30 +147,72 @@ def winogrande_rows(path: Path) -> list[dict]:
     return out
 
 
-def find_one(directory: Path, pattern: str) -> Path:
-    found = sorted(directory.glob(pattern))
-    if len(found) != 1:
-        raise FileNotFoundError(f"expected one file matching {directory}/{pattern}, found {len(found)}")
-    return found[0]
+# The split lm-eval 0.4.9 scores for each task, its full size, and the files under
+# --eval-data that may hold it (glob patterns, in the formats the readers above take).
+SPLITS = {
+    "arc_easy": [("test", 2376, ["arc/ARC-Easy-Test*.jsonl"]),
+                 ("validation", 570, ["arc/ARC-Easy-Dev*.jsonl", "arc/ARC-Easy-validation*.jsonl"])],
+    "arc_challenge": [("test", 1172, ["arc/ARC-Challenge-Test*.jsonl"])],
+    "boolq": [("validation", 3270, ["boolq/*validation*.jsonl", "boolq/dev*.jsonl"])],
+    "piqa": [("validation", 1838, ["piqa/valid.*jsonl"])],
+    "hellaswag": [("validation", 10042, ["hellaswag/*val*.jsonl", "hellaswag/*val*.txt"])],
+    "winogrande": [("validation", 1267, ["winogrande/*validation*.jsonl", "winogrande/dev*.jsonl"])],
+}
+OFFICIAL_SPLIT = {task: options[0][0] for task, options in SPLITS.items()}
+
+
+def read_task(task: str, path: Path) -> list[dict]:
+    if task in ("arc_easy", "arc_challenge"):
+        return arc_rows(path)
+    if task == "piqa":  # valid[.rows...].jsonl + valid-labels[.rows...].lst
+        labels = path.with_name(path.name.replace("valid", "valid-labels", 1)).with_suffix(".lst")
+        if not labels.is_file():
+            raise FileNotFoundError(f"{path}: its labels {labels.name} are not beside it")
+        return piqa_rows(path, labels)
+    return {"boolq": boolq_rows, "hellaswag": hellaswag_rows,
+            "winogrande": winogrande_rows}[task](path)
+
+
+@dataclass
+class TaskData:
+    path: Path          # the converted JSON-lines file lm-eval reads
+    source: Path        # the file it came from
+    split: str          # the split that file holds
+    split_size: int     # that split's full size
+    rows: int           # rows in the file
+
+    @property
+    def official(self) -> bool:
+        """The split lm-eval scores for this task."""
+        return self.split == OFFICIAL_SPLIT[self.path.stem]
+
+
+def prepare_tasks(src: Path, dst: Path) -> dict[str, TaskData]:
+    """Writes <dst>/<task>.jsonl for the six tasks: for each, lm-eval's own split if a
+    file of it is under src, the one with the most rows (a full split over a slice)."""
+    src, dst = Path(src), Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for task, options in SPLITS.items():
+        for split, size, patterns in options:
+            files = sorted({f for p in patterns for f in src.glob(p) if not f.name.endswith(".lst")})
+            if not files:
+                continue
+            candidates = [(read_task(task, f), f) for f in files]
+            rows, source = max(candidates, key=lambda c: len(c[0]))
+            path = dst / f"{task}.jsonl"
+            write_jsonl(path, rows)
+            out[task] = TaskData(path, source, split, size, len(rows))
+            break
+        else:
+            wanted = ", ".join(p for _, _, ps in options for p in ps)
+            raise FileNotFoundError(f"--eval-data {src}: no file for {task} (looked for {wanted})")
+    return out
 
 
 def prepare_data(src: Path, dst: Path) -> dict[str, Path]:
-    """Writes <dst>/<task>.jsonl for the six tasks from the slices under src."""
-    src, dst = Path(src), Path(dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    rows = {
-        "arc_easy": arc_rows(find_one(src / "arc", "ARC-Easy-*.jsonl")),
-        "arc_challenge": arc_rows(find_one(src / "arc", "ARC-Challenge-Test*.jsonl")),
-        "boolq": boolq_rows(find_one(src / "boolq", "*.jsonl")),
-        "piqa": piqa_rows(find_one(src / "piqa", "valid.*jsonl"), find_one(src / "piqa", "*.lst")),
-        "hellaswag": hellaswag_rows(find_one(src / "hellaswag", "*.txt")),
-        "winogrande": winogrande_rows(find_one(src / "winogrande", "*.jsonl")),
-    }
-    paths = {}
-    for name, r in rows.items():
-        paths[name] = dst / f"{name}.jsonl"
-        write_jsonl(paths[name], r)
-    return paths
+    """prepare_tasks, returning only the converted files."""
+    return {task: t.path for task, t in prepare_tasks(src, dst).items()}
 
 
 def render_tasks(data_dir: Path, dst: Path) -> Path:
@@ -178,13 +233,19 @@ def offline_environment() -> None:
         os.environ[key] = "1"
 
 
-def summarize(results: dict, limit: int | None) -> dict:
-    """The output JSON from lm-eval's results dict."""
+def summarize(results: dict, limit: int | None, data: dict[str, TaskData] | None = None) -> dict:
+    """The output JSON from lm-eval's results dict (and what each task was scored on)."""
     out = {"tasks": {}, "limit": limit}
     primaries = []
     for name, spec in TASKS.items():
         r = results[spec["task"]]
         entry = {"metric": spec["metric"], "column": spec["column"]}
+        if data:
+            d = data[name]
+            scored = min(limit, d.rows) if limit else d.rows
+            entry.update({"split": d.split, "official_split": d.official, "source": d.source.name,
+                          "examples": scored, "split_size": d.split_size,
+                          "complete": scored == d.split_size})
         for m in ("acc", "acc_norm"):
             if f"{m},none" in r:
                 entry[m] = float(r[f"{m},none"])
@@ -208,7 +269,7 @@ def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAU
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kdtrain_zero_shot_"))
     try:
         data_dir = work / "data"
-        prepare_data(Path(eval_data), data_dir)
+        data = prepare_tasks(Path(eval_data), data_dir)
         tasks_dir = render_tasks(data_dir, work / "tasks")
         manager = TaskManager(include_path=str(tasks_dir), include_defaults=False)
         model_args = f"pretrained={model},trust_remote_code=True,dtype={dtype},device={device}"
@@ -221,7 +282,7 @@ def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAU
         if cleanup:
             shutil.rmtree(work, ignore_errors=True)
 
-    summary = summarize(results["results"], limit)
+    summary = summarize(results["results"], limit, data)
     summary["model"] = str(model)
     summary["lm_eval_version"] = getattr(lm_eval, "__version__", LM_EVAL_VERSION)
     summary["eval_data"] = str(Path(eval_data).resolve())
@@ -261,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = run(a.model, a.out, a.limit, a.eval_data, a.batch_size, a.device, a.dtype,
                   a.samples, a.work_dir)
     for name, e in summary["tasks"].items():
-        print(f"{e['column']:>6} {e['metric']:<8} {100 * e['value']:6.2f}")
+        print(f"{e['column']:>6} {e['metric']:<8} {100 * e['value']:6.2f}   "
+              f"{e['split']} {e['examples']}/{e['split_size']} ({e['source']})")
     print(f"{'Avg.':>6} {'':<8} {100 * summary['average']:6.2f}   -> {a.out}")
     return 0
 

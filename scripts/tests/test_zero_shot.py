@@ -73,6 +73,47 @@ def test_prepare_data_converts_every_format(tmp_path):
     assert rows["boolq"][0]["label"] == 0
 
 
+@needs_data
+def test_official_splits_and_full_files_are_preferred(tmp_path):
+    # The shipped slices: lm-eval's split everywhere but ARC-Easy (validation only).
+    data = zs.prepare_tasks(EVALS, tmp_path / "slices")
+    assert {t: (d.split, d.rows, d.split_size) for t, d in data.items()} == {
+        "arc_easy": ("validation", 285, 570), "arc_challenge": ("test", 575, 1172),
+        "boolq": ("validation", 1635, 3270), "piqa": ("validation", 919, 1838),
+        "hellaswag": ("validation", 5021, 10042), "winogrande": ("validation", 634, 1267)}
+    assert not data["arc_easy"].official and data["arc_challenge"].official
+    # An ARC-Easy test file wins over validation; of two BoolQ validation files the
+    # longer (the full split) wins; HellaSwag's original jsonl is read as lm-eval does.
+    src = tmp_path / "evals"
+    shutil.copytree(EVALS, src)
+    for p in src.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    ai2 = {"id": "x1", "question": {"stem": "Which is a gas?", "choices": [
+        {"text": "steam", "label": "A"}, {"text": "ice", "label": "B"}]}, "answerKey": "A"}
+    (src / "arc" / "ARC-Easy-Test.jsonl").write_text(json.dumps(ai2) + "\n")
+    rows = (src / "boolq" / "boolq-validation.hf.rows0000-1634.jsonl").read_text().splitlines()
+    (src / "boolq" / "boolq-validation-full.jsonl").write_text("\n".join(rows + rows[:10]) + "\n")
+    orig = {"activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.",
+            "ctx_b": "he", "endings": ["a", "b [title] c", "d", "e"], "label": "2"}
+    (src / "hellaswag" / "hellaswag_val.jsonl").write_text(json.dumps(orig) + "\n")
+    for f in (src / "hellaswag").glob("*.txt"):
+        f.unlink()
+    data = zs.prepare_tasks(src, tmp_path / "full")
+    assert (data["arc_easy"].split, data["arc_easy"].rows, data["arc_easy"].official) == ("test", 1, True)
+    assert data["boolq"].rows == 1645 and data["boolq"].source.name == "boolq-validation-full.jsonl"
+    h = json.loads(data["hellaswag"].path.read_text())
+    assert h == {"query": "Roof shingle removal: A man is sitting on a roof. He",
+                 "choices": ["a", "b. c", "d", "e"], "label": 2}
+    res = {t["task"]: {"acc,none": 0.5, "acc_norm,none": 0.5} for t in zs.TASKS.values()}
+    s = zs.summarize(res, limit=100, data=data)["tasks"]
+    assert s["arc_easy"]["examples"] == 1 and s["arc_easy"]["split"] == "test"
+    assert s["boolq"]["examples"] == 100 and s["boolq"]["split_size"] == 3270
+    assert s["boolq"]["complete"] is False
+    (src / "arc" / "ARC-Challenge-Test.orig.rows0000-0574.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="arc_challenge"):
+        zs.prepare_tasks(src, tmp_path / "none")
+
+
 def test_hellaswag_clean_matches_lm_eval_rules():
     assert zs.hellaswag_clean(" A [header] b [title] C  d ") == "A b. C d"  # strip, title, markup, then "  " -> " "
 
