@@ -173,7 +173,9 @@ done
 
 # ---- 4. report (always redone: cheap)
 log "report ..."
-python3 scripts/report.py "${runs[@]}" --out "$OUT/report" --kdtrain "$KDTRAIN" >/dev/null
+NOTE="A scaled-down Table 1 on real text (scripts/small_study.sh$( ((SMOKE)) && echo ' --smoke')$( ((GPU)) && echo ' --gpu')); docs/reproduce.md, \"The small study\"."
+python3 scripts/report.py "${runs[@]}" --out "$OUT/report" --kdtrain "$KDTRAIN" \
+  --title "Small study" --note "$NOTE" >/dev/null
 printf 'total (this invocation)\t%s\n' "$(($(date +%s) - STUDY_START))" >> "$TIMINGS"
 log "done in $(($(date +%s) - STUDY_START))s; report in $OUT/report"
 echo

@@ -13,6 +13,7 @@ spec = importlib.util.spec_from_file_location("kdtrain_report", SCRIPT)
 report = importlib.util.module_from_spec(spec)
 sys.modules["kdtrain_report"] = report
 spec.loader.exec_module(report)
+import report_tables  # noqa: E402  (report.py put scripts/ on sys.path)
 
 LLAMA_1B = {"preset": "llama3.2-1b", "num_hidden_layers": 16, "hidden_size": 2048,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64}
@@ -21,28 +22,43 @@ GRAD = [10, 11, 9, 10, 12, 8, 10, 17, 30]
 
 
 def write_run(root: Path, name: str, variant: str, losses, grads, extra_steps=None, analysis=None,
-              zero_shot=True, ppl=61.9):
+              zero_shot=True, ppl=61.9, alpha=None, soft_ce=True, limit=None):
     run = root / name
     run.mkdir()
-    (run / "config.json").write_text(json.dumps({"model": LLAMA_1B, "attention": {"variant": variant}}))
+    attention = {"variant": variant, **({"alpha_activation": alpha} if alpha else {})}
+    kd = {"teacher": "/teachers/Llama-3.2-3B", "weight": 1.0}
+    (run / "config.json").write_text(json.dumps({"model": LLAMA_1B, "attention": attention, "kd": kd}))
     rows = []
     for i, (loss, g) in enumerate(zip(losses, grads), 1):
-        rows.append({"step": i, "loss": loss, "kd": loss - 0.1, "grad_norm": g,
-                     report.LOGIT_KEY: 3.0 - 0.1 * i})
+        # the optimised loss is the forward KL; soft_ce = KL + teacher entropy (here 2.5)
+        row = {"step": i, "loss": loss - 2.5, "kd": loss - 2.5, "grad_norm": g,
+               report.LOGIT_KEY: 3.0 - 0.1 * i}
+        if soft_ce:
+            row["soft_ce"] = loss
+        rows.append(row)
     for step, loss, g in extra_steps or []:
-        rows.append({"step": step, "loss": loss, "kd": loss, "grad_norm": g})
+        rows.append({"step": step, "loss": loss - 2.5, "kd": loss - 2.5, "grad_norm": g,
+                     **({"soft_ce": loss} if soft_ce else {})})
     with open(run / "metrics.jsonl", "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
         f.write("\n")
     if ppl is not None:
-        (run / "eval_c4.json").write_text(json.dumps({"perplexity": ppl, "mean_ce": math.log(ppl)}))
+        (run / "eval_c4.json").write_text(json.dumps(
+            {"perplexity": ppl, "mean_ce": math.log(ppl), "bits_per_byte": 0.8125, "seq_len": 2048,
+             "windows": 100, "windows_available": 100, "tokens": 204800,
+             "data_manifest": {"documents": 1000, "inputs": ["/d/c4_validation_2k.jsonl"],
+                               "tokenizer": {"path": "/tok/llama3"}}}))
     if zero_shot:
         tasks = {"winogrande": 0.556, "piqa": 0.724, "hellaswag": 0.531, "arc_challenge": 0.352,
                  "arc_easy": 0.625, "boolq": 0.615}
+        splits = {"arc_easy": ("test", 2376), "arc_challenge": ("test", 1172)}
         (run / "zero_shot.json").write_text(json.dumps(
-            {"tasks": {k: {"value": v} for k, v in tasks.items()},
-             "average": sum(tasks.values()) / 6}))
+            {"tasks": {k: {"value": v, "split": splits.get(k, ("validation", 1000))[0],
+                           "examples": min(limit or 10**9, splits.get(k, ("", 1000))[1]),
+                           "split_size": splits.get(k, ("", 1000))[1], "official_split": True}
+                       for k, v in tasks.items()},
+             "average": sum(tasks.values()) / 6, "limit": limit}))
     if analysis:
         (run / "analysis").mkdir()
         (run / "analysis" / "analysis.json").write_text(json.dumps(analysis))
@@ -54,6 +70,8 @@ def synthetic_analysis(L=2, H=3):
             "first_token_weight": [0.5, 0.3], "entropy": [1.2, 1.9],
             "query_mass": {"edges": [0, 0.25, 0.5, 0.75, 1.0], "counts": [1, 5, 3, 2],
                            "mean": 0.5, "median": 0.45},
+            "query_mass_excl_first": {"edges": [-0.5, 0, 0.5, 1.0, 1.5], "counts": [1, 2, 6, 2],
+                                      "mean": 0.6, "median": 0.62},
             "head_mass": [[0.1, 0.5, 0.9], [0.3, 0.7, 1.0]],
             "attention_map": {"layer": 2, "size": 3,
                               "weights": [[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]}}
@@ -91,60 +109,89 @@ def test_report_tables_and_figures(tmp_path):
     base = write_run(tmp_path, "base", "baseline", losses, GRAD,
                      extra_steps=[(600, 2.70, 1000.0)])
     aff = write_run(tmp_path, "aff", "affine", losses, [1.0] * 9, analysis=synthetic_analysis(),
-                    ppl=58.9)
+                    ppl=58.9, limit=5)
+    sig = write_run(tmp_path, "aff-sig", "affine", losses, [1.0] * 9, alpha="sigmoid", ppl=60.0)
     gated = write_run(tmp_path, "gated", "gated", losses, [2.0] * 9, zero_shot=False, ppl=None)
+    old = write_run(tmp_path, "old", "sink", losses, [2.0] * 9, soft_ce=False)
     # info.json overrides the computed ΔParams
     (gated / "info.json").write_text(json.dumps({"delta_params": 67100000}))
     out = tmp_path / "report"
-    assert report.main([str(aff), str(gated), str(base), "--out", str(out), "--loss-steps", "2"]) == 0
+    assert report.main([str(aff), str(gated), str(base), str(sig), str(old), "--out", str(out),
+                        "--loss-steps", "2", "--title", "T", "--note", "smoke"]) == 0
 
     t1 = read_csv(out / "table1.csv")
     assert t1[0] == report.MAIN_COLUMNS
-    assert [r[1] for r in t1[1:]] == ["Baseline", "Affine-Scaled"]  # variant order, gated excluded
+    col = {c: i for i, c in enumerate(t1[0])}
+    # variant order; gated and the sigmoid affine run are not Table 1 rows
+    assert [(r[col["Method"]], r[col["Run"]]) for r in t1[1:]] == [
+        ("Baseline", "base"), ("Sink", "old"), ("Affine-Scaled ‡", "aff")]
     b = t1[1]
     assert b[0] == "1B"
-    assert b[2] == "0.0"
-    assert b[3] == "2.71"          # mean of the last two logged losses: 2.72 (step 9) and 2.70 (step 600)
-    assert b[4] == "61.9"
-    assert b[5:11] == ["55.6", "72.4", "53.1", "35.2", "62.5", "61.5"]
-    assert b[11] == "56.7"         # (55.6+72.4+53.1+35.2+62.5+61.5)/6 = 56.72
-    assert t1[2][2] == "1.0" and t1[2][4] == "58.9"
+    assert b[col["ΔParams (M)"]] == "0.0"
+    # soft_ce: mean of the last two logged values, 2.72 (step 9) and 2.70 (step 600)
+    assert b[col["Loss"]] == "2.71"
+    assert t1[2][col["Loss"]] == "0.23 †"   # no soft_ce logged: the forward KL, flagged
+    assert b[col["C4 PPL"]] == "61.9" and b[col["C4 BPB"]] == "0.812"
+    assert b[col["Wino"]:col["Avg."]] == ["55.6", "72.4", "53.1", "35.2", "62.5", "61.5"]
+    assert b[col["Avg."]] == "56.7"         # (55.6+72.4+53.1+35.2+62.5+61.5)/6 = 56.72
+    assert t1[3][col["ΔParams (M)"]] == "1.0" and t1[3][col["C4 PPL"]] == "58.9"
 
     t2 = read_csv(out / "table2.csv")
-    assert [r[1] for r in t2[1:]] == ["Baseline", "Gated"]
-    assert t2[2][2] == "67.1"
-    assert t2[2][4] == "" and t2[2][11] == ""   # no eval, no zero-shot: empty cells
+    assert [r[col["Method"]] for r in t2[1:]] == ["Baseline", "Gated"]
+    assert t2[2][col["ΔParams (M)"]] == "67.1"
+    assert t2[2][col["C4 PPL"]] == "" and t2[2][col["Avg."]] == ""   # no eval, no zero-shot
 
-    t4 = {r[1]: r for r in read_csv(out / "table4.csv")[1:]}
-    assert t4["Baseline"][2:] == ["9", "13.000", f"{math.sqrt(42):.3f}", "42.000",
-                                  f"{math.sqrt(42) / 13:.2f}"]
-    assert t4["Affine-Scaled"][3:6] == ["1.000", "0.000", "0.000"]
-    t5 = {r[1]: r for r in read_csv(out / "table5.csv")[1:]}
-    assert t5["Baseline"][2:5] == ["9", "2", "1"]
-    assert t5["Affine-Scaled"][3:5] == ["0", "0"]
+    t3 = read_csv(out / "table3.csv")
+    assert [r[col["Method"]] for r in t3[1:]] == ["Affine-Scaled (α: linear clip) ‡",
+                                                  "Affine-Scaled (α: sigmoid)"]
+
+    t4 = {r[2]: r for r in read_csv(out / "table4.csv")[1:]}
+    assert t4["base"][3:] == ["9", "13.000", f"{math.sqrt(42):.3f}", "42.000",
+                              f"{math.sqrt(42) / 13:.2f}"]
+    assert t4["aff"][4:7] == ["1.000", "0.000", "0.000"]
+    assert t4["aff-sig"][1] == "Affine-Scaled (α: sigmoid)"
+    t5 = {r[2]: r for r in read_csv(out / "table5.csv")[1:]}
+    assert t5["base"][3:6] == ["9", "2", "1"]
+    assert t5["aff"][4:6] == ["0", "0"]
 
     md = (out / "table1.md").read_text()
-    assert "| 1B | Baseline | 0.0 | 2.71 | 61.9 |" in md
-    assert (out / "report.md").exists()
+    assert "| 1B | Baseline | base | 0.0 | 2.71 | 61.9 | 0.812 |" in md
+    assert "soft cross-entropy" in md and "2048 tokens (stride 2048" in md
+    assert "ARC-e test 2,376/2,376" in md and "ARC-e test 5/2,376" in md
+    assert "‡ zero-shot on the first 5 items" in md
+    # Tables 4/5 name the steps actually used (9 here), not the default 500
+    assert (out / "table4.md").read_text().startswith("### Table 4: gradient-norm statistics, steps 1–9")
+    index = (out / "index.md").read_text()
+    assert index.startswith("# T") and "> smoke" in index and "table3.csv" in index
 
     if importlib.util.find_spec("matplotlib") is None:
         pytest.skip("matplotlib not installed: figures not checked")
     pngs = {p.name for p in out.glob("*.png")}
     for name in ["fig2_logit_magnitude_1B.png", "fig7_loss_1B.png", "fig8_grad_norm_1B.png",
                  "fig10_loss_late_1B.png", "fig4_first_token_1B.png", "fig6_entropy_1B.png",
-                 "fig3_query_mass_1B_aff.png", "fig5_head_heatmap_1B_aff.png",
+                 "fig3_query_mass_1B.png", "fig5_head_heatmap_1B_aff.png",
                  "fig9_attention_map_1B_aff.png"]:
         assert name in pngs, name
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({name})" in index
+
+
+def test_delta_params_digits_for_tiny_models():
+    assert report_tables.fmt_delta_params(0.0) == "0.0"
+    assert report_tables.fmt_delta_params(1.048576) == "1.0"
+    assert report_tables.fmt_delta_params(0.001024) == "0.0010"    # two significant digits
+    assert report_tables.fmt_delta_params(0.000016) == "0.000016"
+    assert report_tables.fmt_delta_params(0.016384) == "0.016"
+    assert report_tables.fmt_delta_params(None) == ""
 
 
 def test_resumed_run_keeps_the_last_record_of_a_step(tmp_path):
     run = write_run(tmp_path, "r", "baseline", [3.0, 2.0], [1.0, 2.0], zero_shot=False, ppl=None)
     with open(run / "metrics.jsonl", "a") as f:
-        f.write(json.dumps({"step": 2, "loss": 1.5, "grad_norm": 5.0}) + "\n")
+        f.write(json.dumps({"step": 2, "loss": 1.5, "soft_ce": 4.0, "grad_norm": 5.0}) + "\n")
     r = report.Run(run)
-    assert r.series("loss") == ([1, 2], [3.0, 1.5])
-    assert r.final_loss(1) == 1.5
+    assert r.series("loss") == ([1, 2], [0.5, 1.5])
+    assert r.final_loss(1) == 4.0
 
 
 def test_bad_metrics_line_names_the_file(tmp_path):

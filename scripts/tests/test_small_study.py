@@ -137,13 +137,14 @@ def test_small_study_smoke_end_to_end(tmp_path):
         assert (run / "analysis" / "analysis.json").is_file()
         assert (run / "hf" / "tokenizer.json").is_file()
     report = out / "report"
-    for name in ["report.md", "table1.md", "table1.csv", "table4.md", "table5.md"]:
+    for name in ["index.md", "table1.md", "table1.csv", "table3.md", "table4.md", "table5.md"]:
         assert (report / name).is_file(), name
     assert list(report.glob("fig*.png"))
     with open(report / "table1.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert [r["Method"] for r in rows] == ["Baseline", "Sink", "Affine-Scaled"]
-    assert all(r["C4 PPL"] for r in rows)
+    assert [r["Method"] for r in rows] == ["Baseline ‡", "Sink ‡", "Affine-Scaled ‡"]  # --limit 2
+    assert all(r["C4 PPL"] and r["C4 BPB"] and r["Loss"] for r in rows)
+    assert "steps 1–5" in (report / "table4.md").read_text()
     # a rerun skips every finished stage
     again = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
                             "--out", str(out), "--kdtrain", str(KDTRAIN),
