@@ -1,29 +1,50 @@
 #!/usr/bin/env bash
-# One row of the paper's Table 1/2, end to end:
+# The paper's study, end to end.
+#
+# The whole study (Tables 1-5, Figures 2-10; scripts/reproduce_tables.py, which
+# runs every row below and then scripts/report.py):
+#   scripts/reproduce.sh --tables --teachers DIR --out OUT [--fineweb FILE...] [--c4 FILE]
+#       [--device cuda] [--launch "mpirun -np 8"] [--only "1B-affine 1B-sink"] [--smoke] ...
+#   (scripts/reproduce_tables.py --help lists every option)
+#
+# One row of a table:
 #   prepare data -> train (KD from the teacher) -> export -> C4 perplexity ->
 #   zero-shot (six lm-eval tasks) -> attention analysis -> report.
 #
 #   scripts/reproduce.sh --config configs/paper/llama3.2-1b.json --attention affine \
 #       --data-dir DIR --teacher HF_DIR --out RUN_DIR
 #       [--tokenizer DIR] [--steps N] [--device cpu|cuda] [--launch "mpirun -np 8"]
-#       [--fineweb FILE...] [--c4 FILE] [--limit N] [--batch-size N] [--report DIR]
-#       [--eval-windows N] [--analyze-seqs N] [--kdtrain BIN]
+#       [--set section.key=value ...] [--fineweb FILE...] [--c4 FILE] [--val-tokens N] [--max-tokens N]
+#       [--limit N] [--batch-size N] [--eval-data DIR] [--eval-windows N]
+#       [--analyze-seqs N] [--report DIR | --no-report] [--kdtrain BIN]
+#   scripts/reproduce.sh --prepare-only --data-dir DIR --tokenizer TOK [--fineweb ...] [--c4 F]
+#       (stage 1 only: the data of a tokenizer)
 #
 # Every stage is skipped when its output exists (delete the file to redo it); an
-# interrupted training run is resumed with `kdtrain train --resume`. Data:
-# DIR/fineweb_edu (prepare_fineweb_edu.py) and DIR/c4 (prepare_c4.py), tokenized
-# with --tokenizer (default: the teacher's tokenizer files, else ../shared/data's
-# Llama-3 / Qwen2 tokenizer by the config's model family). --fineweb / --c4 name
+# interrupted training run is resumed with `kdtrain train --resume`. A run
+# directory remembers what trained it (RUN/reproduce_stamp: the config file, the
+# variant and every override); a different request for the same directory is
+# refused rather than mixed in. Data: DIR/fineweb_edu (prepare_fineweb_edu.py,
+# --val-tokens for its validation shard, --max-tokens to stop the input there)
+# and DIR/c4 (prepare_c4.py), tokenized with --tokenizer (default: the teacher's
+# tokenizer files, else ../shared/data's Llama-3 / Qwen2 tokenizer by the
+# config's model family). --fineweb / --c4 name
 # the raw inputs (default: the small slices in ../shared/data, enough for a test,
 # not for the paper's 18.9B tokens). docs/reproduce.md explains each stage.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SHARED="$ROOT/../shared/data"
 
+if [[ ${1:-} == --tables ]]; then
+  shift
+  exec python3 "$ROOT/scripts/reproduce_tables.py" "$@"
+fi
+
 CONFIG=""; VARIANT=""; DATA_DIR=""; TEACHER=""; RUN=""; TOKENIZER=""; STEPS=""; DEVICE=""
 LAUNCH=""; FINEWEB=(); C4=""; LIMIT=""; BATCH=""; REPORT=""; EVAL_WINDOWS=""; ANALYZE_SEQS=""
+OVERRIDES=(); VAL_TOKENS=""; MAX_TOKENS=""; EVAL_DATA=""; NO_REPORT=0; PREPARE_ONLY=0
 KDTRAIN="${KDTRAIN:-$ROOT/build/kdtrain}"
-usage() { sed -n "2,19p" "$0"; }
+usage() { sed -n "2,33p" "$0"; }
 while (($#)); do
   case "$1" in
     --config) CONFIG="$2"; shift 2 ;;
@@ -35,11 +56,17 @@ while (($#)); do
     --steps) STEPS="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --launch) LAUNCH="$2"; shift 2 ;;
+    --set) OVERRIDES+=(--set "$2"); shift 2 ;;
     --fineweb) shift; while (($#)) && [[ $1 != --* ]]; do FINEWEB+=("$1"); shift; done ;;
     --c4) C4="$2"; shift 2 ;;
+    --val-tokens) VAL_TOKENS="$2"; shift 2 ;;
+    --max-tokens) MAX_TOKENS="$2"; shift 2 ;;
     --limit) LIMIT="$2"; shift 2 ;;
     --batch-size) BATCH="$2"; shift 2 ;;
+    --eval-data) EVAL_DATA="$2"; shift 2 ;;
     --report) REPORT="$2"; shift 2 ;;
+    --no-report) NO_REPORT=1; shift ;;
+    --prepare-only) PREPARE_ONLY=1; shift ;;
     --eval-windows) EVAL_WINDOWS="$2"; shift 2 ;;
     --analyze-seqs) ANALYZE_SEQS="$2"; shift 2 ;;
     --kdtrain) KDTRAIN="$2"; shift 2 ;;
@@ -48,6 +75,37 @@ while (($#)); do
   esac
 done
 die() { echo "reproduce.sh: $*" >&2; exit 1; }
+START=$(date +%s)
+log() { printf '[reproduce %s +%ds] %s\n' "$(date -u +%H:%M:%S)" "$(($(date +%s) - START))" "$*"; }
+# stage NAME DONE_FILE CMD...: run CMD unless DONE_FILE exists.
+stage() {
+  local name="$1" done_file="$2"; shift 2
+  if [[ -e $done_file ]]; then log "$name: skipped, $done_file exists"; return 0; fi
+  local t0; t0=$(date +%s)
+  log "$name ..."
+  "$@"
+  log "$name: done in $(($(date +%s) - t0))s"
+}
+((${#FINEWEB[@]})) || FINEWEB=("$SHARED/text/fineweb_edu_sample10BT.rows000-099.csv")
+: "${C4:=$SHARED/text/c4_validation_2k.rows0000-0999.jsonl}"
+FW="$DATA_DIR/fineweb_edu"; C4DIR="$DATA_DIR/c4"
+C4_SHARDS="$C4DIR/c4_val_*.bin"
+# ---- 1. data (FineWeb-Edu train/val shards and C4 validation shards of one tokenizer)
+prepare_data() {
+  local prep=(--tokenizer "$TOKENIZER" --overwrite)
+  [[ -n $VAL_TOKENS ]] && prep+=(--val-tokens "$VAL_TOKENS")
+  [[ -n $MAX_TOKENS ]] && prep+=(--max-tokens "$MAX_TOKENS")
+  stage "prepare FineWeb-Edu -> $FW" "$FW/manifest.json" \
+    python3 "$ROOT/scripts/prepare_fineweb_edu.py" "${prep[@]}" --input "${FINEWEB[@]}" --out "$FW"
+  stage "prepare C4 validation -> $C4DIR" "$C4DIR/manifest.json" \
+    python3 "$ROOT/scripts/prepare_c4.py" --tokenizer "$TOKENIZER" --input "$C4" --out "$C4DIR" --overwrite
+}
+if ((PREPARE_ONLY)); then
+  [[ -n $DATA_DIR && -n $TOKENIZER ]] || die "--prepare-only needs --data-dir and --tokenizer"
+  [[ -e $TOKENIZER ]] || die "--tokenizer $TOKENIZER not found"
+  prepare_data
+  exit 0
+fi
 [[ -n $CONFIG && -n $VARIANT && -n $DATA_DIR && -n $TEACHER && -n $RUN ]] ||
   die "--config, --attention, --data-dir, --teacher and --out are required (--help)"
 [[ -f $CONFIG ]] || die "--config $CONFIG: no such file"
@@ -58,8 +116,6 @@ case "$VARIANT" in baseline|sink|affine|gated|affine-gated) ;; *) die "--attenti
 cfg() { python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get(sys.argv[2], {}).get(sys.argv[3], ''))" "$CONFIG" "$1" "$2"; }
 : "${DEVICE:=$(cfg train device)}"; : "${DEVICE:=cpu}"
 : "${REPORT:=$RUN/report}"
-((${#FINEWEB[@]})) || FINEWEB=("$SHARED/text/fineweb_edu_sample10BT.rows000-099.csv")
-: "${C4:=$SHARED/text/c4_validation_2k.rows0000-0999.jsonl}"
 if [[ -z $TOKENIZER ]]; then
   if [[ -f $TEACHER/tokenizer.json || -f $TEACHER/tokenizer.model ]]; then
     TOKENIZER="$TEACHER"
@@ -80,27 +136,9 @@ except Exception:
 fi
 [[ -e $TOKENIZER ]] || die "tokenizer $TOKENIZER not found (pass --tokenizer)"
 
-START=$(date +%s)
-log() { printf '[reproduce %s +%ds] %s\n' "$(date -u +%H:%M:%S)" "$(($(date +%s) - START))" "$*"; }
-# stage NAME DONE_FILE CMD...: run CMD unless DONE_FILE exists.
-stage() {
-  local name="$1" done_file="$2"; shift 2
-  if [[ -e $done_file ]]; then log "$name: skipped, $done_file exists"; return 0; fi
-  local t0; t0=$(date +%s)
-  log "$name ..."
-  "$@"
-  log "$name: done in $(($(date +%s) - t0))s"
-}
 log "row: $(basename "$CONFIG" .json) / $VARIANT -> $RUN (device $DEVICE, tokenizer $TOKENIZER)"
 
-# ---- 1. data
-FW="$DATA_DIR/fineweb_edu"; C4DIR="$DATA_DIR/c4"
-stage "prepare FineWeb-Edu -> $FW" "$FW/manifest.json" \
-  python3 "$ROOT/scripts/prepare_fineweb_edu.py" --tokenizer "$TOKENIZER" --input "${FINEWEB[@]}" \
-    --out "$FW" --overwrite
-stage "prepare C4 validation -> $C4DIR" "$C4DIR/manifest.json" \
-  python3 "$ROOT/scripts/prepare_c4.py" --tokenizer "$TOKENIZER" --input "$C4" --out "$C4DIR" --overwrite
-C4_SHARDS="$C4DIR/c4_val_*.bin"
+prepare_data
 
 # ---- 2. train
 SETS=(--set "kd.teacher=$TEACHER" --set "data.train=$FW/fineweb_edu_train_*.bin"
@@ -113,6 +151,13 @@ if [[ -n $STEPS ]]; then
   if ((interval > STEPS)); then SETS+=(--set "checkpoint.interval=0"); fi
   ev=$(cfg eval interval); ev=${ev:-0}
   if ((ev > STEPS)); then SETS+=(--set "eval.interval=0"); fi
+fi
+SETS+=(${OVERRIDES[@]+"${OVERRIDES[@]}"})  # after the defaults above: the caller's --set wins
+# What trains this run: a different request for the same directory is refused.
+STAMP=$({ cat "$CONFIG"; printf '%s\n' "$VARIANT" "${SETS[@]}"; } | sha256sum | cut -d' ' -f1)
+if [[ -f $RUN/reproduce_stamp && $(cat "$RUN/reproduce_stamp") != "$STAMP" ]]; then
+  die "$RUN was trained from another config, variant or --set (its reproduce_stamp differs);" \
+      "delete it or use another --out"
 fi
 if [[ -f $RUN/config.json ]]; then
   have=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['attention']['variant'])" "$RUN/config.json")
@@ -129,6 +174,8 @@ elif [[ -f $RUN/checkpoints/latest ]]; then
   ${LAUNCHER[@]+"${LAUNCHER[@]}"} "$KDTRAIN" train --resume "$RUN"
 else
   log "train: ${STEPS:-$(cfg train steps)} steps ..."
+  mkdir -p "$RUN"
+  echo "$STAMP" > "$RUN/reproduce_stamp"
   ${LAUNCHER[@]+"${LAUNCHER[@]}"} "$KDTRAIN" train --config "$CONFIG" --attention "$VARIANT" \
     "${SETS[@]}" --run-dir "$RUN"
 fi
@@ -150,6 +197,7 @@ stage "C4 perplexity (seq $SEQ_LEN)" "$RUN/eval_c4.json" \
 ZS=(--device "$DEVICE")
 [[ -n $LIMIT ]] && ZS+=(--limit "$LIMIT")
 [[ -n $BATCH ]] && ZS+=(--batch-size "$BATCH")
+[[ -n $EVAL_DATA ]] && ZS+=(--eval-data "$EVAL_DATA")
 [[ $DEVICE == cuda* ]] && ZS+=(--dtype bfloat16)
 stage "zero-shot (six tasks)" "$RUN/zero_shot.json" \
   python3 "$ROOT/scripts/run_zero_shot.py" --model "$RUN/hf" --out "$RUN/zero_shot.json" "${ZS[@]}"
@@ -160,7 +208,8 @@ stage "attention analysis" "$RUN/analysis/analysis.json" \
   "$KDTRAIN" analyze --checkpoint "$CKPT" --data "$C4_SHARDS" "${AN[@]}" --out "$RUN/analysis"
 
 # ---- 4. report (always redone)
+if ((NO_REPORT)); then log "finished"; exit 0; fi
 log "report -> $REPORT"
 python3 "$ROOT/scripts/report.py" "$RUN" --out "$REPORT" --kdtrain "$KDTRAIN" >/dev/null
 cat "$REPORT"/table1.md 2>/dev/null || true
-log "finished; to put rows together: python3 scripts/report.py RUN_DIR... --out DIR"
+log "finished; to put rows together: scripts/reproduce.sh --tables, or python3 scripts/report.py RUN_DIR... --out DIR"

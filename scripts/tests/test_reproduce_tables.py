@@ -1,0 +1,151 @@
+"""The whole study by one command (`scripts/reproduce.sh --tables`, scripts/reproduce_tables.py):
+the plan's consistency, the time projection against numbers worked by hand, and a reduced
+--smoke run end to end (one teacher, two students of the 1B row) with its rerun, which
+must skip everything, and a resume of an interrupted student.
+
+The smoke run needs build/kdtrain (or $KDTRAIN_BIN), ../shared/data and lm_eval / torch /
+transformers / matplotlib; it skips cleanly without them.
+"""
+import csv
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "data"
+KDTRAIN = Path(os.environ.get("KDTRAIN_BIN", REPO / "build" / "kdtrain"))
+sys.path.insert(0, str(REPO / "scripts"))
+import project_time  # noqa: E402
+import reproduce_tables  # noqa: E402
+
+
+def have(*modules):
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def test_plan_covers_tables_1_to_3():
+    plan = reproduce_tables.load_plan(reproduce_tables.PLAN)
+    runs = {(r["size"], r["attention"], tuple(r["set"])) for r in plan["runs"]}
+    for size in ("0.5B", "1B", "3B"):
+        for v in ("baseline", "sink", "affine"):          # Table 1
+            assert (size, v, ()) in runs
+    for size in ("1B", "3B"):
+        for v in ("gated", "affine-gated"):               # Table 2
+            assert (size, v, ()) in runs
+    assert ("1B", "affine", ("attention.alpha_activation=sigmoid",)) in runs   # Table 3
+    for size, spec in plan["sizes"].items():
+        config = json.loads((REPO / spec["config"]).read_text())
+        assert config["attention"]["alpha_activation"] == "linear_clip"     # the paper's
+        assert spec["teacher_preset"] in project_time.PRESETS
+    assert [r["name"] for r in reproduce_tables.select(plan, ["1B-sink", "3B"])] == [
+        "1B-sink", "3B-baseline", "3B-sink", "3B-affine", "3B-gated", "3B-affine-gated"]
+    with pytest.raises(SystemExit, match="not a run or size"):
+        reproduce_tables.select(plan, ["2B"])
+
+
+def test_projection_by_hand():
+    # 1B student (Llama-3.2-1B: N = 1,235,814,400 counted params, tied) and its
+    # Llama-3.2-3B teacher (N_t = 3,212,749,824), T = 2048:
+    #   student 6N + 12*16*32*64*2048 = 7,414,886,400 + 805,306,368 = 8,220,192,768
+    #   teacher 2N_t + 4*28*24*128*2048 = 6,425,499,648 + 704,643,072 = 7,130,142,720
+    # tokens 9000 * 1024 * 2048 = 18,874,368,000; at MFU 0.5 of 1000 TFLOP/s on 2 GPUs:
+    plan = reproduce_tables.load_plan(reproduce_tables.PLAN)
+    rows = {r["run"]: r for r in project_time.projection(plan, {"*": 0.5}, 1000.0, 2)}
+    r = rows["1B-baseline"]
+    flops = 8_220_192_768 + 7_130_142_720
+    assert r["tokens"] == 18_874_368_000
+    assert r["gflop_per_token"] * 1e9 == pytest.approx(flops, rel=1e-12)
+    hours = flops * 18_874_368_000 / (0.5 * 1000e12) / 3600
+    assert r["gpu_hours"] == pytest.approx(hours) and r["hours_on_gpus"] == pytest.approx(hours / 2)
+    assert project_time.parse_mfu("baseline=0.3,affine=0.25") == {"baseline": 0.3, "affine": 0.25}
+
+
+needs_smoke = pytest.mark.skipif(
+    not (SHARED / "text").is_dir() or not (SHARED / "evals").is_dir()
+    or not (SHARED / "tokenizers" / "llama3").is_dir()
+    or not have("lm_eval", "torch", "transformers", "tokenizers", "matplotlib")
+    or not KDTRAIN.exists(),
+    reason="needs ../shared/data, lm_eval/torch/transformers/matplotlib and build/kdtrain")
+
+
+def tables_cmd(out, *extra):
+    return ["bash", str(REPO / "scripts" / "reproduce.sh"), "--tables", "--smoke", "--out", str(out),
+            "--kdtrain", str(KDTRAIN), "--only", "1B-baseline", "1B-affine", *extra]
+
+
+def read_csv(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@needs_smoke
+def test_smoke_study_reduced_end_to_end(tmp_path):
+    out = tmp_path / "study"
+    proc = subprocess.run(tables_cmd(out), cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    teacher = out / "teachers" / "1B"
+    assert (teacher / "checkpoints" / "latest").read_text().strip() == "step_00000006"
+    for name, variant in (("1B-baseline", "baseline"), ("1B-affine", "affine")):
+        run = out / "runs" / name
+        cfg = json.loads((run / "config.json").read_text())
+        assert cfg["attention"]["variant"] == variant
+        assert cfg["model"]["vocab_size"] == 128256 and cfg["train"]["steps"] == 6
+        assert cfg["optimizer"]["lr"] == 1e-3          # the paper config's own hyperparameters
+        last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+        assert last["soft_ce"] > last["kd"] > 0          # soft CE = KL + teacher entropy
+        c4 = json.loads((run / "eval_c4.json").read_text())
+        assert c4["bits_per_byte"] > 0 and c4["data_manifest"]["documents"] == 1000
+        assert c4["windows"] == 8 and c4["seq_len"] == 64
+        zs = json.loads((run / "zero_shot.json").read_text())
+        assert zs["limit"] == 2
+        assert zs["tasks"]["arc_challenge"]["split"] == "test"
+        assert zs["tasks"]["arc_easy"]["official_split"] is False   # only validation is shipped
+        analysis = json.loads((run / "analysis" / "analysis.json").read_text())
+        assert "query_mass_excl_first" in analysis
+        assert json.loads((run / "study_row.json").read_text())["size"] == "1B"
+    report = out / "report"
+    for n in range(1, 6):
+        assert (report / f"table{n}.md").is_file() and (report / f"table{n}.csv").is_file()
+    index = (report / "index.md").read_text()
+    assert "SMOKE RUN" in index
+    figs = {p.name for p in report.glob("fig*.png")}
+    for n in (2, 3, 4, 6, 7, 8, 10):
+        assert any(f.startswith(f"fig{n}_") for f in figs), n
+    assert "fig5_head_heatmap_1B_1B-affine.png" in figs and "fig9_attention_map_1B_1B-affine.png" in figs
+    rows = read_csv(report / "table1.csv")
+    assert [(r["Run"], r["Method"]) for r in rows] == [("1B-baseline", "Baseline ‡"),
+                                                      ("1B-affine", "Affine-Scaled ‡")]
+    assert all(r["Loss"] and r["C4 PPL"] and r["C4 BPB"] and r["Avg."] for r in rows)
+    assert (report / "table4.md").read_text().startswith("### Table 4: gradient-norm statistics, steps 1–6")
+    assert [r["Method"] for r in read_csv(report / "table3.csv")] == ["Affine-Scaled (α: linear clip) ‡"]
+
+    # A rerun skips every finished stage.
+    again = subprocess.run(tables_cmd(out), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "teacher 1B: done already" in again.stdout
+    assert "train: skipped" in again.stdout and "zero-shot (six tasks): skipped" in again.stdout
+    assert "train: resuming" not in again.stdout
+
+    # An interrupted student resumes from its last checkpoint and ends bit-identical.
+    run = out / "runs" / "1B-affine"
+    before = json.loads((run / "eval_c4.json").read_text())
+    shutil.rmtree(run / "checkpoints" / "step_00000006")
+    (run / "checkpoints" / "latest").write_text("step_00000003\n")
+    (run / "eval_c4.json").unlink()
+    resumed = subprocess.run(tables_cmd(out), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "train: resuming" in resumed.stdout
+    after = json.loads((run / "eval_c4.json").read_text())
+    assert after["ce_sum"] == before["ce_sum"]
+
+    # The same run directory asked for something else is refused, not mixed in.
+    other = subprocess.run(tables_cmd(out, "--set", "train.seed=7"), cwd=REPO, capture_output=True,
+                           text=True, timeout=600)
+    assert other.returncode != 0
+    assert "reproduce_stamp differs" in other.stdout + other.stderr
