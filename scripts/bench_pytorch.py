@@ -18,12 +18,12 @@ FLOPs per token use kdtrain's convention (src/bench/bench.h, docs/performance.md
 """
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
 
 import torch_attention
+from kdtrain_hf.variants import features
 
 # Architectures of kdtrain's presets (src/config/presets.cpp); a test compares
 # them with `kdtrain info --json`.
@@ -70,12 +70,8 @@ def flop_params(cfg, variant):
     layer = C * (H + 2 * Hkv) * D + H * D * C + 3 * C * F + 2 * C
     if cfg["attention_bias"]:
         layer += (H + 2 * Hkv) * D
-    if variant == "sink":
-        layer += H
-    if variant in ("affine", "affine-gated"):
-        layer += C * H
-    if variant in ("gated", "affine-gated"):
-        layer += C * H * D
+    f = features(variant)
+    layer += H * f.sink + C * H * f.affine + C * H * D * f.gate
     return L * layer + C + V * C  # + final norm + head (once, tied or not)
 
 
@@ -94,14 +90,16 @@ def teacher_forward_flops_per_token(cfg, T):
 def build(torch, cfg, variant, device):
     """The decoder as an nn.Module on `device`; imported lazily so the FLOP helpers need
     no torch. Its attention core is torch_attention.Attention (the strong-user form of
-    each variant); call model.prepare(T) before the first forward."""
+    each variant), its RoPE the reference model's; call model.prepare(T) before the
+    first forward."""
+    import reference_model as ref
+
     nn = torch.nn
     F_ = torch.nn.functional
     C, Fd, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     H, Hkv, D, V = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
                     cfg["vocab_size"])
-    affine = torch_attention.has_affine(variant)
-    gated = torch_attention.has_gate(variant)
+    f = features(variant)
     core = torch_attention.Attention(torch, variant, H, Hkv, D, device)
 
     class RMSNorm(nn.Module):
@@ -115,19 +113,15 @@ def build(torch, cfg, variant, device):
             return (y * self.weight).to(x.dtype)
 
     def inv_freq():
-        f = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+        scaling = None
         if cfg.get("rope_type") == "llama3":
-            factor, lo, hi = cfg["rope_factor"], cfg["low_freq_factor"], cfg["high_freq_factor"]
-            old = cfg["original_max_position_embeddings"]
-            wavelen = 2 * math.pi / f
-            smooth = (old / wavelen - lo) / (hi - lo)
-            mid = (1 - smooth) * f / factor + smooth * f
-            f = torch.where(wavelen > old / lo, f / factor, torch.where(wavelen < old / hi, f, mid))
-        return f.float()
-
-    def rotate_half(x):
-        a, b = x.chunk(2, dim=-1)
-        return torch.cat((-b, a), dim=-1)
+            scaling = {"rope_type": "llama3", "factor": cfg["rope_factor"],
+                       "low_freq_factor": cfg["low_freq_factor"], "high_freq_factor": cfg["high_freq_factor"],
+                       "original_max_position_embeddings": cfg["original_max_position_embeddings"]}
+        return ref.rope_inv_freq(ref.RefConfig(
+            hidden_size=C, intermediate_size=Fd, num_hidden_layers=L, num_attention_heads=H,
+            num_key_value_heads=Hkv, head_dim=D, vocab_size=V, rope_theta=cfg["rope_theta"],
+            rope_scaling=scaling)).float()
 
     class Layer(nn.Module):
         def __init__(self):
@@ -135,12 +129,12 @@ def build(torch, cfg, variant, device):
             self.input_norm = RMSNorm()
             self.qkv = nn.Linear(C, (H + 2 * Hkv) * D, bias=cfg["attention_bias"])
             self.o = nn.Linear(H * D, C, bias=False)
-            if variant == "sink":
+            if f.sink:
                 self.sinks = nn.Parameter(torch.randn(H) * 0.02)
-            if affine:
+            if f.affine:
                 self.alpha_proj = nn.Linear(C, H, bias=False)
                 self.register_buffer("alpha_ma", torch.zeros(H))
-            if gated:
+            if f.gate:
                 self.gate_proj = nn.Linear(C, H * D, bias=False)
             self.post_norm = RMSNorm()
             self.gate_up = nn.Linear(C, 2 * Fd, bias=False)
@@ -148,7 +142,7 @@ def build(torch, cfg, variant, device):
 
         def attend(self, x, q, k, v):
             B, T = q.shape[0], q.shape[2]
-            alpha = torch_attention.linear_clip(self.alpha_proj(x).float()) if affine else None
+            alpha = torch_attention.linear_clip(self.alpha_proj(x).float()) if f.affine else None
             o = core(q, k, v, sinks=getattr(self, "sinks", None), alpha=alpha,
                      alpha_ma=getattr(self, "alpha_ma", None))
             return o.reshape(B, T, H * D)
@@ -158,10 +152,9 @@ def build(torch, cfg, variant, device):
             x = self.input_norm(h)
             qkv = self.qkv(x).view(B, T, H + 2 * Hkv, D).transpose(1, 2)
             q, k, v = qkv.split((H, Hkv, Hkv), dim=1)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q, k = ref.apply_rope(q, cos, sin), ref.apply_rope(k, cos, sin)
             o = self.attend(x, q.to(v.dtype), k.to(v.dtype), v)
-            if gated:
+            if f.gate:
                 o = torch_attention.gate(torch, o, self.gate_proj(x))
             h = h + self.o(o)
             g, u = self.gate_up(self.post_norm(h)).chunk(2, dim=-1)

@@ -20,8 +20,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import catch2_summary  # noqa: E402
+from kdtrain_hf.variants import ATTENTION_VARIANTS  # noqa: E402
 
-VARIANTS = ("baseline", "sink", "affine", "gated", "affine-gated")
+VARIANTS = ATTENTION_VARIANTS
 
 # ----------------------------------------------------------------- check
 

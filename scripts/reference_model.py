@@ -29,8 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-VARIANTS = ("baseline", "sink", "affine", "gated", "affine-gated")
-ALPHA_ACTIVATIONS = ("linear_clip", "sigmoid")
+from kdtrain_hf.variants import ALPHA_ACTIVATIONS, ATTENTION_VARIANTS as VARIANTS, features
 DTYPE = torch.float64
 
 SHARD_HEADER_INTS = 256
@@ -64,15 +63,15 @@ class RefConfig:
 
     @property
     def has_sink(self) -> bool:
-        return self.attention_variant == "sink"
+        return features(self.attention_variant).sink
 
     @property
     def has_affine(self) -> bool:
-        return self.attention_variant in ("affine", "affine-gated")
+        return features(self.attention_variant).affine
 
     @property
     def has_gate(self) -> bool:
-        return self.attention_variant in ("gated", "affine-gated")
+        return features(self.attention_variant).gate
 
 
 def config_from_dict(d: dict) -> RefConfig:
@@ -297,7 +296,8 @@ def attention_core(q, k, v, variant: str, *, sinks=None, alpha=None, alpha_ma=No
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
     visible = torch.ones(T, T, dtype=torch.bool).tril()
     scores = scores.masked_fill(~visible, float("-inf"))
-    if variant == "sink":
+    f = features(variant)
+    if f.sink:
         # The sink is one more logit in the denominator whose value row is zero.
         sink_col = sinks.to(DTYPE).view(1, H, 1, 1).expand(B, H, T, 1)
         probs = torch.softmax(torch.cat([scores, sink_col], dim=-1), dim=-1)[..., :T]
@@ -305,7 +305,7 @@ def attention_core(q, k, v, variant: str, *, sinks=None, alpha=None, alpha_ma=No
         probs = torch.softmax(scores, dim=-1)
     out = probs @ v
     weights = probs
-    if variant in ("affine", "affine-gated"):
+    if f.affine:
         a = alpha.unsqueeze(-1)                                   # (B, H, T, 1)
         n_visible = torch.arange(1, T + 1, dtype=DTYPE).view(1, 1, T, 1)
         beta = (alpha_ma.detach().to(DTYPE).view(1, H, 1, 1) - a) / n_visible

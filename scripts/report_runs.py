@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kdtrain_hf.variants import ATTENTION_VARIANTS
+
 METHOD = {"baseline": "Baseline", "sink": "Sink", "affine": "Affine-Scaled", "gated": "Gated",
           "affine-gated": "Affine-Scaled + Gated"}
-VARIANT_ORDER = ["baseline", "sink", "affine", "gated", "affine-gated"]
+VARIANT_ORDER = list(ATTENTION_VARIANTS)
 MODEL_LABEL = {"qwen1.5-0.5b": "0.5B", "llama3.2-1b": "1B", "llama3.2-3b": "3B"}
 MODEL_ORDER = ["0.5B", "1B", "3B"]
 ALPHA_LABEL = {"linear_clip": "linear clip", "sigmoid": "sigmoid"}

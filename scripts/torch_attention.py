@@ -22,7 +22,7 @@ CPU smoke tests exercise.
 import math
 import warnings
 
-VARIANTS = ("baseline", "sink", "affine", "gated", "affine-gated")
+from kdtrain_hf.variants import ATTENTION_VARIANTS as VARIANTS, features
 
 FORMULATIONS = {
     "baseline": "SDPA flash (causal, enable_gqa)",
@@ -34,15 +34,15 @@ FORMULATIONS = {
 
 
 def has_sink(variant):
-    return variant == "sink"
+    return features(variant).sink
 
 
 def has_affine(variant):
-    return variant in ("affine", "affine-gated")
+    return features(variant).affine
 
 
 def has_gate(variant):
-    return variant in ("gated", "affine-gated")
+    return features(variant).gate
 
 
 def linear_clip(z):
@@ -59,8 +59,7 @@ class Attention:
     block mask) outside any compiled region; call it before the first forward."""
 
     def __init__(self, torch, variant, H, Hkv, D, device, eager=False):
-        if variant not in VARIANTS:
-            raise ValueError(f"unknown attention variant {variant!r} (one of {', '.join(VARIANTS)})")
+        features(variant)  # refuses an unknown variant, naming the choices
         if H % Hkv:
             raise ValueError(f"H={H} is not a multiple of Hkv={Hkv}")
         self.torch, self.variant, self.H, self.Hkv, self.D = torch, variant, H, Hkv, D

@@ -338,7 +338,7 @@ TEST_CASE("hf export: writes the directory, bf16 by round to nearest even, reloa
   const ExportSummary s = export_hf_checkpoint(o);
   REQUIRE(s.architecture == "KdtrainForCausalLM");
   for (const char* f : {"config.json", "model.safetensors", "configuration_kdtrain.py",
-                        "modeling_kdtrain.py", "tokenizer_config.json", "vocab.json"})
+                        "modeling_kdtrain.py", "variants.py", "tokenizer_config.json", "vocab.json"})
     REQUIRE(fs::exists(fs::path(o.out) / f));
   REQUIRE(std::distance(fs::directory_iterator(tmp.path), fs::directory_iterator()) == 3);
 
@@ -405,8 +405,8 @@ TEST_CASE("hf import: the real Qwen2-1.5B-Instruct config.json in shared/data", 
 }
 
 TEST_CASE("hf export: embedded modeling files match scripts/kdtrain_hf", "[hf]") {
-  // Rerun scripts/kdtrain_hf/embed_sources.py after editing the Python files.
-  REQUIRE(hf_modeling_files().size() == 2);
+  // The build regenerates the embedded copy (cmake/embed_hf_sources.cmake) from these files.
+  REQUIRE(hf_modeling_files().size() == 3);
   for (const EmbeddedFile& f : hf_modeling_files()) {
     INFO(f.name);
     const std::string path = std::string(KDTRAIN_SOURCE_DIR) + "/scripts/kdtrain_hf/" + f.name;

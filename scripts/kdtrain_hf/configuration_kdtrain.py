@@ -1,7 +1,7 @@
 # coding=utf-8
 """Hugging Face configuration of kdtrain's attention variants (SPEC §1-2).
 
-`kdtrain export` copies this file and modeling_kdtrain.py next to config.json
+`kdtrain export` copies this file, modeling_kdtrain.py and variants.py next to config.json
 for every variant other than `baseline`, so that
 
     AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
@@ -12,8 +12,7 @@ loads the model. The keys mirror LlamaConfig / Qwen2Config; kdtrain adds
 """
 from transformers.configuration_utils import PretrainedConfig
 
-ATTENTION_VARIANTS = ("baseline", "sink", "affine", "gated", "affine-gated")
-ALPHA_ACTIVATIONS = ("linear_clip", "sigmoid")
+from .variants import ALPHA_ACTIVATIONS, ATTENTION_VARIANTS
 
 
 class KdtrainConfig(PretrainedConfig):

@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover - old transformers
     GenerationMixin = object
 
 from .configuration_kdtrain import KdtrainConfig
+from .variants import features as variant_features
 
 
 def rope_inverse_frequencies(config) -> list:
@@ -138,9 +139,8 @@ class KdtrainAttention(nn.Module):
         self.k_proj = nn.Linear(C, Hkv * D, bias=bias)
         self.v_proj = nn.Linear(C, Hkv * D, bias=bias)
         self.o_proj = nn.Linear(H * D, C, bias=False)
-        self.has_sink = self.variant == "sink"
-        self.has_affine = self.variant in ("affine", "affine-gated")
-        self.has_gate = self.variant in ("gated", "affine-gated")
+        features = variant_features(self.variant)
+        self.has_sink, self.has_affine, self.has_gate = features.sink, features.affine, features.gate
         if self.has_sink:
             self.sinks = nn.Parameter(torch.zeros(H))
         if self.has_affine:

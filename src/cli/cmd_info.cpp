@@ -32,6 +32,7 @@ struct InfoOptions {
   int64_t seq_len = 0;      // 0 = train.seq_len
   int world_size = 1;       // data-parallel ranks: AdamW state per rank under ZeRO-1
   bool json = false;
+  bool variants = false;    // list the attention variants and their features instead
 };
 
 // Millions with one decimal, as the paper prints ΔParams.
@@ -109,7 +110,24 @@ Config config_from_checkpoint(const InfoOptions& o, CheckpointFacts* facts) {
   return c;
 }
 
+// The attention variant table (config/attention_variant.h) as the scripts read
+// it: scripts/kdtrain_hf/variants.py is held equal to this by a test.
+void print_variants(bool json) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const AttentionVariantInfo& v : kAttentionVariants) {
+    const AttentionFeatures& f = v.features;
+    if (json) {
+      list.push_back({{"name", v.name}, {"sink", f.sink}, {"affine", f.affine}, {"gate", f.gate}});
+    } else {
+      std::printf("%-13s%s%s%s\n", v.name, f.sink ? " sink" : "", f.affine ? " affine" : "",
+                  f.gate ? " gate" : "");
+    }
+  }
+  if (json) std::cout << list.dump(2) << "\n";
+}
+
 void run_info(const InfoOptions& o) {
+  if (o.variants) return print_variants(o.json);
   const CommonOptions& co = o.common;
   CheckpointFacts facts;
   const Config c = o.checkpoint.empty()
@@ -258,6 +276,8 @@ void register_info(CLI::App& app) {
   command->add_option("--world-size", options->world_size,
                       "data-parallel ranks: show the per-rank AdamW state under ZeRO-1 (default 1)");
   command->add_flag("--json", options->json, "print JSON instead of text");
+  command->add_flag("--variants", options->variants,
+                    "list the attention variants and the features each switches on");
   command->callback([options] { run_info(*options); });
 }
 

@@ -8,7 +8,7 @@
 //                      tied models store embed_tokens only, as transformers does;
 //                      a Qwen2 export of a model without q/k/v bias stores zero
 //                      biases, which computes the same function
-//   configuration_kdtrain.py, modeling_kdtrain.py   non-baseline variants only
+//   configuration_kdtrain.py, modeling_kdtrain.py, variants.py   non-baseline only
 //                      (embedded in the binary, io/hf_modeling_sources.h)
 //   tokenizer files    copied from --tokenizer (tokenizer.json, tokenizer_config.json,
 //                      special_tokens_map.json, vocab.json, merges.txt, ...)

@@ -1,8 +1,8 @@
 // The Python files `kdtrain export` writes next to non-baseline models so that
 // transformers loads them with trust_remote_code (configuration_kdtrain.py,
-// modeling_kdtrain.py). Their text is compiled in from scripts/kdtrain_hf/ by
-// scripts/kdtrain_hf/embed_sources.py, so the binary works wherever it is
-// installed; a test checks the embedded text still equals the files.
+// modeling_kdtrain.py and the variant table they import, variants.py). The build
+// compiles their text in from scripts/kdtrain_hf/ (cmake/embed_hf_sources.cmake
+// generates the definition), so the binary works wherever it is installed.
 #pragma once
 #include <vector>
 

@@ -1,0 +1,30 @@
+# coding=utf-8
+"""kdtrain's attention variants and the features each switches on: Python's one
+copy of the table in src/config/attention_variant.h (scripts/tests/test_variants.py
+holds it equal to `kdtrain info --variants --json`).
+
+Plain Python with no imports, so the exported modeling code (`kdtrain export`
+writes this file next to configuration_kdtrain.py and modeling_kdtrain.py), the
+reference model, the PyTorch peers and the reports all read it.
+"""
+from collections import namedtuple
+
+Features = namedtuple("Features", ["sink", "affine", "gate"])
+
+# name -> features, in the order of the C++ table.
+FEATURES = {
+    "baseline": Features(sink=False, affine=False, gate=False),
+    "sink": Features(sink=True, affine=False, gate=False),
+    "affine": Features(sink=False, affine=True, gate=False),
+    "gated": Features(sink=False, affine=False, gate=True),
+    "affine-gated": Features(sink=False, affine=True, gate=True),
+}
+ATTENTION_VARIANTS = tuple(FEATURES)
+ALPHA_ACTIVATIONS = ("linear_clip", "sigmoid")
+
+
+def features(variant):
+    """The features of `variant`; ValueError naming the choices otherwise."""
+    if variant not in FEATURES:
+        raise ValueError(f"unknown attention variant {variant!r} (one of {', '.join(ATTENTION_VARIANTS)})")
+    return FEATURES[variant]

@@ -1,0 +1,42 @@
+"""The attention variant table reaches Python from one place: scripts/kdtrain_hf/variants.py
+must equal the C++ table (config/attention_variant.h) as `kdtrain info --variants --json`
+prints it, and every script that names variants reads that module."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_BUILD = os.environ.get("KDTRAIN_BUILD_DIR", "build")
+KDTRAIN = Path(os.environ.get("KDTRAIN_BINARY", ROOT / _BUILD / "kdtrain"))
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from kdtrain_hf import variants  # noqa: E402
+
+
+def test_variants_py_equals_the_cpp_table():
+    if not KDTRAIN.exists():
+        pytest.skip(f"{KDTRAIN} not built")
+    out = subprocess.run([str(KDTRAIN), "info", "--variants", "--json"], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    table = json.loads(out)
+    assert [row["name"] for row in table] == list(variants.ATTENTION_VARIANTS)
+    for row in table:
+        f = variants.features(row["name"])
+        assert (f.sink, f.affine, f.gate) == (row["sink"], row["affine"], row["gate"]), row["name"]
+
+
+def test_unknown_variant_names_the_choices():
+    with pytest.raises(ValueError, match="one of baseline, sink"):
+        variants.features("sinks")
+
+
+def test_no_script_spells_the_variant_list_itself():
+    # A literal tuple of variant names outside variants.py would be a second copy.
+    needle = '"baseline", "sink", "affine", "gated"'
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "scripts").rglob("*.py")
+                 if p.name != "variants.py" and "tests" not in p.parts and needle in p.read_text()]
+    assert offenders == []
