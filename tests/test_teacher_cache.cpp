@@ -23,7 +23,7 @@
 #include "model/loss.h"
 #include "model/model.h"
 #include "model_fixtures.h"
-#include "train/checkpoint.h"
+#include "io/model_dir.h"
 #include "train/trainer.h"
 
 using namespace kdtrain;

@@ -17,7 +17,7 @@
 #include "model/init.h"
 #include "model/loss.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "io/model_dir.h"
 #include "train/optimizer.h"
 
 namespace kdtrain::bench {

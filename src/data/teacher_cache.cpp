@@ -18,7 +18,7 @@
 #include "io/safetensors.h"
 #include "model/loss.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "io/model_dir.h"
 
 namespace kdtrain::data {
 

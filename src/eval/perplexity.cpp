@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "io/file_util.h"
 #include "model/loss.h"
-#include "train/checkpoint.h"
+#include "io/model_dir.h"
 
 namespace kdtrain::eval {
 

@@ -11,6 +11,7 @@
 #include "io/atomic_dir.h"
 #include "io/checkpoint_format.h"
 #include "io/file_util.h"
+#include "io/model_dir.h"
 #include "io/safetensors.h"
 
 namespace kdtrain {
@@ -19,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kLatest = "latest";
+constexpr const char* kLatest = kLatestCheckpointFile;
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kRunConfigFile = "run_config.json";
@@ -28,12 +29,6 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   io::AtomicFileWriter out(path);
   out.write(text.data(), text.size());
   out.commit();
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KD_CHECK(in.good(), path, ": cannot read: ", io::errno_text());
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 std::string step_name(int64_t step) {
@@ -74,48 +69,7 @@ fs::path resolve_checkpoint(const std::string& path) {
   return dir;
 }
 
-// Compares the architecture keys of two configs; names the first difference.
-void check_same_architecture(const ModelConfig& a, const AttentionConfig& aa, const ModelConfig& b,
-                             const AttentionConfig& ba, const std::string& source) {
-  KD_CHECK(a.vocab_size == b.vocab_size, source, ": vocab_size ", a.vocab_size,
-           " differs from the configured ", b.vocab_size);
-  const nlohmann::json ja = io::hf_config_json(a, aa), jb = io::hf_config_json(b, ba);
-  for (auto it = ja.begin(); it != ja.end(); ++it) {
-    if (it.key() == "alpha_momentum" || it.key() == "initializer_range") continue;  // not architecture
-    const nlohmann::json other = jb.contains(it.key()) ? jb[it.key()] : nlohmann::json();
-    KD_CHECK(it.value() == other, source, ": architecture key '", it.key(), "' is ", it.value().dump(),
-             " in the checkpoint but ", other.dump(), " in the config");
-  }
-}
-
 }  // namespace
-
-std::string latest_checkpoint(const std::string& run_dir) {
-  const fs::path latest = fs::path(run_dir) / "checkpoints" / kLatest;
-  KD_CHECK(fs::exists(latest), run_dir, ": not a run directory (no checkpoints/", kLatest, ")");
-  std::string name = read_text(latest.string());
-  name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
-             name.end());
-  const fs::path dir = fs::path(run_dir) / "checkpoints" / name;
-  KD_CHECK(fs::exists(dir / "model.safetensors"), latest.string(), " names ", name,
-           ", which holds no model.safetensors");
-  return dir.string();
-}
-
-LoadedModel load_model_dir(const std::string& dir) {
-  LoadedModel loaded;
-  io::read_hf_config((fs::path(dir) / "config.json").string(), &loaded.model, &loaded.attention);
-  const ParamLayout layout = make_param_layout(loaded.model, loaded.attention);
-  loaded.params.assign(layout.total, 0.f);
-  io::load_model_weights(dir, layout, loaded.params.data());
-  return loaded;
-}
-
-std::vector<float> params_for(const LoadedModel& loaded, const Model& target,
-                              const std::string& source) {
-  check_same_architecture(loaded.model, loaded.attention, target.config(), target.attention(), source);
-  return loaded.params;
-}
 
 namespace {
 

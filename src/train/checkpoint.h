@@ -33,18 +33,6 @@
 
 namespace kdtrain {
 
-// A model checkpoint read into its own layout's arena.
-struct LoadedModel {
-  ModelConfig model;
-  AttentionConfig attention;
-  std::vector<float> params;
-};
-LoadedModel load_model_dir(const std::string& dir);
-// The arena for `target` from a loaded model: the architectures and variants must
-// agree tensor for tensor, else an error naming the key or tensor and `source`.
-std::vector<float> params_for(const LoadedModel& loaded, const Model& target,
-                              const std::string& source);
-
 struct TrainingState {
   int64_t step = 0;           // optimizer steps completed
   int64_t skipped_steps = 0;  // non-finite steps skipped so far
@@ -70,8 +58,6 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
 // (default: the whole arena) from the checkpoint's optimizer file(s).
 TrainingState load_training_checkpoint(const std::string& path, const Config& config, Model& model,
                                        dist::Range moments = {0, -1});
-// The checkpoint directory <run>/checkpoints/latest names; throws unless it holds a model.
-std::string latest_checkpoint(const std::string& run_dir);
 // The run directory a --resume path belongs to.
 std::string run_dir_of(const std::string& resume_path);
 // <run>/config.json: the resolved config, written atomically.

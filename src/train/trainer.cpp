@@ -18,6 +18,7 @@
 #include "data/teacher_cache.h"
 #include "dist/communicator.h"
 #include "eval/attention_analysis.h"
+#include "io/model_dir.h"
 #include "model/init.h"
 #include "model/loss.h"
 #include "model/model.h"

@@ -1,0 +1,60 @@
+#include "io/model_dir.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "core/error.h"
+#include "io/checkpoint_format.h"
+#include "io/file_util.h"
+
+namespace kdtrain {
+
+namespace fs = std::filesystem;
+
+LoadedModel load_model_dir(const std::string& dir) {
+  LoadedModel loaded;
+  io::read_hf_config((fs::path(dir) / "config.json").string(), &loaded.model, &loaded.attention);
+  const ParamLayout layout = make_param_layout(loaded.model, loaded.attention);
+  loaded.params.assign(layout.total, 0.f);
+  io::load_model_weights(dir, layout, loaded.params.data());
+  return loaded;
+}
+
+std::vector<float> params_for(const LoadedModel& loaded, const Model& target,
+                              const std::string& source) {
+  check_same_architecture(loaded.model, loaded.attention, target.config(), target.attention(), source);
+  return loaded.params;
+}
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  const fs::path latest = fs::path(run_dir) / "checkpoints" / kLatestCheckpointFile;
+  KD_CHECK(fs::exists(latest), run_dir, ": not a run directory (no checkpoints/", kLatestCheckpointFile, ")");
+  std::ifstream in(latest, std::ios::binary);
+  KD_CHECK(in.good(), latest.string(), ": cannot read: ", io::errno_text());
+  std::string name((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  name.erase(std::remove_if(name.begin(), name.end(),
+                            [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
+             name.end());
+  const fs::path dir = fs::path(run_dir) / "checkpoints" / name;
+  KD_CHECK(fs::exists(dir / "model.safetensors"), latest.string(), " names ", name,
+           ", which holds no model.safetensors");
+  return dir.string();
+}
+
+void check_same_architecture(const ModelConfig& a, const AttentionConfig& aa, const ModelConfig& b,
+                             const AttentionConfig& ba, const std::string& source) {
+  KD_CHECK(a.vocab_size == b.vocab_size, source, ": vocab_size ", a.vocab_size,
+           " differs from the configured ", b.vocab_size);
+  const nlohmann::json ja = io::hf_config_json(a, aa), jb = io::hf_config_json(b, ba);
+  for (auto it = ja.begin(); it != ja.end(); ++it) {
+    if (it.key() == "alpha_momentum" || it.key() == "initializer_range") continue;  // not architecture
+    const nlohmann::json other = jb.contains(it.key()) ? jb[it.key()] : nlohmann::json();
+    KD_CHECK(it.value() == other, source, ": architecture key '", it.key(), "' is ", it.value().dump(),
+             " in the checkpoint but ", other.dump(), " in the config");
+  }
+}
+
+}  // namespace kdtrain

@@ -1,0 +1,36 @@
+// A model checkpoint directory (io/checkpoint_format.h) read whole, and the
+// check that it fits a configured model: what initialising from a checkpoint,
+// loading a teacher, evaluating and resuming share.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "model/model.h"
+
+namespace kdtrain {
+
+// A model checkpoint read into its own layout's arena.
+struct LoadedModel {
+  ModelConfig model;
+  AttentionConfig attention;
+  std::vector<float> params;
+};
+LoadedModel load_model_dir(const std::string& dir);
+
+// The arena for `target` from a loaded model: the architectures and variants must
+// agree tensor for tensor, else an error naming the key or tensor and `source`.
+std::vector<float> params_for(const LoadedModel& loaded, const Model& target,
+                              const std::string& source);
+
+// <run>/checkpoints/latest holds the name of the newest complete checkpoint.
+inline constexpr const char* kLatestCheckpointFile = "latest";
+// The checkpoint directory <run>/checkpoints/latest names; throws unless it holds a model.
+std::string latest_checkpoint(const std::string& run_dir);
+
+// Compares the architecture keys of two configs (as config.json spells them);
+// throws naming the first difference and `source`.
+void check_same_architecture(const ModelConfig& a, const AttentionConfig& aa, const ModelConfig& b,
+                             const AttentionConfig& ba, const std::string& source);
+
+}  // namespace kdtrain
