@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "eval/attention_analysis.h"
+#include "model/attention_readback.h"
 #include "model/init.h"
 #include "model/model.h"
 #include "model_fixtures.h"
@@ -267,7 +268,7 @@ TEST_CASE("analysis: mean |QK^T/sqrt(d)| matches brute force", "[analysis]") {
   const int64_t L = m.num_hidden_layers, H = m.num_attention_heads, Hkv = m.num_key_value_heads,
                 D = m.head_dim;
   const std::vector<int32_t> tokens = random_tokens(B * T, m.vocab_size, 10);
-  const double got = eval::mean_abs_attention_logit(*f.model, tokens.data(), B, T);
+  const double got = mean_abs_attention_logit(*f.model, tokens.data(), B, T);
   double sum = 0.0;
   int64_t count = 0;
   for (int64_t l = 0; l < L; ++l) {
@@ -304,14 +305,14 @@ TEST_CASE("analysis: the training probe on a causal prefix equals a forward of t
       const int64_t B = 3, T = 12, P = 5;
       const std::vector<int32_t> tokens = random_tokens(B * T, f.config.vocab_size, 12);
       f.model->forward(tokens.data(), B, T, false);
-      const double probe = eval::probe_mean_abs_attention_logit(*f.model, P);
+      const double probe = probe_mean_abs_attention_logit(*f.model, P);
       // positions < P of sequence 0 depend only on its first P tokens
-      const double direct = eval::mean_abs_attention_logit(*f.model, tokens.data(), 1, P);
+      const double direct = mean_abs_attention_logit(*f.model, tokens.data(), 1, P);
       CHECK(probe == Approx(direct).epsilon(1e-5));
       // a prefix longer than the sequence is the whole first sequence
       f.model->forward(tokens.data(), B, T, false);
-      const double whole = eval::probe_mean_abs_attention_logit(*f.model, 1000);
-      CHECK(whole == Approx(eval::mean_abs_attention_logit(*f.model, tokens.data(), 1, T)).epsilon(1e-5));
+      const double whole = probe_mean_abs_attention_logit(*f.model, 1000);
+      CHECK(whole == Approx(mean_abs_attention_logit(*f.model, tokens.data(), 1, T)).epsilon(1e-5));
     }
   }
 }

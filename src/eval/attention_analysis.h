@@ -65,22 +65,4 @@ class AttentionAnalyzer {
   std::vector<float> alpha_ma_;         // (L, H) affine only
 };
 
-// The mean of |scale * q_i.k_j| over every layer, head, sequence and causal pair
-// j <= i, after a forward of `tokens` (B, T) — paper Fig. 2. Runs a forward pass on
-// `model` (overwriting its activations: call between training steps, with
-// accumulate_alpha off so alpha_ma is untouched).
-double mean_abs_attention_logit(Model& model, const int32_t* tokens, int64_t B, int64_t T);
-
-// The same quantity per layer for the activations already in `model`, over its
-// first `sequences` sequences and first `positions` tokens (<= 0: all). A causal
-// prefix is a valid probe on its own: positions < P depend only on tokens < P.
-std::vector<double> abs_attention_logit_per_layer(Model& model, int64_t sequences = 0,
-                                                  int64_t positions = 0);
-
-// The training-time probe (Fig. 2), with no extra forward: the mean |QK^T/sqrt(d)|
-// over every layer and head on the first `positions` tokens of the first sequence
-// of the model's last forward (the last micro-batch of a step). Copies only that
-// prefix of q/k to the host, so the training kernels stay fused and untouched.
-double probe_mean_abs_attention_logit(Model& model, int64_t positions = 128);
-
 }  // namespace kdtrain::eval

@@ -17,8 +17,8 @@
 #include "data/shard_manifest.h"
 #include "data/teacher_cache.h"
 #include "dist/communicator.h"
-#include "eval/attention_analysis.h"
 #include "io/model_dir.h"
+#include "model/attention_readback.h"
 #include "model/init.h"
 #include "model/loss.h"
 #include "model/model.h"
@@ -94,7 +94,7 @@ class Trainer {
     // Mean |QK^T/sqrt(d)| on the last micro-batch (paper Fig. 2); with several
     // ranks, rank 0's last micro-batch. Reads the last micro-batch's q/k prefix
     // before validation overwrites them.
-    if (progress_due) record["attn_logit_mean_abs"] = eval::probe_mean_abs_attention_logit(*student_, 128);
+    if (progress_due) record["attn_logit_mean_abs"] = probe_mean_abs_attention_logit(*student_, 128);
     if ((config_.eval.interval > 0 && step_ % config_.eval.interval == 0) || step_ == total)
       add_validation(record);
     metrics.write(record);
