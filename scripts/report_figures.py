@@ -55,6 +55,7 @@ def figures(runs: list[Run], out: Path, late_fraction: float) -> list[tuple[str,
                 continue
             if log:
                 ax.set_yscale("log")
+            integer_ticks(ax)  # steps: no 5.2, 5.4 ... on a short run's late phase
             ax.set_xlabel("step")
             ax.set_ylabel(ylabel(rs) if callable(ylabel) else ylabel)
             ax.set_title(f"{title} — {model}")

@@ -66,6 +66,16 @@ def fmt(value, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
+def fmt_stat(value: float | None) -> str:
+    """The paper's three decimals (Tables 4/5), with two significant digits below
+    0.01 so that the small grad norms of tiny models do not all print as 0.000."""
+    if value is None or not math.isfinite(value):
+        return ""
+    if value == 0 or abs(value) >= 0.01:
+        return f"{value:.3f}"
+    return f"{value:.{1 - math.floor(math.log10(abs(value)))}f}"
+
+
 def fmt_delta_params(millions: float | None) -> str:
     """The paper's one decimal, with two significant digits below 0.1 M (tiny models)."""
     if millions is None:
@@ -203,6 +213,13 @@ def step_range(used: list[int], early_steps: int) -> str:
     return f"1–{ends[0]}" if len(ends) == 1 else f"1–{ends[0]} … 1–{ends[-1]} (column Steps)"
 
 
+def with_own_methods(rows: list[Run]) -> list[Run]:
+    """The rows of the model sizes that have one of the table's own methods beside
+    the baseline (a 0.5B baseline alone is not a Table 2 row); all rows when none has."""
+    sizes = {r.model for r in rows if r.variant != "baseline"}
+    return [r for r in rows if r.model in sizes] if sizes else rows
+
+
 def tables(runs: list[Run], out: Path, loss_steps: int, early_steps: int) -> list[tuple[str, str]]:
     """Writes table1..table5 (.md, .csv); returns [(stem, markdown)]."""
     parts = []
@@ -210,12 +227,15 @@ def tables(runs: list[Run], out: Path, loss_steps: int, early_steps: int) -> lis
     for stem, variants, title in (
             ("table1", TABLE1, "Table 1: baseline, attention sink, Affine-Scaled"),
             ("table2", TABLE2, "Table 2: baseline, Gated, Affine-Scaled + Gated")):
-        chosen = [r for r in paper_alpha if r.variant in variants]
+        chosen = with_own_methods([r for r in paper_alpha if r.variant in variants])
         parts.append((stem, write_table(out, stem, title, MAIN_COLUMNS,
                                         [main_row(r, loss_steps) for r in chosen],
                                         [loss_note(chosen, loss_steps), c4_note(chosen),
                                          zero_shot_note(chosen)])))
     affine = [r for r in runs if r.variant == "affine"]
+    compared = {r.model for r in affine if any(o.model == r.model and o.alpha != r.alpha for o in affine)}
+    if compared:  # the paper's Table 3: the sizes where two α activations were run
+        affine = [r for r in affine if r.model in compared]
     activations = ", ".join(sorted({ALPHA_LABEL.get(r.alpha, r.alpha) for r in affine})) or "none"
     parts.append(("table3", write_table(
         out, "table3", f"Table 3: α activation of Affine-Scaled ({activations}); Avg. is the paper's CSR Avg.",
@@ -229,11 +249,11 @@ def tables(runs: list[Run], out: Path, loss_steps: int, early_steps: int) -> lis
             used.append(steps[-1])
         s = grad_norm_stats(g)
         head = [r.model, method_cell(r), r.name]
-        rows4.append(head + [str(s["n"]), fmt(s["mean"], 3), fmt(s["std"], 3),
-                             fmt(s["variance"], 3), fmt(s["cv"], 2)])
+        rows4.append(head + [str(s["n"]), fmt_stat(s["mean"]), fmt_stat(s["std"]),
+                             fmt_stat(s["variance"]), fmt(s["cv"], 2)])
         c6, t6 = spike_count(g, 6)
         c9, t9 = spike_count(g, 9)
-        rows5.append(head + [str(len(g)), str(c6), str(c9), fmt(t6, 3), fmt(t9, 3)])
+        rows5.append(head + [str(len(g)), str(c6), str(c9), fmt_stat(t6), fmt_stat(t9)])
     span = step_range(used, early_steps)
     basis = (f"Steps {span} of each run (the paper's 0–500; `step` in metrics.jsonl is 1-based, "
              f"at most --early-steps {early_steps}), raw grad_norm values, no smoothing.")

@@ -113,18 +113,24 @@ def test_report_tables_and_figures(tmp_path):
     sig = write_run(tmp_path, "aff-sig", "affine", losses, [1.0] * 9, alpha="sigmoid", ppl=60.0)
     gated = write_run(tmp_path, "gated", "gated", losses, [2.0] * 9, zero_shot=False, ppl=None)
     old = write_run(tmp_path, "old", "sink", losses, [2.0] * 9, soft_ce=False)
+    # A second size with a baseline and one affine run only (study_row.json names the size).
+    small = [write_run(tmp_path, n, v, losses, [0.5] * 9) for n, v in (("s-base", "baseline"), ("s-aff", "affine"))]
+    for run in small:
+        (run / "study_row.json").write_text(json.dumps({"size": "0.5B"}))
     # info.json overrides the computed ΔParams
     (gated / "info.json").write_text(json.dumps({"delta_params": 67100000}))
     out = tmp_path / "report"
-    assert report.main([str(aff), str(gated), str(base), str(sig), str(old), "--out", str(out),
+    assert report.main([str(aff), str(gated), str(base), str(sig), str(old), *map(str, small), "--out", str(out),
                         "--loss-steps", "2", "--title", "T", "--note", "smoke"]) == 0
 
     t1 = read_csv(out / "table1.csv")
     assert t1[0] == report.MAIN_COLUMNS
     col = {c: i for i, c in enumerate(t1[0])}
     # variant order; gated and the sigmoid affine run are not Table 1 rows
-    assert [(r[col["Method"]], r[col["Run"]]) for r in t1[1:]] == [
+    assert [(r[col["Method"]], r[col["Run"]]) for r in t1[1:] if r[0] == "1B"] == [
         ("Baseline", "base"), ("Sink", "old"), ("Affine-Scaled ‡", "aff")]
+    assert [r[col["Run"]] for r in t1[1:] if r[0] == "0.5B"] == ["s-base", "s-aff"]
+    t1 = [t1[0]] + [r for r in t1[1:] if r[0] == "1B"]
     b = t1[1]
     assert b[0] == "1B"
     assert b[col["ΔParams (M)"]] == "0.0"
@@ -137,11 +143,13 @@ def test_report_tables_and_figures(tmp_path):
     assert t1[3][col["ΔParams (M)"]] == "1.0" and t1[3][col["C4 PPL"]] == "58.9"
 
     t2 = read_csv(out / "table2.csv")
+    # 0.5B has no gated run: its baseline alone is not a Table 2 row
     assert [r[col["Method"]] for r in t2[1:]] == ["Baseline", "Gated"]
     assert t2[2][col["ΔParams (M)"]] == "67.1"
     assert t2[2][col["C4 PPL"]] == "" and t2[2][col["Avg."]] == ""   # no eval, no zero-shot
 
     t3 = read_csv(out / "table3.csv")
+    # only the size where two α activations were run (0.5B's one affine run is not compared)
     assert [r[col["Method"]] for r in t3[1:]] == ["Affine-Scaled (α: linear clip) ‡",
                                                   "Affine-Scaled (α: sigmoid)"]
 
@@ -174,6 +182,13 @@ def test_report_tables_and_figures(tmp_path):
         assert name in pngs, name
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({name})" in index
+
+
+def test_grad_norm_statistic_digits():
+    assert report_tables.fmt_stat(0.257) == "0.257" and report_tables.fmt_stat(3.934) == "3.934"
+    assert report_tables.fmt_stat(0.0) == "0.000"
+    assert report_tables.fmt_stat(0.00028) == "0.00028"   # two significant digits below 0.01
+    assert report_tables.fmt_stat(0.0082) == "0.0082" and report_tables.fmt_stat(None) == ""
 
 
 def test_delta_params_digits_for_tiny_models():
