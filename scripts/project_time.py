@@ -57,12 +57,21 @@ def projection(plan: dict, mfu: dict[str, float], peak_tflops: float, gpus: int)
 
 
 def mfu_from_bench(paths: list[Path]) -> dict[str, float]:
+    """MFU per variant from `kdtrain bench --json` outputs (one object, a list, or
+    {"runs": [...]}) or from docs/gpu/latest.json (scripts/gpu_report.py), where the
+    measurement with a teacher is taken when there is one: the study runs with one."""
     out = {}
     for p in paths:
         doc = json.loads(p.read_text())
+        if isinstance(doc, dict) and ("mfu_1b_t2048" in doc or "mfu_1b_t2048_with_teacher" in doc):
+            for key in ("mfu_1b_t2048", "mfu_1b_t2048_with_teacher"):  # the second wins
+                out.update({v: float(m) for v, m in (doc.get(key) or {}).items() if m})
+            continue
         for r in doc if isinstance(doc, list) else doc.get("runs", [doc]):
             if r.get("mfu"):
                 out[r.get("attention", "*")] = float(r["mfu"])
+    if not out:
+        raise SystemExit(f"--bench {' '.join(map(str, paths))}: no measured MFU in these files")
     return out
 
 

@@ -66,6 +66,27 @@ def test_projection_by_hand():
     assert project_time.parse_mfu("baseline=0.3,affine=0.25") == {"baseline": 0.3, "affine": 0.25}
 
 
+
+def test_mfu_from_bench_files(tmp_path):
+    # kdtrain bench --json: one object per run, its "mfu" counts the teacher's FLOPs too.
+    one = tmp_path / "affine.json"
+    one.write_text(json.dumps({"attention": "affine", "mfu": 0.306, "tokens_per_s": 36742}))
+    both = tmp_path / "list.json"
+    both.write_text(json.dumps([{"attention": "baseline", "mfu": 0.318}, {"attention": "sink", "mfu": None}]))
+    assert project_time.mfu_from_bench([one, both]) == {"affine": 0.306, "baseline": 0.318}
+    # docs/gpu/latest.json (scripts/gpu_report.py): the with-teacher measurement wins where present.
+    latest = tmp_path / "latest.json"
+    latest.write_text(json.dumps({"commit": "c", "mfu_1b_t2048": {"baseline": 0.30, "affine": 0.29, "gated": None},
+                                  "mfu_1b_t2048_with_teacher": {"baseline": 0.33, "affine": None}}))
+    assert project_time.mfu_from_bench([latest]) == {"baseline": 0.33, "affine": 0.29}
+    rows = {r["variant"]: r for r in project_time.projection(
+        reproduce_tables.load_plan(reproduce_tables.PLAN), {"baseline": 0.33}, 989.0, 8)}
+    assert rows["baseline"]["gpu_hours"] > 0 and rows["gated"]["gpu_hours"] is None  # not measured
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"mfu_1b_t2048": {"baseline": None}}))
+    with pytest.raises(SystemExit, match="no measured MFU"):
+        project_time.mfu_from_bench([empty])
+
 needs_smoke = pytest.mark.skipif(
     not (SHARED / "text").is_dir() or not (SHARED / "evals").is_dir()
     or not (SHARED / "tokenizers" / "llama3").is_dir()
