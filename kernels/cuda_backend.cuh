@@ -2,8 +2,9 @@
 //
 // Numerics: act_dtype() is bf16: activations and the compute copy of the weights
 // are bf16; statistics (rstd, lse), losses, sinks, alpha_ma, parameter gradients
-// and optimizer state are fp32. Each method checks nothing the kernels check and
-// forwards to one launcher in kernels/<op>.cuh on the backend's stream.
+// and optimizer state are fp32. Each method first runs the op's shared argument
+// check (src/backend/op_checks.h, the same the CPU backend runs), then forwards
+// to one launcher in kernels/<op>.cuh on the backend's stream.
 //
 // State (no globals): the stream, the cuBLASLt/cuBLAS handles with their
 // workspace, one growable scratch buffer shared by the ops that need temporary
@@ -13,9 +14,9 @@
 // device_malloc, so memory_stats() sees all of it; attention_paths()).
 //
 // Synchronisation: every op is asynchronous on the stream except to_host,
-// to_device (the host buffer may be reused right after return), sum_squares
-// (returns a host value), embedding_backward (groups tokens on the host) and
-// scratch growth.
+// sum_squares (both return host values), release, synchronize, scratch growth and
+// to_device of more than kStagingHalfBytes; smaller to_device calls are staged
+// through pinned memory and return at once. counters() counts the waits.
 #pragma once
 #include <memory>
 
@@ -24,6 +25,7 @@
 #include "backend/backend_stats.h"
 #include "embedding.cuh"
 #include "matmul.cuh"
+#include "optim.cuh"
 
 namespace kdtrain {
 
@@ -50,6 +52,7 @@ class CudaBackend final : public Backend {
   void to_device(void* device, const void* host, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
+  int64_t free_device_bytes() override;
   void convert_from_f32(void* dst, const float* src, int64_t n) override;
   void convert_to_f32(float* dst, const void* src, int64_t n) override;
 
@@ -59,6 +62,8 @@ class CudaBackend final : public Backend {
                           int64_t C, int64_t V) override;
   void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N,
                        int64_t C, float eps) override;
+  void add_rmsnorm_forward(void* sum_out, void* out, float* rstd, const void* a, const void* b,
+                           const void* weight, int64_t N, int64_t C, float eps) override;
   void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                         const void* weight, const float* rstd, int64_t N, int64_t C) override;
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
@@ -93,6 +98,7 @@ class CudaBackend final : public Backend {
   MemoryStats memory_stats() const override;
 
  private:
+  static constexpr size_t kStagingHalfBytes = size_t(8) << 20;
   void* scratch(size_t bytes);  // at least `bytes` of device memory, contents undefined
   // cudaMalloc / cudaFree with the memory bookkeeping (backend_stats.h).
   void* device_malloc(size_t bytes);
@@ -100,6 +106,7 @@ class CudaBackend final : public Backend {
   void sample_device_memory();  // device_used_peak_ from cudaMemGetInfo
   void run_attention(const cuda::AttentionParams& p, cuda::AttentionPass pass,
                      const AttentionShape& shape, AttentionVariant variant);
+  void wait_for_stream();       // the host waits for the stream (counted)
 
   cudaStream_t stream_ = nullptr;
   cuda::BlasContext blas_;
@@ -107,7 +114,13 @@ class CudaBackend final : public Backend {
   size_t scratch_bytes_ = 0;
   int32_t* buckets_ = nullptr;  // device copy of ids | offsets | positions
   size_t buckets_capacity_ = 0; // in int32 elements
-  std::vector<int32_t> host_tokens_;
+  char* staging_ = nullptr;     // pinned, 2 x kStagingHalfBytes (to_device)
+  size_t staging_used_ = 0;     // bytes used in the current half
+  int staging_side_ = 0;
+  cudaEvent_t staging_done_[2] = {nullptr, nullptr};  // last copy issued from each half
+  cuda::AdamWSegment* segments_ = nullptr;  // device copy of the multi-tensor AdamW table
+  size_t segments_capacity_ = 0;
+  std::vector<cuda::AdamWSegment> segments_host_;
   bool stochastic_rounding_ = false;
   uint32_t sr_seed_ = 0;
   MemoryTracker memory_;

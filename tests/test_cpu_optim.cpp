@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "cpu_test_util.h"
 
@@ -72,4 +73,55 @@ TEST_CASE("adamw: compute copy written unless it aliases master; float matches d
     cpu::adamw_update<float>(aw.data(), aw.data(), fg.data(), am.data(), av.data(), n, 1e-2f, 0.9f,
                              0.95f, 1e-8f, 0.1f, 1.0f, step);
   CHECK(aw == fw);
+}
+
+TEST_CASE("adamw multi-tensor: segments equal one call per segment, gaps untouched",
+          "[cpu][optim]") {
+  auto be = make_backend("cpu", 1);
+  const int64_t n = 1000;
+  const auto w0 = to_float(random_vec(n, 94)), g = to_float(random_vec(n, 95));
+  const std::vector<ParamSegment> segments = {{0, 7, 0.1f}, {7, 300, 0.f}, {333, 999, 0.1f}};
+  std::vector<float> w1 = w0, m1(n, 0.f), v1(n, 0.f), w2 = w0, m2(n, 0.f), v2(n, 0.f);
+  for (int64_t step = 1; step <= 2; ++step) {
+    AdamWArgs a;
+    a.master = w1.data();
+    a.compute = w1.data();
+    a.grad = g.data();
+    a.m = m1.data();
+    a.v = v1.data();
+    a.n = n;
+    a.lr = 1e-2f;
+    a.grad_scale = 0.5f;
+    a.step = step;
+    a.segments = segments.data();
+    a.num_segments = static_cast<int64_t>(segments.size());
+    be->adamw_update(a);
+    for (const ParamSegment& s : segments) {
+      AdamWArgs b = a;
+      b.segments = nullptr;
+      b.num_segments = 0;
+      b.master = w2.data() + s.begin;
+      b.compute = b.master;
+      b.grad = g.data() + s.begin;
+      b.m = m2.data() + s.begin;
+      b.v = v2.data() + s.begin;
+      b.n = s.end - s.begin;
+      b.weight_decay = s.weight_decay;
+      be->adamw_update(b);
+    }
+  }
+  CHECK(w1 == w2);
+  CHECK(m1 == m2);
+  CHECK(v1 == v2);
+  for (int64_t k : {300, 320, 332, 999}) CHECK(w1[k] == w0[k]);  // gaps and the tail
+  AdamWArgs bad;
+  bad.master = w1.data();
+  bad.grad = g.data();
+  bad.m = m1.data();
+  bad.v = v1.data();
+  bad.n = n;
+  const std::vector<ParamSegment> overlapping = {{0, 10, 0.f}, {5, 20, 0.f}};
+  bad.segments = overlapping.data();
+  bad.num_segments = 2;
+  CHECK_THROWS_WITH(be->adamw_update(bad), Catch::Contains("segment 1"));
 }

@@ -88,3 +88,22 @@ TEST_CASE("rmsnorm backward: identical bits with 1 and 2 OpenMP threads",
   CHECK(dx[0] == dx[1]);
   CHECK(dw[0] == dw[1]);
 }
+
+TEST_CASE("add_rmsnorm forward equals add then rmsnorm, also in place", "[cpu][rmsnorm]") {
+  NormProblem p;
+  const std::vector<double> b = random_vec(kN * kC, 24, -1.0, 1.0);
+  std::vector<double> sum(p.x.size()), ref_sum(p.x.size()), out(p.x.size()), ref_out(p.x.size());
+  std::vector<double> rstd(kN), ref_rstd(kN);
+  cpu::add(ref_sum.data(), p.x.data(), b.data(), kN * kC);
+  cpu::rmsnorm_forward(ref_out.data(), ref_rstd.data(), ref_sum.data(), p.wt.data(), kN, kC, kEps);
+  cpu::add_rmsnorm_forward(sum.data(), out.data(), rstd.data(), p.x.data(), b.data(), p.wt.data(),
+                           kN, kC, kEps);
+  CHECK(sum == ref_sum);
+  CHECK(out == ref_out);
+  CHECK(rstd == ref_rstd);
+  std::vector<double> a = p.x;  // sum_out aliasing a
+  cpu::add_rmsnorm_forward(a.data(), out.data(), rstd.data(), a.data(), b.data(), p.wt.data(), kN,
+                           kC, kEps);
+  CHECK(a == ref_sum);
+  CHECK(out == ref_out);
+}

@@ -9,7 +9,8 @@
 //   sinks, alpha_ma, gradients of parameters and optimizer state are always fp32.
 // - Parameter gradients accumulate (+=) so micro-batches add up; activation
 //   gradients are written (=) unless the argument says otherwise.
-// - Token ids and targets are int32 in backend memory.
+// - Token ids and targets are int32 in backend memory (except embedding_backward's,
+//   in host memory).
 // - Every op is deterministic: the same inputs give the same bits run after run.
 #pragma once
 #include <cstddef>
@@ -81,6 +82,13 @@ struct LossChunkArgs {
   bool compute_grad = true;
 };
 
+// A contiguous range [begin, end) of a parameter arena with its weight decay: the
+// unit of the multi-tensor AdamW.
+struct ParamSegment {
+  int64_t begin = 0, end = 0;
+  float weight_decay = 0.f;
+};
+
 struct AdamWArgs {
   float* master = nullptr;      // (n) fp32 weights, updated
   void* compute = nullptr;      // (n) compute copy in act_dtype(), rewritten; may alias master on CPU
@@ -91,6 +99,20 @@ struct AdamWArgs {
   float lr = 0.f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.f;
   float grad_scale = 1.f;       // clip factor applied to grad
   int64_t step = 1;             // 1-based, for bias correction
+  // Multi-tensor form: when given (host memory; sorted, disjoint, inside [0, n)),
+  // only these ranges are updated, each with its own weight decay (weight_decay
+  // above is then unused), in one call: one launch on CUDA for the whole model.
+  const ParamSegment* segments = nullptr;
+  int64_t num_segments = 0;
+};
+
+// What a backend did on the host's behalf since it was made, so tests can pin down
+// a training step's round trips and `kdtrain bench` can report them per step.
+struct BackendCounters {
+  int64_t host_waits = 0;       // times the host blocked until the device caught up (CPU: 0)
+  int64_t to_host_calls = 0, to_host_bytes = 0;
+  int64_t to_device_calls = 0, to_device_bytes = 0;
+  int64_t allocs = 0;           // device allocations, the backend's own buffers included
 };
 
 // One distinct attention call (shape and variant) and the implementation that ran
@@ -115,10 +137,13 @@ struct MemoryStats {
 class Backend {
  public:
   virtual ~Backend() = default;
+  const BackendCounters& counters() const { return counters_; }
   virtual std::string name() const = 0;
   virtual DType act_dtype() const = 0;
 
-  // Memory. alloc returns zeroed memory aligned to 256 bytes.
+  // Memory. alloc returns zeroed memory aligned to 256 bytes. to_host and
+  // to_device return once the host buffer may be reused; to_device need not wait
+  // for the device (CUDA stages small copies through pinned memory).
   virtual void* alloc(size_t bytes) = 0;
   virtual void release(void* ptr) = 0;
   virtual void zero(void* ptr, size_t bytes) = 0;
@@ -126,6 +151,8 @@ class Backend {
   virtual void to_device(void* device, const void* host, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // Bytes of device memory free now; -1 for a backend whose memory is host memory.
+  virtual int64_t free_device_bytes() { return -1; }
   // fp32 <-> act dtype conversions (identity copies on CPU)
   virtual void convert_from_f32(void* dst, const float* src, int64_t n) = 0;
   virtual void convert_to_f32(float* dst, const void* src, int64_t n) = 0;
@@ -134,12 +161,20 @@ class Backend {
   virtual void embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N,
                                  int64_t C) = 0;
   // dwte[tokens[n]] += dout[n]                    deterministic (no float atomics)
+  // tokens are in HOST memory (the model keeps the batch's ids): a backend that
+  // groups positions by id on the host reads them without a copy back.
   virtual void embedding_backward(float* dwte, const void* dout, const int32_t* tokens,
                                   int64_t N, int64_t C, int64_t V) = 0;
 
   // out(N,C) = inp * rstd * weight, rstd(N) = 1/sqrt(mean(inp^2) + eps)
   virtual void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight,
                                int64_t N, int64_t C, float eps) = 0;
+  // The residual add fused with the next RMSNorm: sum_out(N,C) = a + b (one rounding
+  // to act_dtype, as add()), then out, rstd = rmsnorm_forward(sum_out). sum_out may
+  // alias a or b; out may alias none of them.
+  virtual void add_rmsnorm_forward(void* sum_out, void* out, float* rstd, const void* a,
+                                   const void* b, const void* weight, int64_t N, int64_t C,
+                                   float eps) = 0;
   // dinp(N,C) += ...   dweight(C) += ...
   virtual void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                                 const void* weight, const float* rstd, int64_t N, int64_t C) = 0;
@@ -200,6 +235,9 @@ class Backend {
   // the memory held.
   virtual std::vector<AttentionPathUse> attention_paths() const = 0;
   virtual MemoryStats memory_stats() const = 0;
+
+ protected:
+  BackendCounters counters_;  // kept by each implementation
 };
 
 // "cpu" or "cuda"; throws when the backend is not built or no device exists.

@@ -94,7 +94,7 @@ Teacher make_teacher(const std::string& spec, const ModelConfig& student, Backen
     LoadedModel loaded = load_model_dir(spec);
     KD_CHECK(loaded.model.vocab_size == student.vocab_size, "--teacher: ", spec, " has vocab_size ",
              loaded.model.vocab_size, " but the student has ", student.vocab_size);
-    t.model = std::make_unique<Model>(loaded.model, loaded.attention, backend, false);
+    t.model = std::make_unique<Model>(loaded.model, loaded.attention, backend, ModelUse::teacher);
     t.model->set_params(loaded.params);
     t.source = "checkpoint";
   } else {
@@ -102,7 +102,7 @@ Teacher make_teacher(const std::string& spec, const ModelConfig& student, Backen
     KD_CHECK(m.vocab_size == student.vocab_size, "--teacher: preset ", spec, " has vocab_size ",
              m.vocab_size, " but the student has ", student.vocab_size);
     AttentionConfig a;  // teachers are baseline models
-    t.model = std::make_unique<Model>(m, a, backend, false);
+    t.model = std::make_unique<Model>(m, a, backend, ModelUse::teacher);
     t.model->set_params(init_params(t.model->layout(), m, a, seed + 1));
     t.source = "preset (random init)";
   }
@@ -154,7 +154,9 @@ nlohmann::json run_bench(const BenchOptions& o) {
   std::vector<double> t_teacher, t_student, t_backward, t_optim, t_step;
   double last_loss = 0.0;
   backend->synchronize();
+  BackendCounters timed_start;
   for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
+    if (i == o.warmup) timed_start = backend->counters();
     const auto a = Clock::now();
     if (teacher.model) teacher.model->forward(inputs.data(), B, T, false);
     backend->synchronize();
@@ -183,6 +185,17 @@ nlohmann::json run_bench(const BenchOptions& o) {
     t_step.push_back(ms_since(a, f));
   }
 
+  // What the timed steps asked of the host, per step (the bench's own phase
+  // synchronisations included: 4 per step).
+  const BackendCounters& end = backend->counters();
+  const double per = 1.0 / double(o.steps);
+  const nlohmann::json traffic = {
+      {"host_waits", per * double(end.host_waits - timed_start.host_waits)},
+      {"to_host_calls", per * double(end.to_host_calls - timed_start.to_host_calls)},
+      {"to_host_bytes", per * double(end.to_host_bytes - timed_start.to_host_bytes)},
+      {"to_device_calls", per * double(end.to_device_calls - timed_start.to_device_calls)},
+      {"to_device_bytes", per * double(end.to_device_bytes - timed_start.to_device_bytes)},
+      {"allocs", per * double(end.allocs - timed_start.allocs)}};
   const double tokens = double(B) * double(T);
   const double step_ms = median(t_step);
   const double tokens_per_s = step_ms > 0 ? tokens / (step_ms / 1e3) : 0.0;
@@ -207,8 +220,8 @@ nlohmann::json run_bench(const BenchOptions& o) {
       {"activations_bytes",
        double(student.activation_bytes()) +
            double(teacher.model ? teacher.model->activation_bytes() : size_t(0))},
-      {"teacher_params_bytes",
-       teacher.model ? (4.0 + (backend->act_dtype() == DType::f32 ? 0.0 : act)) *
+      {"teacher_params_bytes",  // the compute copy only (ModelUse::teacher)
+       teacher.model ? (backend->act_dtype() == DType::f32 ? 4.0 : act) *
                            double(teacher.model->layout().total)
                      : 0.0},
   };
@@ -255,6 +268,7 @@ nlohmann::json run_bench(const BenchOptions& o) {
   r["memory"] = mem;
   r["attention_paths"] = attention_paths_json(*backend);
   r["attention_path"] = attention_path_summary(r["attention_paths"]);
+  r["traffic_per_step"] = traffic;
   return r;
 }
 

@@ -19,6 +19,7 @@
 #include "io/file_util.h"
 #include "io/hf_checkpoint.h"
 #include "model/activations.h"
+#include "model/memory_plan.h"
 #include "model/param_layout.h"
 
 namespace kdtrain::cli {
@@ -31,6 +32,8 @@ struct InfoOptions {
   int64_t micro_batch = 0;  // 0 = train.micro_batch
   int64_t seq_len = 0;      // 0 = train.seq_len
   int world_size = 1;       // data-parallel ranks: AdamW state per rank under ZeRO-1
+  std::string teacher;      // "" = kd.teacher; a preset name or a checkpoint directory
+  double device_gib = 80;   // device capacity the auto loss chunk is sized against
   bool json = false;
   bool variants = false;    // list the attention variants and their features instead
 };
@@ -76,6 +79,34 @@ MemoryEstimate estimate_memory(const Config& c, const ActivationPlan& plan, int6
   const double rows = std::min(double(c.kd.chunk_tokens), double(B) * double(T));
   e.loss_chunk = 2.0 * rows * double(c.model.vocab_size) * 4.0;
   return e;
+}
+
+// The device budget of a CUDA run (model/memory_plan.h): the teacher is --teacher
+// (a preset, random init, or a checkpoint directory) or else kd.teacher.
+MemoryPlan device_budget(const InfoOptions& o, const Config& c, int64_t B, int64_t T) {
+  MemoryPlanInput in;
+  in.student = c.model;
+  in.attention = c.attention;
+  in.micro_batch = B;
+  in.seq_len = T;
+  in.world_size = o.world_size;
+  in.zero1 = c.dist.zero1;
+  in.chunk_tokens = c.kd.chunk_tokens;
+  KD_CHECK(o.device_gib > 0, "--device-memory must be positive, got ", o.device_gib);
+  in.device_bytes = static_cast<int64_t>(o.device_gib * 1024.0 * 1024.0 * 1024.0);
+  const std::string teacher = !o.teacher.empty() ? o.teacher : c.kd.teacher;
+  if (!teacher.empty()) {
+    if (std::filesystem::is_directory(teacher)) {
+      const std::string path = teacher + "/config.json";
+      KD_CHECK(std::filesystem::exists(path), "--teacher ", teacher, ": no config.json");
+      ModelConfig m;
+      io::parse_hf_config(io::read_json_file(path), path, &m, &in.teacher_attention);
+      in.teacher = m;
+    } else {
+      in.teacher = model_preset(teacher);  // throws naming an unknown preset
+    }
+  }
+  return plan_memory(in);
 }
 
 // What --checkpoint found, for the report.
@@ -146,7 +177,7 @@ void run_info(const InfoOptions& o) {
   const int64_t delta = p.total - base.total;
   KD_CHECK(o.world_size >= 1, "--world-size must be >= 1, got ", o.world_size);
   const ActivationPlan plan =
-      plan_activations(c.model, features_of(c.attention.variant), DType::bf16, B, T);
+      plan_activations(c.model, features_of(c.attention.variant), DType::bf16, ModelUse::train, B, T);
   MemoryEstimate mem = estimate_memory(c, plan, p.total, B, T);
   // ZeRO-1 (dist.zero1): each rank keeps the moments of its arena shard only;
   // weights, master copy and gradients stay whole on every rank.
@@ -160,6 +191,7 @@ void run_info(const InfoOptions& o) {
   }
   const std::string name =
       !o.checkpoint.empty() ? o.checkpoint : c.model.preset.empty() ? "(custom)" : c.model.preset;
+  const MemoryPlan budget = device_budget(o, c, B, T);
 
   if (o.json) {
     nlohmann::json j;
@@ -196,6 +228,18 @@ void run_info(const InfoOptions& o) {
                    {"activation_buffers", activation_buffers_json(plan)},
                    {"loss_chunk_mib", mib(mem.loss_chunk)},
                    {"total_mib", mib(mem.total())}};
+    j["device_budget"] = {{"device_gib", o.device_gib},
+                          {"student_compute_bytes", budget.student_compute},
+                          {"student_master_bytes", budget.student_master},
+                          {"student_grads_bytes", budget.student_grads},
+                          {"optimizer_bytes", budget.optimizer},
+                          {"teacher_weights_bytes", budget.teacher_weights},
+                          {"student_activations_bytes", budget.student_activations},
+                          {"teacher_activations_bytes", budget.teacher_activations},
+                          {"loss_chunk_rows", budget.loss_chunk_rows},
+                          {"loss_buffers_bytes", budget.loss_buffers},
+                          {"workspace_bytes", budget.workspace},
+                          {"total_bytes", budget.total()}};
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -258,6 +302,25 @@ void run_info(const InfoOptions& o) {
   mrow("  per decoder layer", mem.activations_per_layer);
   mrow("fused loss chunk", mem.loss_chunk);
   mrow("total", mem.total());
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  std::printf("device memory budget per GPU (CUDA layout, the model's own allocation plan; "
+              "%.0f GiB device), GiB\n", o.device_gib);
+  auto brow = [&](const char* label, int64_t bytes) {
+    std::printf("  %-44s %9.2f\n", label, double(bytes) / gib);
+  };
+  brow("student weights (bf16 compute copy)", budget.student_compute);
+  brow("student master weights (fp32)", budget.student_master);
+  brow("student gradients (fp32)", budget.student_grads);
+  brow(zero1 ? "AdamW m, v (fp32, this rank's ZeRO-1 shard)" : "AdamW m, v (fp32)", budget.optimizer);
+  brow("teacher weights (bf16 only)", budget.teacher_weights);
+  brow("student activations (every layer, for the backward)", budget.student_activations);
+  brow("teacher activations (one layer, reused)", budget.teacher_activations);
+  char loss_label[96];
+  std::snprintf(loss_label, sizeof loss_label, "loss chunk (%lld rows of logits x %s)",
+                (long long)budget.loss_chunk_rows, budget.teacher_weights ? "2" : "1");
+  brow(loss_label, budget.loss_buffers);
+  brow("workspace (cuBLASLt, backend buffers)", budget.workspace);
+  brow("total", budget.total());
 }
 
 }  // namespace
@@ -275,6 +338,11 @@ void register_info(CLI::App& app) {
                       "sequence length for the memory estimate (default train.seq_len)");
   command->add_option("--world-size", options->world_size,
                       "data-parallel ranks: show the per-rank AdamW state under ZeRO-1 (default 1)");
+  command->add_option("--teacher", options->teacher,
+                      "teacher for the device budget: a preset name or a checkpoint directory "
+                      "(default kd.teacher)");
+  command->add_option("--device-memory", options->device_gib,
+                      "device memory in GiB the auto loss chunk is sized against (default 80)");
   command->add_flag("--json", options->json, "print JSON instead of text");
   command->add_flag("--variants", options->variants,
                     "list the attention variants and the features each switches on");

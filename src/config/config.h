@@ -81,7 +81,7 @@ struct KdConfig {
   KdLoss loss = KdLoss::forward_kl;
   double temperature = 1.0;
   double weight = 1.0;  // loss = weight*KD + (1-weight)*CE
-  int64_t chunk_tokens = 1024;  // tokens per fused loss chunk
+  int64_t chunk_tokens = 0;  // tokens per fused loss chunk; 0 = auto (model/loss.h)
 };
 
 struct OptimizerConfig {

@@ -231,7 +231,7 @@ void read_kd(KdConfig& k, const json& v, const std::string& source) {
   s.enumeration("loss", k.loss, &parse_kd_loss);
   s.number("temperature", k.temperature, 0.0, true, kInf, true);
   s.number("weight", k.weight, 0.0, false, 1.0, false);
-  s.integer("chunk_tokens", k.chunk_tokens, 1);
+  s.integer("chunk_tokens", k.chunk_tokens, 0);
   s.finish();
 }
 

@@ -23,6 +23,9 @@ class SplitMix64 {
     const double u1 = uniform(), u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
+  // Jumps over n calls of next() (the state advances by a constant per call), so
+  // parallel loops can draw exactly the sequence one thread would.
+  void skip(uint64_t n) { state_ += n * 0x9E3779B97F4A7C15ull; }
   uint64_t state() const { return state_; }
   void set_state(uint64_t s) { state_ = s; }
 

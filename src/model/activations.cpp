@@ -1,5 +1,7 @@
 #include "model/activations.h"
 
+#include <algorithm>
+
 namespace kdtrain {
 
 namespace {
@@ -38,12 +40,15 @@ class Carver {
 }  // namespace
 
 size_t lay_out_activations(Activations& x, char* base, const ModelConfig& m,
-                           AttentionFeatures f, DType act, ActivationPlan* plan) {
+                           AttentionFeatures f, DType act, ModelUse use, ActivationPlan* plan) {
   const int64_t B = x.B, T = x.T, L = m.num_hidden_layers, C = m.hidden_size,
                 H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim,
                 F = m.intermediate_size;
   const int64_t N = B * T, QKV = (H + 2 * Hkv) * D;
   const size_t a = dtype_size(act), fp = sizeof(float);
+  // A teacher's forward reads layer l's activations only within layer l and
+  // updates the residual stream in place, so every layer shares layer 0's buffers.
+  const bool streaming = use == ModelUse::teacher;
   if (plan) *plan = ActivationPlan{};
   Carver c(base, plan);
   for (auto* v : {&x.resid, &x.resid_mid, &x.ln1, &x.ln2, &x.qkv, &x.att, &x.alpha_z, &x.alpha,
@@ -53,13 +58,22 @@ size_t lay_out_activations(Activations& x, char* base, const ModelConfig& m,
   for (auto* v : {&x.ln1_rstd, &x.ln2_rstd, &x.lse}) v->assign(L, nullptr);
 
   c.set_in_layer(true);
-  for (int64_t l = 0; l < L; ++l) {
+  for (int64_t l = 0; l < (streaming ? std::min<int64_t>(L, 1) : L); ++l) {
     c.take(x.resid[l], N * C * a, "resid");
-    c.take(x.resid_mid[l], N * C * a, "resid_mid");
+    if (streaming) {
+      x.resid_mid[l] = x.resid[l];
+    } else {
+      c.take(x.resid_mid[l], N * C * a, "resid_mid");
+    }
     c.take(x.ln1[l], N * C * a, "ln1");
-    c.take(x.ln2[l], N * C * a, "ln2");
     c.take(x.ln1_rstd[l], N * fp, "ln1_rstd");
-    c.take(x.ln2_rstd[l], N * fp, "ln2_rstd");
+    if (streaming) {
+      x.ln2[l] = x.ln1[l];
+      x.ln2_rstd[l] = x.ln1_rstd[l];
+    } else {
+      c.take(x.ln2[l], N * C * a, "ln2");
+      c.take(x.ln2_rstd[l], N * fp, "ln2_rstd");
+    }
     c.take(x.qkv[l], N * QKV * a, "qkv");
     c.take(x.lse[l], B * H * T * fp, "lse");
     c.take(x.att[l], N * H * D * a, "att");
@@ -76,42 +90,55 @@ size_t lay_out_activations(Activations& x, char* base, const ModelConfig& m,
   }
   const size_t layers_bytes = c.used();
   c.set_in_layer(false);
-  c.take(x.resid[L], N * C * a, "resid_final");
+  if (streaming) {
+    for (int64_t l = 1; l < L; ++l) {
+      for (auto* v : {&x.resid, &x.resid_mid, &x.ln1, &x.ln2, &x.qkv, &x.att, &x.alpha_z,
+                      &x.alpha, &x.gate_z, &x.att_gated, &x.gate_up, &x.swiglu})
+        (*v)[l] = (*v)[0];
+      for (auto* v : {&x.ln1_rstd, &x.ln2_rstd, &x.lse}) (*v)[l] = (*v)[0];
+    }
+    x.resid[L] = x.resid[0];
+  } else {
+    c.take(x.resid[L], N * C * a, "resid_final");
+  }
   c.take(x.tokens, N * sizeof(int32_t), "tokens");
   c.take(x.rope_cos, T * (D / 2) * fp, "rope_cos");
   c.take(x.rope_sin, T * (D / 2) * fp, "rope_sin");
   c.take(x.final_norm, N * C * a, "final_norm");
   c.take(x.final_rstd, N * fp, "final_rstd");
   c.take(x.proj_out, N * C * a, "proj_out");
-  c.take(x.d_final, N * C * a, "d_final");
-  c.take(x.d_resid, N * C * a, "d_resid");
-  c.take(x.d_ln, N * C * a, "d_ln");
-  c.take(x.d_y, N * H * D * a, "d_y");
-  if (f.gate) {
-    c.take(x.d_att, N * H * D * a, "d_att");
-    c.take(x.d_gate_z, N * H * D * a, "d_gate_z");
+  if (use == ModelUse::train) {
+    c.take(x.d_final, N * C * a, "d_final");
+    c.take(x.d_resid, N * C * a, "d_resid");
+    c.take(x.d_ln, N * C * a, "d_ln");
+    c.take(x.d_y, N * H * D * a, "d_y");
+    if (f.gate) {
+      c.take(x.d_att, N * H * D * a, "d_att");
+      c.take(x.d_gate_z, N * H * D * a, "d_gate_z");
+    }
+    if (f.affine) {
+      c.take(x.d_alpha, N * H * a, "d_alpha");
+      c.take(x.d_alpha_z, N * H * a, "d_alpha_z");
+    }
+    c.take(x.d_qkv, N * QKV * a, "d_qkv");
+    c.take(x.d_swiglu, N * F * a, "d_swiglu");
+    c.take(x.d_gate_up, N * 2 * F * a, "d_gate_up");
   }
-  if (f.affine) {
-    c.take(x.d_alpha, N * H * a, "d_alpha");
-    c.take(x.d_alpha_z, N * H * a, "d_alpha_z");
-  }
-  c.take(x.d_qkv, N * QKV * a, "d_qkv");
-  c.take(x.d_swiglu, N * F * a, "d_swiglu");
-  c.take(x.d_gate_up, N * 2 * F * a, "d_gate_up");
   if (plan) {
     plan->total_bytes = c.used();
-    plan->per_layer_bytes = L > 0 ? layers_bytes / static_cast<size_t>(L) : 0;
+    plan->per_layer_bytes =
+        streaming ? layers_bytes : L > 0 ? layers_bytes / static_cast<size_t>(L) : 0;
   }
   return c.used();
 }
 
 ActivationPlan plan_activations(const ModelConfig& model, AttentionFeatures features, DType act,
-                                int64_t B, int64_t T) {
+                                ModelUse use, int64_t B, int64_t T) {
   Activations sizing;
   sizing.B = B;
   sizing.T = T;
   ActivationPlan plan;
-  lay_out_activations(sizing, nullptr, model, features, act, &plan);
+  lay_out_activations(sizing, nullptr, model, features, act, use, &plan);
   return plan;
 }
 

@@ -12,6 +12,12 @@
 
 namespace kdtrain {
 
+// What a model is built for, which decides the memory it holds (model/model.h):
+// train (gradients and every layer's activations), frozen (no gradients; every
+// layer's activations stay readable for analysis), teacher (forward only: one
+// layer's buffers reused by every layer, no gradient scratch).
+enum class ModelUse { train, frozen, teacher };
+
 // Per-layer buffers are what backward reads; the d* buffers are scratch reused
 // layer after layer.
 struct Activations {
@@ -58,15 +64,16 @@ struct ActivationPlan {
   };
   std::vector<Buffer> buffers;
   size_t total_bytes = 0;      // the arena
-  size_t per_layer_bytes = 0;  // what one decoder layer keeps
+  size_t per_layer_bytes = 0;  // what one decoder layer keeps (a teacher: the one shared layer)
 };
 
 // Lays out `x` for its (x.B, x.T) from `base` (null: sizes only) and returns the
 // bytes used; fills `plan` when given.
 size_t lay_out_activations(Activations& x, char* base, const ModelConfig& model,
-                           AttentionFeatures features, DType act, ActivationPlan* plan = nullptr);
+                           AttentionFeatures features, DType act, ModelUse use,
+                           ActivationPlan* plan = nullptr);
 
 ActivationPlan plan_activations(const ModelConfig& model, AttentionFeatures features, DType act,
-                                int64_t B, int64_t T);
+                                ModelUse use, int64_t B, int64_t T);
 
 }  // namespace kdtrain

@@ -7,35 +7,52 @@
 
 namespace kdtrain {
 
+int64_t loss_chunk_tokens(int64_t requested, int64_t N, int64_t V, int64_t act_bytes,
+                          int64_t buffers, int64_t free_bytes) {
+  const int64_t rows_cap = std::max<int64_t>(1, N);
+  if (requested > 0) return std::min(requested, rows_cap);
+  if (free_bytes < 0) return std::min(kHostChunk, rows_cap);
+  const int64_t row_bytes = std::max<int64_t>(1, buffers) * V * act_bytes;
+  const int64_t fits = free_bytes / row_bytes;
+  int64_t chunk = 256;
+  for (int64_t c : {int64_t(8192), int64_t(4096)})
+    if (c <= fits) {
+      chunk = c;
+      break;
+    }
+  if (chunk == 256 && fits > 256) chunk = fits / 256 * 256;
+  return std::min(chunk, rows_cap);
+}
+
 FusedLoss::~FusedLoss() {
   for (void* p : {logits_, teacher_logits_, static_cast<void*>(host_view_),
-                  static_cast<void*>(targets_), static_cast<void*>(ce_), static_cast<void*>(kd_),
-                  static_cast<void*>(soft_ce_)})
+                  static_cast<void*>(targets_), static_cast<void*>(ce_)})
     if (p) backend_.release(p);
 }
 
-void FusedLoss::reserve(int64_t chunk, int64_t V, int64_t N) {
+void FusedLoss::reserve(int64_t chunk, int64_t V, int64_t N, bool teacher, bool observer) {
   const size_t a = dtype_size(backend_.act_dtype());
   if (chunk > chunk_ || V != V_) {
     for (void** p : {&logits_, &teacher_logits_, reinterpret_cast<void**>(&host_view_)})
       if (*p) backend_.release(*p), *p = nullptr;
     logits_ = backend_.alloc(chunk * V * a);
-    teacher_logits_ = backend_.alloc(chunk * V * a);
-    if (backend_.act_dtype() != DType::f32)
-      host_view_ = static_cast<float*>(backend_.alloc(chunk * V * sizeof(float)));
     chunk_ = chunk;
     V_ = V;
   }
+  // Allocated on first need only: a student-only run never holds teacher logits,
+  // and the fp32 view exists only for observers on a bf16 backend.
+  if (teacher && !teacher_logits_) teacher_logits_ = backend_.alloc(chunk_ * V * a);
+  if (observer && !host_view_ && backend_.act_dtype() != DType::f32)
+    host_view_ = static_cast<float*>(backend_.alloc(chunk_ * V * sizeof(float)));
   if (N > N_) {
-    for (void** p : {reinterpret_cast<void**>(&targets_), reinterpret_cast<void**>(&ce_),
-                     reinterpret_cast<void**>(&kd_), reinterpret_cast<void**>(&soft_ce_)})
+    for (void** p : {reinterpret_cast<void**>(&targets_), reinterpret_cast<void**>(&ce_)})
       if (*p) backend_.release(*p), *p = nullptr;
     targets_ = static_cast<int32_t*>(backend_.alloc(N * sizeof(int32_t)));
-    ce_ = static_cast<float*>(backend_.alloc(N * sizeof(float)));
-    kd_ = static_cast<float*>(backend_.alloc(N * sizeof(float)));
-    soft_ce_ = static_cast<float*>(backend_.alloc(N * sizeof(float)));
+    ce_ = static_cast<float*>(backend_.alloc(3 * N * sizeof(float)));
     N_ = N;
   }
+  kd_ = ce_ + N;  // capacity 3 * N_ >= 3 * N: ce, kd, soft-CE stay adjacent for one read
+  soft_ce_ = ce_ + 2 * N;
 }
 
 LossSums FusedLoss::run(Model& student, Model* teacher, const int32_t* targets,
@@ -67,8 +84,15 @@ LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
   for (int64_t i = 0; i < N; ++i)
     KD_CHECK(targets[i] >= 0 && targets[i] < V, "target id ", targets[i], " at position ", i,
              " is outside the vocabulary (", V, ")");
-  const int64_t chunk = std::max<int64_t>(1, std::min(settings.chunk_tokens, N));
-  reserve(chunk, V, N);
+  if (settings.chunk_tokens <= 0 && auto_chunk_ == 0) {
+    // Sized once, against the memory left after the models and their activations.
+    const int64_t buffers = teacher ? 2 : 1;
+    auto_chunk_ = loss_chunk_tokens(0, N, V, dtype_size(backend_.act_dtype()), buffers,
+                                    backend_.free_device_bytes());
+  }
+  const int64_t chunk =
+      settings.chunk_tokens > 0 ? std::min(settings.chunk_tokens, N) : std::min(auto_chunk_, N);
+  reserve(chunk, V, N, teacher != nullptr, static_cast<bool>(observer));
   backend_.to_device(targets_, targets, N * sizeof(int32_t));
 
   for (int64_t start = 0; start < N; start += chunk) {
@@ -103,16 +127,16 @@ LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
     if (compute_grad) student.head_backward(logits_, start, n);
   }
 
-  std::vector<float> ce(N), kd(N), soft_ce(teacher ? N : 0);
-  backend_.to_host(ce.data(), ce_, N * sizeof(float));
-  backend_.to_host(kd.data(), kd_, N * sizeof(float));
-  if (teacher) backend_.to_host(soft_ce.data(), soft_ce_, N * sizeof(float));
+  // ce, kd and (with a teacher) soft-CE are adjacent: one read brings them back.
+  const int64_t terms = teacher ? 3 : 2;
+  std::vector<float> ce_kd(static_cast<size_t>(terms * N));
+  backend_.to_host(ce_kd.data(), ce_, terms * N * sizeof(float));
   LossSums sums;
   for (int64_t i = 0; i < N; ++i) {  // fixed order: deterministic
-    sums.ce += ce[i];
-    sums.kd += kd[i];
+    sums.ce += ce_kd[i];
+    sums.kd += ce_kd[N + i];
   }
-  for (float v : soft_ce) sums.soft_ce += v;
+  for (int64_t i = 0; teacher && i < N; ++i) sums.soft_ce += ce_kd[2 * N + i];
   sums.tokens = N;
   return sums;
 }

@@ -15,8 +15,19 @@ struct LossSettings {
   KdLoss kd_loss = KdLoss::forward_kl;
   float temperature = 1.f;
   float kd_weight = 0.f;       // ignored when no teacher is given
-  int64_t chunk_tokens = 1024;
+  int64_t chunk_tokens = 0;    // rows per chunk; 0 = auto (loss_chunk_tokens)
 };
+
+// Rows of logits per loss chunk, decided here for every caller (the loss, `kdtrain
+// info`, `kdtrain bench`): `requested` when > 0. Auto (0): kHostChunk rows where
+// the backend's memory is host memory (free_bytes < 0); on a device the most of
+// kDeviceChunks (8192, then 4096) whose student and teacher (chunk, V) logits
+// (`buffers` of them, act_bytes each) fit in free_bytes, else the most multiple of
+// 256 rows that fits (at least 256). Never more than N; never B*T*V unless that
+// is what fits.
+constexpr int64_t kHostChunk = 1024;
+int64_t loss_chunk_tokens(int64_t requested, int64_t N, int64_t V, int64_t act_bytes,
+                          int64_t buffers, int64_t free_bytes);
 
 struct LossSums {
   double ce = 0.0;   // sum over tokens of per-token CE
@@ -68,16 +79,17 @@ class FusedLoss {
   LossSums run_chunks(Model& student, const TeacherChunkFn* teacher, const int32_t* targets,
                       const LossSettings& settings, float grad_scale, bool compute_grad,
                       const LogitsObserver& observer);
-  void reserve(int64_t chunk, int64_t V, int64_t N);
+  void reserve(int64_t chunk, int64_t V, int64_t N, bool teacher, bool observer);
   Backend& backend_;
   void* logits_ = nullptr;          // (chunk, V)
   void* teacher_logits_ = nullptr;  // (chunk, V)
   float* host_view_ = nullptr;      // (chunk, V) fp32 conversion buffer for observers
   int32_t* targets_ = nullptr;      // (N)
-  float* ce_ = nullptr;             // (N)
-  float* kd_ = nullptr;             // (N)
-  float* soft_ce_ = nullptr;        // (N)
+  float* ce_ = nullptr;             // (N), then kd (N), then soft-CE (N): one read
+  float* kd_ = nullptr;             // ce_ + N
+  float* soft_ce_ = nullptr;        // ce_ + 2N
   int64_t chunk_ = 0, V_ = 0, N_ = 0;
+  int64_t auto_chunk_ = 0;          // the auto chunk, decided at the first run
 };
 
 }  // namespace kdtrain

@@ -1,47 +1,89 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "backend/host_dtype.h"
 #include "core/error.h"
 #include "model/activations.h"
 #include "model/rope.h"
 
 namespace kdtrain {
 
+namespace {
+// The compute copy from host fp32 values: rounded on the host in slices (bounded
+// host memory, all threads) so only act_dtype bytes cross to the device.
+void upload_compute_copy(Backend& backend, void* weights, const std::vector<float>& host) {
+  const int64_t n = static_cast<int64_t>(host.size());
+  if (backend.act_dtype() == DType::f32) {
+    backend.to_device(weights, host.data(), n * sizeof(float));
+    return;
+  }
+  constexpr int64_t kSlice = int64_t(1) << 26;  // 64 Mi values = 128 MiB of bf16
+  std::vector<uint16_t> rounded(static_cast<size_t>(std::min(n, kSlice)));
+  for (int64_t start = 0; start < n; start += kSlice) {
+    const int64_t len = std::min(kSlice, n - start);
+    round_to_bf16(rounded.data(), host.data() + start, len);
+    backend.to_device(static_cast<uint16_t*>(weights) + start, rounded.data(),
+                      len * sizeof(uint16_t));
+  }
+}
+}  // namespace
+
 Model::Model(const ModelConfig& model, const AttentionConfig& attention, Backend& backend,
-             bool trainable)
+             ModelUse use)
     : model_(model), attention_(attention), features_(features_of(attention.variant)),
-      backend_(backend),
+      backend_(backend), use_(use),
       layout_(make_param_layout(model, attention)) {
   const size_t n = static_cast<size_t>(layout_.total);
-  master_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
-  if (trainable) grads_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
-  if (backend_.act_dtype() == DType::f32) {
-    weights_ = master_;
-  } else {
-    weights_ = backend_.alloc(n * dtype_size(backend_.act_dtype()));
-  }
   const int64_t LH = model_.num_hidden_layers * model_.num_attention_heads;
+  const bool fp32_compute = backend_.act_dtype() == DType::f32;
+  if (use_ == ModelUse::teacher && !fp32_compute) {
+    weights_ = backend_.alloc(n * dtype_size(backend_.act_dtype()));
+    side_ = static_cast<float*>(backend_.alloc(2 * LH * sizeof(float)));
+  } else {
+    master_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
+    weights_ = fp32_compute ? master_ : backend_.alloc(n * dtype_size(backend_.act_dtype()));
+  }
+  if (use_ == ModelUse::train) grads_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
   alpha_sums_ = static_cast<float*>(backend_.alloc(LH * sizeof(float)));
+  sinks_view_ = static_cast<float*>(backend_.alloc(LH * sizeof(float)));
+  if (features_.affine) alpha_ma_host_.assign(static_cast<size_t>(LH), 0.f);
 }
 
 Model::~Model() {
   if (arena_) backend_.release(arena_);
   if (weights_ != master_) backend_.release(weights_);
-  backend_.release(master_);
-  if (grads_) backend_.release(grads_);
-  backend_.release(alpha_sums_);
+  for (void* p : {static_cast<void*>(master_), static_cast<void*>(grads_),
+                  static_cast<void*>(side_), static_cast<void*>(alpha_sums_),
+                  static_cast<void*>(sinks_view_)})
+    if (p) backend_.release(p);
 }
 
 void Model::set_params(const std::vector<float>& host) {
   KD_CHECK(static_cast<int64_t>(host.size()) == layout_.total, "set_params: expected ",
            layout_.total, " values, got ", host.size());
-  backend_.to_device(master_, host.data(), host.size() * sizeof(float));
-  refresh_compute_weights();
+  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
+  for (int64_t l = 0; l < L && features_.affine; ++l)
+    std::copy_n(host.data() + layout_.layers[l].alpha_ma, H, alpha_ma_host_.data() + l * H);
+  if (master_) {
+    backend_.to_device(master_, host.data(), host.size() * sizeof(float));
+    refresh_compute_weights();
+    return;
+  }
+  // A teacher without master: round to the compute dtype on the host (half the
+  // bytes to move), and keep the fp32 sinks and alpha_ma in the side buffer.
+  upload_compute_copy(backend_, weights_, host);
+  for (int64_t l = 0; l < L; ++l) {
+    const LayerOffsets& o = layout_.layers[l];
+    if (o.sinks >= 0) backend_.to_device(side_ + l * H, host.data() + o.sinks, H * sizeof(float));
+  }
+  upload_alpha_ma();
 }
 
 std::vector<float> Model::get_params() {
+  KD_CHECK(master_ != nullptr, "get_params: a teacher model keeps no fp32 master weights");
   std::vector<float> host(layout_.total);
   backend_.to_host(host.data(), master_, host.size() * sizeof(float));
   return host;
@@ -55,12 +97,36 @@ std::vector<float> Model::get_grads() {
 }
 
 void Model::refresh_compute_weights() {
-  if (weights_ != master_) backend_.convert_from_f32(weights_, master_, layout_.total);
+  if (master_ && weights_ != master_) backend_.convert_from_f32(weights_, master_, layout_.total);
 }
 
 void Model::zero_grads() {
   KD_CHECK(grads_ != nullptr, "zero_grads: model was built without gradients");
   backend_.zero(grads_, layout_.total * sizeof(float));
+}
+
+const float* Model::layer_sinks(int64_t l) const {
+  const int64_t off = layout_.layers[l].sinks;
+  if (off < 0) return nullptr;
+  return master_ ? master_ + off : side_ + l * model_.num_attention_heads;
+}
+
+const float* Model::layer_alpha_ma(int64_t l) const {
+  const int64_t off = layout_.layers[l].alpha_ma;
+  if (off < 0) return nullptr;
+  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
+  return master_ ? master_ + off : side_ + L * H + l * H;
+}
+
+std::vector<float> Model::sinks() {
+  if (!features_.sink) return {};
+  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
+  // Gather on the device, then one read of L*H floats.
+  for (int64_t l = 0; l < L; ++l)
+    backend_.copy(sinks_view_ + l * H, layer_sinks(l), H * sizeof(float));
+  std::vector<float> host(static_cast<size_t>(L * H));
+  backend_.to_host(host.data(), sinks_view_, host.size() * sizeof(float));
+  return host;
 }
 
 void* Model::weight(int64_t offset) const {
@@ -75,9 +141,10 @@ void Model::ensure_activations(int64_t B, int64_t T) {
   acts_ = Activations{};
   acts_.B = B;
   acts_.T = T;
-  arena_bytes_ = lay_out_activations(acts_, nullptr, model_, features_, backend_.act_dtype());
+  const DType act = backend_.act_dtype();
+  arena_bytes_ = lay_out_activations(acts_, nullptr, model_, features_, act, use_);
   arena_ = backend_.alloc(arena_bytes_);
-  lay_out_activations(acts_, static_cast<char*>(arena_), model_, features_, backend_.act_dtype());
+  lay_out_activations(acts_, static_cast<char*>(arena_), model_, features_, act, use_);
 
   std::vector<float> cos, sin;
   rope_tables(model_, T, cos, sin);
@@ -103,28 +170,30 @@ void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool accumulate
   for (int64_t i = 0; i < N; ++i)
     KD_CHECK(tokens[i] >= 0 && tokens[i] < model_.vocab_size, "token id ", tokens[i],
              " at position ", i, " is outside the vocabulary (", model_.vocab_size, ")");
+  host_tokens_.assign(tokens, tokens + N);  // the embedding backward groups them on the host
   backend_.to_device(x.tokens, tokens, N * sizeof(int32_t));
   backend_.embedding_forward(x.resid[0], x.tokens, weight(layout_.embed), N, C);
-  for (int64_t l = 0; l < model_.num_hidden_layers; ++l) forward_layer(l, accumulate_alpha);
-  backend_.rmsnorm_forward(x.final_norm, x.final_rstd, x.resid[model_.num_hidden_layers],
-                           weight(layout_.final_norm), N, C,
+  // Layer l's input norm is fused into the residual add that ends layer l-1
+  // (and the final norm into the last one), so only layer 0's runs alone.
+  backend_.rmsnorm_forward(x.ln1[0], x.ln1_rstd[0], x.resid[0],
+                           weight(layout_.layers[0].input_norm), N, C,
                            static_cast<float>(model_.rms_norm_eps));
+  for (int64_t l = 0; l < model_.num_hidden_layers; ++l) forward_layer(l, accumulate_alpha);
   if (accumulate_alpha) alpha_tokens_ += N;
 }
 
 // The inputs forward and backward share: shape, variant, q/k/v and the variant's
-// sinks / alpha / alpha_ma of layer l (sinks and alpha_ma read from the fp32 master).
+// sinks / alpha / alpha_ma of layer l (fp32: the master, or a teacher's side buffer).
 template <typename Args>
 void Model::fill_attention_inputs(Args& args, int64_t l) const {
-  const LayerOffsets& o = layout_.layers[l];
   const int64_t D = model_.head_dim;
   args.shape = {B_, T_, model_.num_attention_heads, model_.num_key_value_heads, D};
   args.variant = attention_.variant;
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   args.qkv = acts_.qkv[l];
-  args.sinks = features_.sink ? master_ + o.sinks : nullptr;
+  args.sinks = layer_sinks(l);
   args.alpha = features_.affine ? acts_.alpha[l] : nullptr;
-  args.alpha_ma = features_.affine ? master_ + o.alpha_ma : nullptr;
+  args.alpha_ma = layer_alpha_ma(l);
 }
 
 void Model::forward_layer(int64_t l, bool accumulate_alpha) {
@@ -137,7 +206,6 @@ void Model::forward_layer(int64_t l, bool accumulate_alpha) {
   const AttentionFeatures f = features_;
   const float eps = static_cast<float>(m.rms_norm_eps);
 
-  backend_.rmsnorm_forward(x.ln1[l], x.ln1_rstd[l], x.resid[l], weight(o.input_norm), N, C, eps);
   backend_.matmul_forward(x.qkv[l], x.ln1[l], weight(o.qkv_weight), weight(o.qkv_bias), N, C, QKV);
   backend_.rope_forward(x.qkv[l], x.rope_cos, x.rope_sin, B, T, H + 2 * Hkv, H + Hkv, D);
   if (f.affine) {
@@ -158,13 +226,18 @@ void Model::forward_layer(int64_t l, bool accumulate_alpha) {
     y = x.att_gated[l];
   }
   backend_.matmul_forward(x.proj_out, y, weight(o.o_weight), nullptr, N, H * D, C);
-  backend_.add(x.resid_mid[l], x.resid[l], x.proj_out, N * C);
+  backend_.add_rmsnorm_forward(x.resid_mid[l], x.ln2[l], x.ln2_rstd[l], x.resid[l], x.proj_out,
+                               weight(o.post_norm), N, C, eps);
 
-  backend_.rmsnorm_forward(x.ln2[l], x.ln2_rstd[l], x.resid_mid[l], weight(o.post_norm), N, C, eps);
   backend_.matmul_forward(x.gate_up[l], x.ln2[l], weight(o.mlp_gate_weight), nullptr, N, C, 2 * F);
   backend_.swiglu_forward(x.swiglu[l], x.gate_up[l], N, F);
   backend_.matmul_forward(x.proj_out, x.swiglu[l], weight(o.mlp_down_weight), nullptr, N, F, C);
-  backend_.add(x.resid[l + 1], x.resid_mid[l], x.proj_out, N * C);
+  // The residual add, fused with the next layer's input norm (or the final norm).
+  const bool last = l + 1 == m.num_hidden_layers;
+  backend_.add_rmsnorm_forward(
+      x.resid[l + 1], last ? x.final_norm : x.ln1[l + 1], last ? x.final_rstd : x.ln1_rstd[l + 1],
+      x.resid_mid[l], x.proj_out,
+      weight(last ? layout_.final_norm : layout_.layers[l + 1].input_norm), N, C, eps);
 }
 
 void Model::head_logits(void* logits, int64_t start, int64_t n) {
@@ -176,6 +249,7 @@ void Model::head_logits(void* logits, int64_t start, int64_t n) {
 }
 
 void Model::head_backward(const void* dlogits, int64_t start, int64_t n) {
+  KD_CHECK(grads_ != nullptr, "head_backward: model was built without gradients");
   const int64_t C = model_.hidden_size;
   const size_t a = dtype_size(backend_.act_dtype());
   const char* h = static_cast<const char*>(acts_.final_norm) + start * C * a;
@@ -193,7 +267,7 @@ void Model::backward() {
   backend_.rmsnorm_backward(x.d_resid, grads_ + layout_.final_norm, x.d_final, x.resid[L],
                             weight(layout_.final_norm), x.final_rstd, N, C);
   for (int64_t l = L - 1; l >= 0; --l) backward_layer(l);
-  backend_.embedding_backward(grads_ + layout_.embed, x.d_resid, x.tokens, N, C,
+  backend_.embedding_backward(grads_ + layout_.embed, x.d_resid, host_tokens_.data(), N, C,
                               model_.vocab_size);
 }
 
@@ -264,22 +338,19 @@ std::vector<double> Model::take_alpha_sums(int64_t* tokens_counted) {
   return std::vector<double>(sums.begin(), sums.end());
 }
 
-std::vector<float> Model::alpha_ma() {
-  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
-  if (!features_.affine) return {};
-  std::vector<float> values(L * H);
-  for (int64_t l = 0; l < L; ++l)
-    backend_.to_host(values.data() + l * H, master_ + layout_.layers[l].alpha_ma, H * sizeof(float));
-  return values;
-}
-
 void Model::set_alpha_ma(const std::vector<float>& values) {
   const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
   KD_CHECK(features_.affine && static_cast<int64_t>(values.size()) == L * H,
            "set_alpha_ma: expected ", L * H, " values for an affine model");
-  for (int64_t l = 0; l < L; ++l)
-    backend_.to_device(master_ + layout_.layers[l].alpha_ma, values.data() + l * H, H * sizeof(float));
-  refresh_compute_weights();
+  alpha_ma_host_ = values;
+  upload_alpha_ma();
+}
+
+void Model::upload_alpha_ma() {
+  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
+  for (int64_t l = 0; l < L && features_.affine; ++l)
+    backend_.to_device(const_cast<float*>(layer_alpha_ma(l)), alpha_ma_host_.data() + l * H,
+                       H * sizeof(float));
 }
 
 // --- read-only views for analysis ---

@@ -1,10 +1,19 @@
 // The decoder (SPEC §1-2), written once against the Backend interface. The
 // same code runs on the CPU reference and on CUDA.
 //
-// Memory: three parameter-sized arenas (fp32 master weights, the compute copy
-// in the backend's activation dtype — the same memory as the master on the CPU —
-// and fp32 gradients) laid out by ParamLayout, plus one activation arena laid
-// out (model/activations.h) for the last (B, T) seen.
+// Memory, by use (ModelUse):
+// - train: three parameter-sized arenas (fp32 master weights, the compute copy in
+//   the backend's activation dtype — the same memory as the master on the CPU —
+//   and fp32 gradients) laid out by ParamLayout, plus one activation arena holding
+//   every layer's activations for the backward, laid out for the last (B, T);
+// - frozen: the same without gradients (evaluation, analysis: every layer's
+//   activations stay readable after the forward);
+// - teacher: forward only. The compute copy alone (no fp32 master where the
+//   compute dtype is narrower; the fp32 sinks and alpha_ma the attention reads
+//   live in a small side buffer), and one layer's activations reused by every
+//   layer, since no backward reads them.
+// The activation arena is laid out by model/activations.h, which also sizes it
+// without allocating (the memory plan of `kdtrain info`, model/memory_plan.h).
 //
 // A training micro-step is: forward(tokens) → the fused loss
 // (model/loss.h) calls head_logits()/head_backward() chunk by chunk, filling
@@ -23,9 +32,13 @@ namespace kdtrain {
 
 class Model {
  public:
-  // A model built with trainable=false (a teacher) has no gradient arena.
   Model(const ModelConfig& model, const AttentionConfig& attention, Backend& backend,
-        bool trainable = true);
+        ModelUse use = ModelUse::train);
+  // trainable=false is ModelUse::frozen.
+  Model(const ModelConfig& model, const AttentionConfig& attention, Backend& backend,
+        bool trainable)
+      : Model(model, attention, backend, trainable ? ModelUse::train : ModelUse::frozen) {}
+
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -36,15 +49,22 @@ class Model {
   const ParamLayout& layout() const { return layout_; }
   Backend& backend() { return backend_; }
 
-  float* master() { return master_; }  // (layout.total) fp32
+  ModelUse use() const { return use_; }
+  float* master() { return master_; }  // (layout.total) fp32; null for a bf16 teacher
   float* grads() { return grads_; }    // (layout.total) fp32; null unless trainable
   bool trainable() const { return grads_ != nullptr; }
   void* weights() { return weights_; } // (layout.total) compute copy
-  void set_params(const std::vector<float>& host);  // master and compute copy
+  void set_params(const std::vector<float>& host);  // master (if any) and compute copy
   std::vector<float> get_params();                   // master to host
   std::vector<float> get_grads();
   void refresh_compute_weights();  // compute copy from master (no-op on CPU)
   void zero_grads();
+  // Layer l's fp32 sinks (H) and alpha_ma (H) in backend memory; null when the
+  // variant has none.
+  const float* layer_sinks(int64_t l) const;
+  const float* layer_alpha_ma(int64_t l) const;
+  // Every layer's sinks (L*H) on the host: one small read, not the whole arena.
+  std::vector<float> sinks();
 
   // Runs the decoder on tokens (B, T) (host int32), keeping what backward needs.
   // With accumulate_alpha, adds the column sums of alpha per (layer, head) to
@@ -63,8 +83,11 @@ class Model {
   // Per (layer, head) sums of alpha and the token count since the last take;
   // empty unless the variant is affine.
   std::vector<double> take_alpha_sums(int64_t* tokens_counted);
-  // alpha_ma per (layer, head), read from / written to the master arena.
-  std::vector<float> alpha_ma();
+  // alpha_ma per (layer, head). The model keeps a host copy (alpha_ma is a buffer
+  // only set_params and set_alpha_ma change), so reading it costs no transfer and
+  // setting it uploads L*H floats without a wait and without touching the compute
+  // copy (the attention reads alpha_ma in fp32).
+  std::vector<float> alpha_ma() const { return alpha_ma_host_; }
   void set_alpha_ma(const std::vector<float>& values);
 
   // --- read-only views for analysis (src/eval/attention_analysis.h) ---
@@ -85,15 +108,22 @@ class Model {
   void fill_attention_inputs(Args& args, int64_t l) const;
   void backward_layer(int64_t l);
 
+  void upload_alpha_ma();
+
   ModelConfig model_;
   AttentionConfig attention_;
   AttentionFeatures features_;  // of attention_.variant, resolved once
   Backend& backend_;
+  ModelUse use_;
   ParamLayout layout_;
   float* master_ = nullptr;
   float* grads_ = nullptr;
   void* weights_ = nullptr;  // == master_ when act dtype is fp32
+  float* side_ = nullptr;    // teacher without master: sinks (L, H) then alpha_ma (L, H), fp32
   float* alpha_sums_ = nullptr;  // (L, H) fp32
+  float* sinks_view_ = nullptr;  // (L, H) fp32 gather buffer for sinks()
+  std::vector<float> alpha_ma_host_;  // (L*H) for affine variants
+  std::vector<int32_t> host_tokens_;  // (B*T) of the last forward
   int64_t alpha_tokens_ = 0;
   Activations acts_;          // pointers into arena_, laid out for (acts_.B, acts_.T)
   void* arena_ = nullptr;

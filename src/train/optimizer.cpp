@@ -16,7 +16,9 @@ AdamW::AdamW(Model& model, const OptimizerConfig& config, int64_t shard_begin, i
   for (const ParamSpec& spec : model.layout().specs) {
     if (!spec.trainable()) continue;
     const int64_t b = std::max(begin_, spec.offset), e = std::min(end_, spec.offset + spec.numel());
-    if (b < e) segments_.push_back({b, e, spec.decayed()});
+    if (b < e)
+      segments_.push_back({b - begin_, e - begin_,
+                           spec.decayed() ? static_cast<float>(config_.weight_decay) : 0.f});
   }
   const size_t bytes = static_cast<size_t>(end_ - begin_) * sizeof(float);
   Backend& backend = model.backend();
@@ -29,34 +31,32 @@ AdamW::~AdamW() {
   model_.backend().release(v_);
 }
 
+// One reduction over the whole shard (one host read): the gradients of buffers
+// (alpha_ma) are never written, so they add exact zeros.
 double AdamW::grad_sum_squares() {
-  double sum = 0.0;
-  for (const Segment& s : segments_)
-    sum += model_.backend().sum_squares(model_.grads() + s.begin, s.end - s.begin);
-  return sum;
+  return model_.backend().sum_squares(model_.grads() + begin_, end_ - begin_);
 }
 
 void AdamW::step(float lr, float clip) {
   ++step_;
   Backend& backend = model_.backend();
   const size_t act = dtype_size(backend.act_dtype());
-  for (const Segment& s : segments_) {
-    AdamWArgs a;
-    a.master = model_.master() + s.begin;
-    a.compute = static_cast<char*>(model_.weights()) + s.begin * act;
-    a.grad = model_.grads() + s.begin;
-    a.m = m_ + (s.begin - begin_);
-    a.v = v_ + (s.begin - begin_);
-    a.n = s.end - s.begin;
-    a.lr = lr;
-    a.beta1 = static_cast<float>(config_.beta1);
-    a.beta2 = static_cast<float>(config_.beta2);
-    a.eps = static_cast<float>(config_.eps);
-    a.weight_decay = s.decay ? static_cast<float>(config_.weight_decay) : 0.f;
-    a.grad_scale = clip;
-    a.step = step_;
-    backend.adamw_update(a);
-  }
+  AdamWArgs a;  // the shard's arrays; segments relative to its start, one call
+  a.master = model_.master() + begin_;
+  a.compute = static_cast<char*>(model_.weights()) + begin_ * act;
+  a.grad = model_.grads() + begin_;
+  a.m = m_;
+  a.v = v_;
+  a.n = end_ - begin_;
+  a.lr = lr;
+  a.beta1 = static_cast<float>(config_.beta1);
+  a.beta2 = static_cast<float>(config_.beta2);
+  a.eps = static_cast<float>(config_.eps);
+  a.grad_scale = clip;
+  a.step = step_;
+  a.segments = segments_.data();
+  a.num_segments = static_cast<int64_t>(segments_.size());
+  backend.adamw_update(a);
 }
 
 std::vector<float> AdamW::first_moment() {

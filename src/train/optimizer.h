@@ -3,6 +3,8 @@
 // not to norms, biases, sinks; alpha_ma is a buffer and never updated here.
 // The optimizer owns the elements [shard_begin, shard_end) of the arena, so
 // data-parallel ZeRO-1 gives each rank a slice and its moments only for that slice.
+// Per step it costs two backend calls: one sum of squares over the shard (one
+// device reduction, one host read) and one multi-tensor AdamW over its segments.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -34,14 +36,10 @@ class AdamW {
   void set_state(const std::vector<float>& m, const std::vector<float>& v, int64_t steps);
 
  private:
-  struct Segment {
-    int64_t begin, end;  // arena offsets within the shard
-    bool decay;
-  };
   Model& model_;
   OptimizerConfig config_;
   int64_t begin_, end_;
-  std::vector<Segment> segments_;
+  std::vector<ParamSegment> segments_;  // trainable ranges, relative to begin_, sorted
   float* m_ = nullptr;  // (end - begin)
   float* v_ = nullptr;
   int64_t step_ = 0;

@@ -140,7 +140,8 @@ class Trainer {
       KD_CHECK(teacher.model.vocab_size == m.vocab_size, "kd.teacher: ", config_.kd.teacher,
                " has vocab_size ", teacher.model.vocab_size, " but the student has ",
                m.vocab_size, "; student and teacher must share the vocabulary");
-      teacher_ = std::make_unique<Model>(teacher.model, teacher.attention, *backend_, false);
+      teacher_ = std::make_unique<Model>(teacher.model, teacher.attention, *backend_,
+                                         ModelUse::teacher);
       teacher_->set_params(teacher.params);
     }
     // A cached teacher (kd.teacher_cache) replaces the online one.
@@ -381,12 +382,10 @@ class Trainer {
       rec["alpha_ma"] = ma_json;
     }
     if (student_->features().sink) {
-      std::vector<float> params = student_->get_params();
+      const std::vector<float> all = student_->sinks();  // L*H floats, not the whole arena
       nlohmann::json sinks = nlohmann::json::array();
-      for (int64_t l = 0; l < L; ++l) {
-        const int64_t off = student_->layout().layers[l].sinks;
-        sinks.push_back(std::vector<float>(params.begin() + off, params.begin() + off + H));
-      }
+      for (int64_t l = 0; l < L; ++l)
+        sinks.push_back(std::vector<float>(all.begin() + l * H, all.begin() + (l + 1) * H));
       rec["sinks"] = sinks;
     }
     return rec;

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/backend_stats.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_checks.h"
 #include "core/error.h"
 
 namespace kdtrain {
@@ -23,18 +24,7 @@ constexpr size_t kAlignment = 256;
 float* F(void* p) { return static_cast<float*>(p); }
 const float* F(const void* p) { return static_cast<const float*>(p); }
 
-cpu::AttnDims dims_of(const AttentionShape& s) {
-  KD_CHECK(s.Hkv > 0 && s.H % s.Hkv == 0, "attention: n_kv_heads (", s.Hkv,
-           ") must divide n_heads (", s.H, ")");
-  return cpu::AttnDims{s.B, s.T, s.H, s.Hkv, s.D};
-}
-
-void check_variant_inputs(AttentionVariant v, const float* sinks, const void* alpha,
-                          const float* alpha_ma) {
-  KD_CHECK(!has_sink(v) || sinks != nullptr, "attention (sink): sinks must be given");
-  KD_CHECK(!has_affine(v) || (alpha != nullptr && alpha_ma != nullptr),
-           "attention (affine variants): alpha and alpha_ma must be given");
-}
+cpu::AttnDims dims_of(const AttentionShape& s) { return cpu::AttnDims{s.B, s.T, s.H, s.Hkv, s.D}; }
 
 class CpuBackend final : public Backend {
  public:
@@ -50,6 +40,7 @@ class CpuBackend final : public Backend {
     const size_t rounded = ((bytes + kAlignment - 1) / kAlignment) * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
     KD_CHECK(p != nullptr, "cpu backend: out of memory allocating ", bytes, " bytes");
+    ++counters_.allocs;
     std::memset(p, 0, rounded == 0 ? kAlignment : rounded);
     memory_.on_alloc(p, rounded == 0 ? kAlignment : rounded);
     return p;
@@ -62,9 +53,13 @@ class CpuBackend final : public Backend {
     if (bytes > 0) std::memset(ptr, 0, bytes);
   }
   void to_host(void* host, const void* device, size_t bytes) override {
+    ++counters_.to_host_calls;
+    counters_.to_host_bytes += static_cast<int64_t>(bytes);
     if (bytes > 0) std::memcpy(host, device, bytes);
   }
   void to_device(void* device, const void* host, size_t bytes) override {
+    ++counters_.to_device_calls;
+    counters_.to_device_bytes += static_cast<int64_t>(bytes);
     if (bytes > 0) std::memcpy(device, host, bytes);
   }
   void copy(void* dst, const void* src, size_t bytes) override {
@@ -80,56 +75,63 @@ class CpuBackend final : public Backend {
 
   void embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N,
                          int64_t C) override {
+    op_checks::embedding_forward(out, tokens, wte, N, C);
     cpu::embedding_forward(F(out), tokens, F(wte), N, C);
   }
   void embedding_backward(float* dwte, const void* dout, const int32_t* tokens, int64_t N,
                           int64_t C, int64_t V) override {
+    op_checks::embedding_backward(dwte, dout, tokens, N, C, V);
     cpu::embedding_backward(dwte, F(dout), tokens, N, C, V);
   }
 
   void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N,
                        int64_t C, float eps) override {
+    op_checks::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
     cpu::rmsnorm_forward(F(out), rstd, F(inp), F(weight), N, C, eps);
+  }
+  void add_rmsnorm_forward(void* sum_out, void* out, float* rstd, const void* a, const void* b,
+                           const void* weight, int64_t N, int64_t C, float eps) override {
+    op_checks::add_rmsnorm_forward(sum_out, out, rstd, a, b, weight, N, C, eps);
+    cpu::add_rmsnorm_forward(F(sum_out), F(out), rstd, F(a), F(b), F(weight), N, C, eps);
   }
   void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                         const void* weight, const float* rstd, int64_t N, int64_t C) override {
+    op_checks::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
     cpu::rmsnorm_backward(F(dinp), dweight, F(dout), F(inp), F(weight), rstd, N, C);
   }
 
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
                       int64_t N, int64_t IC, int64_t OC) override {
+    op_checks::matmul_forward(out, inp, weight, N, IC, OC);
     cpu::matmul_forward(F(out), F(inp), F(weight), F(bias), N, IC, OC);
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                        const void* inp, const void* weight, int64_t N, int64_t IC, int64_t OC,
                        bool accumulate_dinp) override {
+    op_checks::matmul_backward(dout, inp, weight, N, IC, OC);
     cpu::matmul_backward(F(dinp), dweight, dbias, F(dout), F(inp), F(weight), N, IC, OC,
                          accumulate_dinp);
   }
 
   void rope_forward(void* x, const float* cos, const float* sin, int64_t B, int64_t T,
                     int64_t n_heads, int64_t n_rot, int64_t D) override {
-    KD_CHECK(D % 2 == 0 && n_rot <= n_heads, "rope: head dim ", D, " must be even and n_rot ",
-             n_rot, " <= n_heads ", n_heads);
+    op_checks::rope("rope_forward", x, cos, sin, B, T, n_heads, n_rot, D);
     cpu::rope_forward(F(x), cos, sin, B, T, n_heads, n_rot, D);
   }
   void rope_backward(void* dx, const float* cos, const float* sin, int64_t B, int64_t T,
                      int64_t n_heads, int64_t n_rot, int64_t D) override {
-    KD_CHECK(D % 2 == 0 && n_rot <= n_heads, "rope: head dim ", D, " must be even and n_rot ",
-             n_rot, " <= n_heads ", n_heads);
+    op_checks::rope("rope_backward", dx, cos, sin, B, T, n_heads, n_rot, D);
     cpu::rope_backward(F(dx), cos, sin, B, T, n_heads, n_rot, D);
   }
 
   void attention_forward(const AttentionForwardArgs& a) override {
-    check_variant_inputs(a.variant, a.sinks, a.alpha, a.alpha_ma);
+    op_checks::attention_forward(a);
     cpu::attention_forward(F(a.out), a.lse, F(a.qkv), a.sinks, F(a.alpha), a.alpha_ma,
                            dims_of(a.shape), a.scale, a.variant);
     paths_.record(a.shape, a.variant, false, kAttentionPath, "");
   }
   void attention_backward(const AttentionBackwardArgs& a) override {
-    check_variant_inputs(a.variant, a.sinks, a.alpha, a.alpha_ma);
-    KD_CHECK(!has_affine(a.variant) || a.dalpha != nullptr,
-             "attention backward (affine): dalpha must be given");
+    op_checks::attention_backward(a);
     cpu::attention_backward(F(a.dqkv), a.dsinks, F(a.dalpha), F(a.dout), F(a.qkv), a.lse,
                             a.sinks, F(a.alpha), a.alpha_ma, dims_of(a.shape), a.scale,
                             a.variant);
@@ -138,48 +140,72 @@ class CpuBackend final : public Backend {
 
   void alpha_activation_forward(void* alpha, const void* z, int64_t n,
                                 AlphaActivation act) override {
+    op_checks::elementwise("alpha_activation_forward", n, {alpha, z});
     cpu::alpha_activation_forward(F(alpha), F(z), n, act);
   }
   void alpha_activation_backward(void* dz, const void* dalpha, const void* z, int64_t n,
                                  AlphaActivation act) override {
+    op_checks::elementwise("alpha_activation_backward", n, {dz, dalpha, z});
     cpu::alpha_activation_backward(F(dz), F(dalpha), F(z), n, act);
   }
   void column_sum_accumulate(float* sums, const void* x, int64_t N, int64_t H) override {
+    op_checks::column_sum(sums, x, N, H);
     cpu::column_sum_accumulate(sums, F(x), N, H);
   }
 
   void sigmoid_gate_forward(void* out, const void* inp, const void* gate, int64_t n) override {
+    op_checks::elementwise("sigmoid_gate_forward", n, {out, inp, gate});
     cpu::sigmoid_gate_forward(F(out), F(inp), F(gate), n);
   }
   void sigmoid_gate_backward(void* dinp, void* dgate, const void* dout, const void* inp,
                              const void* gate, int64_t n) override {
+    op_checks::elementwise("sigmoid_gate_backward", n, {dinp, dgate, dout, inp, gate});
     cpu::sigmoid_gate_backward(F(dinp), F(dgate), F(dout), F(inp), F(gate), n);
   }
 
   void swiglu_forward(void* out, const void* gate_up, int64_t N, int64_t F_) override {
+    op_checks::swiglu("swiglu_forward", N, F_, {out, gate_up});
     cpu::swiglu_forward(F(out), F(gate_up), N, F_);
   }
   void swiglu_backward(void* dgate_up, const void* dout, const void* gate_up, int64_t N,
                        int64_t F_) override {
+    op_checks::swiglu("swiglu_backward", N, F_, {dgate_up, dout, gate_up});
     cpu::swiglu_backward(F(dgate_up), F(dout), F(gate_up), N, F_);
   }
 
   void add(void* out, const void* a, const void* b, int64_t n) override {
+    op_checks::elementwise("add", n, {out, a, b});
     cpu::add(F(out), F(a), F(b), n);
   }
   void accumulate(void* dst, const void* src, int64_t n) override {
+    op_checks::elementwise("accumulate", n, {dst, src});
     cpu::accumulate(F(dst), F(src), n);
   }
 
   void loss_chunk(const LossChunkArgs& a) override {
+    op_checks::loss_chunk(a);
     cpu::loss_chunk(F(a.logits), F(a.teacher_logits), a.targets, a.ce, a.kd, a.n, a.V,
                     a.kd_loss, a.temperature, a.kd_weight, a.grad_scale, a.compute_grad, a.soft_ce);
   }
 
-  double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
+  double sum_squares(const float* x, int64_t n) override {
+    op_checks::sum_squares(x, n);
+    return cpu::sum_squares(x, n);
+  }
   void adamw_update(const AdamWArgs& a) override {
-    cpu::adamw_update(a.master, F(a.compute), a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2,
-                      a.eps, a.weight_decay, a.grad_scale, a.step);
+    op_checks::adamw(a);
+    if (a.segments == nullptr) {
+      cpu::adamw_update(a.master, F(a.compute), a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2,
+                        a.eps, a.weight_decay, a.grad_scale, a.step);
+      return;
+    }
+    for (int64_t i = 0; i < a.num_segments; ++i) {
+      const int64_t b = a.segments[i].begin;
+      float* compute = a.compute ? F(a.compute) + b : nullptr;
+      cpu::adamw_update(a.master + b, compute, a.grad + b, a.m + b, a.v + b,
+                        a.segments[i].end - b, a.lr, a.beta1, a.beta2, a.eps,
+                        a.segments[i].weight_decay, a.grad_scale, a.step);
+    }
   }
 
   std::vector<AttentionPathUse> attention_paths() const override { return paths_.uses(); }

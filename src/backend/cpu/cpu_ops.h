@@ -37,6 +37,16 @@ void rmsnorm_forward(T* out,           // (N, C)
                      const T* inp,     // (N, C)
                      const T* weight,  // (C)
                      int64_t N, int64_t C, T eps);
+// sum_out = a + b, then rmsnorm_forward(out, rstd, sum_out): the residual add
+// fused with the next norm. sum_out may alias a or b.
+template <typename T>
+void add_rmsnorm_forward(T* sum_out,      // (N, C)
+                         T* out,          // (N, C)
+                         T* rstd,         // (N)
+                         const T* a,      // (N, C)
+                         const T* b,      // (N, C)
+                         const T* weight, // (C)
+                         int64_t N, int64_t C, T eps);
 template <typename T>
 void rmsnorm_backward(T* dinp,          // (N, C), accumulated
                       T* dweight,       // (C), accumulated

@@ -17,18 +17,33 @@ namespace {
 constexpr int64_t kColumnBlock = 64;
 }
 
+namespace {
+// One row of the forward: rstd and out from x.
+template <typename T>
+void normalize_row(T* o, T* rstd, const T* x, const T* weight, int64_t C, T eps) {
+  double ss = 0.0;
+  for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(x[c]) * x[c];
+  const T r = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
+  *rstd = r;
+  for (int64_t c = 0; c < C; ++c) o[c] = x[c] * r * weight[c];
+}
+}  // namespace
+
 template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C,
                      T eps) {
 #pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) normalize_row(out + n * C, rstd + n, inp + n * C, weight, C, eps);
+}
+
+template <typename T>
+void add_rmsnorm_forward(T* sum_out, T* out, T* rstd, const T* a, const T* b, const T* weight,
+                         int64_t N, int64_t C, T eps) {
+#pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const T* x = inp + n * C;
-    double ss = 0.0;
-    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(x[c]) * x[c];
-    const T r = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
-    rstd[n] = r;
-    T* o = out + n * C;
-    for (int64_t c = 0; c < C; ++c) o[c] = x[c] * r * weight[c];
+    T* s = sum_out + n * C;
+    for (int64_t c = 0; c < C; ++c) s[c] = a[n * C + c] + b[n * C + c];
+    normalize_row(out + n * C, rstd + n, s, weight, C, eps);
   }
 }
 
@@ -68,6 +83,10 @@ template void rmsnorm_forward<float>(float*, float*, const float*, const float*,
                                      float);
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t,
                                       int64_t, double);
+template void add_rmsnorm_forward<float>(float*, float*, float*, const float*, const float*,
+                                         const float*, int64_t, int64_t, float);
+template void add_rmsnorm_forward<double>(double*, double*, double*, const double*,
+                                          const double*, const double*, int64_t, int64_t, double);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*,
                                       const float*, int64_t, int64_t);
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*,
