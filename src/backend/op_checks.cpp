@@ -80,28 +80,29 @@ void rmsnorm_backward(const void* dinp, const float* dweight, const void* dout, 
   given(op, "rstd", rstd);
 }
 
-void matmul_forward(const void* out, const void* inp, const void* weight, int64_t N, int64_t IC,
-                    int64_t OC) {
-  const char* op = "matmul_forward";
+namespace {
+struct Named {
+  const char* name;
+  const void* ptr;
+};
+void matmul_common(const char* op, int64_t N, int64_t IC, int64_t OC,
+                   std::initializer_list<Named> required) {
   non_negative(op, "N", N);
   positive(op, "IC", IC);
   positive(op, "OC", OC);
   if (N == 0) return;
-  given(op, "out", out);
-  given(op, "inp", inp);
-  given(op, "weight", weight);
+  for (const Named& n : required) given(op, n.name, n.ptr);
+}
+}  // namespace
+
+void matmul_forward(const void* out, const void* inp, const void* weight, int64_t N, int64_t IC,
+                    int64_t OC) {
+  matmul_common("matmul_forward", N, IC, OC, {{"out", out}, {"inp", inp}, {"weight", weight}});
 }
 
 void matmul_backward(const void* dout, const void* inp, const void* weight, int64_t N, int64_t IC,
                      int64_t OC) {
-  const char* op = "matmul_backward";
-  non_negative(op, "N", N);
-  positive(op, "IC", IC);
-  positive(op, "OC", OC);
-  if (N == 0) return;
-  given(op, "dout", dout);
-  given(op, "inp", inp);
-  given(op, "weight", weight);
+  matmul_common("matmul_backward", N, IC, OC, {{"dout", dout}, {"inp", inp}, {"weight", weight}});
 }
 
 void rope(const char* op, const void* x, const float* cos, const float* sin, int64_t B, int64_t T,
