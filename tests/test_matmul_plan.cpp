@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <unordered_set>
+#include <vector>
 
 #include "matmul_plan.h"
 

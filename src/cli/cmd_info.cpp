@@ -59,7 +59,7 @@ nlohmann::json activation_buffers_json(const ActivationPlan& plan) {
 // Training memory on the CUDA layout (bytes): bf16 weights beside the fp32 master
 // and gradients, AdamW's two fp32 moments, the activation arena exactly as the
 // model lays it out for (B, T) (model/activations.h), and the fused loss, which
-// holds one chunk of min(kd.chunk_tokens, N) rows of fp32 logits for the student
+// holds one chunk of min(loss_chunk_tokens(...), N) rows of fp32 logits for the student
 // (overwritten by their gradient) and one for the teacher.
 struct MemoryEstimate {
   double params_bf16 = 0, master_fp32 = 0, grads_fp32 = 0, adamw = 0;
@@ -68,7 +68,7 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate estimate_memory(const Config& c, const ActivationPlan& plan, int64_t trainable,
-                               int64_t B, int64_t T) {
+                               int64_t B, int64_t T, int64_t loss_rows) {
   MemoryEstimate e;
   e.params_bf16 = 2.0 * double(trainable);
   e.master_fp32 = 4.0 * double(trainable);
@@ -76,7 +76,7 @@ MemoryEstimate estimate_memory(const Config& c, const ActivationPlan& plan, int6
   e.adamw = 8.0 * double(trainable);
   e.activations_per_layer = double(plan.per_layer_bytes);
   e.activations = double(plan.total_bytes);
-  const double rows = std::min(double(c.kd.chunk_tokens), double(B) * double(T));
+  const double rows = std::min(double(loss_rows), double(B) * double(T));
   e.loss_chunk = 2.0 * rows * double(c.model.vocab_size) * 4.0;
   return e;
 }
@@ -176,9 +176,10 @@ void run_info(const InfoOptions& o) {
   const ParamBreakdown base = count_params(make_param_layout(c.model, base_attention));
   const int64_t delta = p.total - base.total;
   KD_CHECK(o.world_size >= 1, "--world-size must be >= 1, got ", o.world_size);
-  const ActivationPlan plan =
-      plan_activations(c.model, features_of(c.attention.variant), DType::bf16, ModelUse::train, B, T);
-  MemoryEstimate mem = estimate_memory(c, plan, p.total, B, T);
+  const ActivationPlan plan = plan_activations(c.model, features_of(c.attention.variant),
+                                               DType::bf16, ModelUse::train, B, T);
+  const MemoryPlan budget = device_budget(o, c, B, T);
+  MemoryEstimate mem = estimate_memory(c, plan, p.total, B, T, budget.loss_chunk_rows);
   // ZeRO-1 (dist.zero1): each rank keeps the moments of its arena shard only;
   // weights, master copy and gradients stay whole on every rank.
   const bool zero1 = c.dist.zero1 && o.world_size > 1;
@@ -191,7 +192,6 @@ void run_info(const InfoOptions& o) {
   }
   const std::string name =
       !o.checkpoint.empty() ? o.checkpoint : c.model.preset.empty() ? "(custom)" : c.model.preset;
-  const MemoryPlan budget = device_budget(o, c, B, T);
 
   if (o.json) {
     nlohmann::json j;
@@ -306,7 +306,7 @@ void run_info(const InfoOptions& o) {
   std::printf("device memory budget per GPU (CUDA layout, the model's own allocation plan; "
               "%.0f GiB device), GiB\n", o.device_gib);
   auto brow = [&](const char* label, int64_t bytes) {
-    std::printf("  %-44s %9.2f\n", label, double(bytes) / gib);
+    std::printf("  %-52s %9.2f\n", label, double(bytes) / gib);
   };
   brow("student weights (bf16 compute copy)", budget.student_compute);
   brow("student master weights (fp32)", budget.student_master);
