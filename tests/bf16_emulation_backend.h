@@ -50,6 +50,12 @@ class Bf16EmulationBackend final : public Backend {
     cpu_->rmsnorm_forward(out, rstd, in, w, N, C, eps);
     round(out, N * C);
   }
+  // As the CUDA kernel: the sum rounded to bf16 once, the norm of the rounded sum.
+  void add_rmsnorm_forward(void* sum, void* out, float* rstd, const void* a, const void* b,
+                           const void* w, int64_t N, int64_t C, float eps) override {
+    add(sum, a, b, N * C);
+    rmsnorm_forward(out, rstd, sum, w, N, C, eps);
+  }
   void rmsnorm_backward(void* din, float* dw, const void* d, const void* in, const void* w,
                         const float* rstd, int64_t N, int64_t C) override {
     cpu_->rmsnorm_backward(din, dw, d, in, w, rstd, N, C);
