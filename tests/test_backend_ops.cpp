@@ -242,14 +242,21 @@ std::vector<OpCase> cases() {
                  r.be().embedding_forward(r.out_act("out", N * C), r.i32(ids(N, 3, V)),
                                           r.act(values(V * C, 4)), N, C);
                }});
-  c.push_back({"embedding_backward", "N=33 C=70 V=37, repeated ids", [=](OpRun& r) {
+  c.push_back({"embedding_backward", "N=33 C=70 V=37, repeated ids (host ids)", [=](OpRun& r) {
+                 const std::vector<int32_t> tokens = ids(N, 7, 5);  // read on the host
                  r.be().embedding_backward(r.out_f32("dwte", V * C, values(V * C, 5)),
-                                           r.act(values(N * C, 6)), r.i32(ids(N, 7, 5)), N, C, V);
+                                           r.act(values(N * C, 6)), tokens.data(), N, C, V);
                }});
   c.push_back({"rmsnorm_forward", "N=33 C=70", [=](OpRun& r) {
                  r.be().rmsnorm_forward(r.out_act("out", N * C), r.out_f32("rstd", N),
                                         r.act(values(N * C, 8)), r.act(values(C, 9, 0.2f, 1.f)), N, C,
                                         1e-5f);
+               }});
+  c.push_back({"add_rmsnorm_forward", "N=33 C=70, sum aliases a", [=](OpRun& r) {
+                 void* a = r.out_act("sum", N * C, values(N * C, 8));
+                 r.be().add_rmsnorm_forward(a, r.out_act("out", N * C), r.out_f32("rstd", N), a,
+                                            r.act(values(N * C, 40)), r.act(values(C, 9, 0.2f, 1.f)),
+                                            N, C, 1e-5f);
                }});
   c.push_back({"rmsnorm_backward", "N=33 C=70, dinp accumulated", [=](OpRun& r) {
                  const void* inp = r.act(values(N * C, 8));
@@ -348,6 +355,20 @@ std::vector<OpCase> cases() {
                    r.be().adamw_update(a);
                  }
                }});
+  c.push_back({"adamw_update", "n=1025, segments with their own decay, a gap left alone", [=](OpRun& r) {
+                 const ParamSegment segments[] = {{0, 300, 0.1f}, {300, 700, 0.f}, {900, n, 0.05f}};
+                 AdamWArgs a;
+                 a.master = r.out_f32("master", n, random_values(n, 44, 0.f, 0.5f, false));
+                 a.compute = r.out_act("compute", n);
+                 a.m = r.out_f32("m", n);
+                 a.v = r.out_f32("v", n);
+                 a.n = n;
+                 a.lr = 1e-3f;
+                 a.grad = r.f32(random_values(n, 45, 0.f, 1.f, false));
+                 a.segments = segments;
+                 a.num_segments = 3;
+                 r.be().adamw_update(a);
+               }});
   return c;
 }
 
@@ -355,7 +376,7 @@ std::vector<OpCase> cases() {
 // them) and reporting.
 const std::set<std::string> kNotOps = {"name",      "act_dtype", "alloc",           "release",
                                        "zero",      "to_host",   "to_device",       "copy",
-                                       "synchronize", "attention_paths", "memory_stats"};
+                                       "synchronize", "attention_paths", "memory_stats", "free_device_bytes"};
 
 // The virtual methods of class Backend, read from its header.
 std::set<std::string> backend_methods() {
