@@ -85,7 +85,14 @@ TEST_CASE("checkpoint: config.json and weights round trip", "[checkpoint]") {
   REQUIRE(loaded == arena);
 
   nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
-  REQUIRE(config["architectures"] == nlohmann::json::array({"LlamaForCausalLM"}));
+  // A variant is not a stock LLaMA: transformers must refuse it without trust_remote_code,
+  // and with it find the modeling code beside the weights.
+  REQUIRE(config["architectures"] == nlohmann::json::array({"KdtrainForCausalLM"}));
+  REQUIRE(config["model_type"] == "kdtrain");
+  REQUIRE(config["base_model_type"] == "llama");
+  REQUIRE(config["auto_map"]["AutoModelForCausalLM"] == "modeling_kdtrain.KdtrainForCausalLM");
+  REQUIRE(fs::exists(fs::path(dir) / "modeling_kdtrain.py"));
+  REQUIRE(fs::exists(fs::path(dir) / "configuration_kdtrain.py"));
   REQUIRE(config["rope_scaling"]["rope_type"] == "llama3");
   REQUIRE(config["attention_variant"] == "affine");
 
@@ -96,6 +103,9 @@ TEST_CASE("checkpoint: config.json and weights round trip", "[checkpoint]") {
   write_model_checkpoint(dir, m, a, make_param_layout(m, a), arena.data());
   config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
   REQUIRE(config["architectures"] == nlohmann::json::array({"Qwen2ForCausalLM"}));
+  REQUIRE(config["model_type"] == "qwen2");
+  REQUIRE_FALSE(config.contains("auto_map"));
+  REQUIRE_FALSE(fs::exists(fs::path(dir) / "modeling_kdtrain.py"));
   REQUIRE(config["rope_scaling"].is_null());
   REQUIRE(std::distance(fs::directory_iterator(tmp.path), fs::directory_iterator()) == 1);
 }

@@ -41,7 +41,7 @@ class KdtrainConfig(PretrainedConfig):
         alpha_activation="linear_clip",
         alpha_momentum=0.9,
         base_model_type="llama",
-        use_cache=False,
+        use_cache=True,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -65,8 +65,7 @@ class KdtrainConfig(PretrainedConfig):
         self.alpha_activation = alpha_activation
         self.alpha_momentum = alpha_momentum
         self.base_model_type = base_model_type
-        # There is no KV cache: every forward sees the whole sequence.
-        self.use_cache = False
+        self.use_cache = use_cache
         self._check()
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 

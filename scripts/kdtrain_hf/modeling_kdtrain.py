@@ -19,10 +19,19 @@ saved (evaluation).
 
 Numerics: rotary tables in float64 rounded to the model dtype; attention
 (torch's scaled_dot_product_attention) and the affine mix in float32 (float64
-for a float64 model); the rest in the model dtype. There is no KV cache: each call runs the whole sequence, which is
-what log-likelihood scoring (lm-eval-harness) needs; `generate` works by
-re-running the prefix. A 2-D attention_mask of 0/1 removes padded keys from the
-softmax, from the prefix sum and from N_i.
+for a float64 model); the rest in the model dtype. A 2-D attention_mask of 0/1 removes padded keys
+from the softmax, from the prefix sum and from N_i.
+
+KV cache: with use_cache (the default) a forward returns a transformers
+DynamicCache holding each layer's rotated keys and values, and a later forward
+given it as past_key_values runs only the new tokens, at positions past + t;
+so generate() costs one new token per step. Queries attend to every cached key
+(the sink adds its denominator term as without the cache), and the affine
+prefix sum and N_i run over the cached values too. The logits equal those of a
+full forward over the whole sequence (scripts/tests/test_hf_modeling.py checks
+it stepwise for every variant). Positions are position_ids when given, else
+past + t; generate() derives them from the attention mask as transformers'
+LLaMA does.
 """
 import math
 from typing import Optional, Tuple, Union
@@ -30,6 +39,7 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import PreTrainedModel
 
@@ -150,32 +160,41 @@ class KdtrainAttention(nn.Module):
         if self.has_gate:
             self.gate_proj = nn.Linear(C, H * D, bias=False)
 
-    def _softmax_pv(self, q, k, v, key_valid):
+    def _softmax_pv(self, q, k, v, key_valid, past):
         """P V for causal attention (plus the sink in the denominator), through
-        torch's scaled_dot_product_attention, which keeps no (T, T) scores on its
-        fused paths (the plain causal case takes no mask at all). The sink is one
-        extra key whose score is s_h (an additive mask column) and whose value is
-        0: it adds e^{s_h} to the denominator and nothing to the sum."""
+        torch's scaled_dot_product_attention, which keeps no (T, S) scores on its
+        fused paths (the plain causal case takes no mask at all). Query t sits at
+        position past + t and sees keys 0 .. past + t of the S = past + T keys.
+        The sink is one extra key whose score is s_h (an additive mask column)
+        and whose value is 0: it adds e^{s_h} to the denominator and nothing to
+        the sum."""
         B, H, T, D = q.shape
-        if not self.has_sink and key_valid is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
-        visible = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()[None, None]
+        S = k.shape[2]
+        if not self.has_sink and key_valid is None and (past == 0 or T == 1):
+            # One new query sees every key; a whole sequence is plain causal.
+            return F.scaled_dot_product_attention(q, k, v, is_causal=past == 0 and T > 1, scale=self.scale)
+        query_pos = torch.arange(past, S, device=q.device)[:, None]
+        key_pos = torch.arange(S, device=q.device)[None, :]
+        visible = (key_pos <= query_pos)[None, None]  # (1, 1, T, S)
         if key_valid is not None:
             # Padded keys are invisible; a query always sees itself so no row is empty.
-            eye = torch.eye(T, dtype=torch.bool, device=q.device)
-            visible = (visible & key_valid[:, None, None, :]) | eye
+            itself = key_pos == query_pos
+            visible = (visible & key_valid[:, None, None, :]) | itself
         if not self.has_sink:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=self.scale)
         rows = visible.shape[0]
         bias = torch.zeros(visible.shape, dtype=q.dtype, device=q.device).masked_fill(~visible, float("-inf"))
         sink = self.sinks.to(q.dtype).view(1, H, 1, 1).expand(rows, H, T, 1)
-        bias = torch.cat((bias.expand(rows, H, T, T), sink), dim=-1)  # (B or 1, H, T, T + 1)
+        bias = torch.cat((bias.expand(rows, H, T, S), sink), dim=-1)  # (B or 1, H, T, S + 1)
         zero = q.new_zeros(B, H, 1, D)
         return F.scaled_dot_product_attention(q, torch.cat((k, zero), dim=2), torch.cat((v, zero), dim=2),
                                               attn_mask=bias, scale=self.scale)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                key_valid: Optional[torch.Tensor]) -> torch.Tensor:
+                key_valid: Optional[torch.Tensor], cache: Optional[Cache] = None,
+                past: int = 0) -> torch.Tensor:
+        """x holds the T new tokens; `cache` (when given) the `past` tokens before
+        them, and it receives theirs. key_valid (B, past + T) or None."""
         B, T, _ = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
@@ -184,23 +203,30 @@ class KdtrainAttention(nn.Module):
         c, s = cos[:, None], sin[:, None]  # (B, 1, T, D)
         q = q * c + rotate_half(q) * s
         k = k * c + rotate_half(k) * s
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)  # (B, Hkv, past + T, D)
+            if k.shape[2] != past + T:
+                raise ValueError("kdtrain models take a DynamicCache (a growing cache), not a "
+                                 f"pre-sized one: the cache returned {k.shape[2]} keys for {past} + {T}")
+        S = past + T
         if Hkv != H:  # query head h reads kv head h // (H / Hkv)
             k = k.repeat_interleave(H // Hkv, dim=1)
             v = v.repeat_interleave(H // Hkv, dim=1)
 
         work = torch.float64 if x.dtype == torch.float64 else torch.float32
         q, k, v = q.to(work), k.to(work), v.to(work)
-        out = self._softmax_pv(q, k, v, key_valid)  # (B, H, T, D)
+        out = self._softmax_pv(q, k, v, key_valid, past)  # (B, H, T, D)
 
         if self.has_affine:
             alpha = alpha_activation(self.alpha_proj(x).to(work), self.activation).transpose(1, 2)  # (B, H, T)
+            # The prefix sum runs over every key, cached ones included; the new rows are the last T.
             if key_valid is None:
-                v_prefix = v.cumsum(dim=2)
-                n_visible = torch.arange(1, T + 1, dtype=work, device=x.device).view(1, 1, T)
+                v_prefix = v.cumsum(dim=2)[:, :, past:]
+                n_visible = torch.arange(past + 1, S + 1, dtype=work, device=x.device).view(1, 1, T)
             else:
-                kv = key_valid.to(work)  # (B, T)
-                v_prefix = (v * kv[:, None, :, None]).cumsum(dim=2)
-                n_visible = kv.cumsum(dim=-1).clamp(min=1.0)[:, None, :]
+                kv = key_valid.to(work)  # (B, S)
+                v_prefix = (v * kv[:, None, :, None]).cumsum(dim=2)[:, :, past:]
+                n_visible = kv.cumsum(dim=-1).clamp(min=1.0)[:, None, past:]
             beta = (self.alpha_ma.to(work).view(1, H, 1) - alpha) / n_visible
             out = alpha[..., None] * out + beta[..., None] * v_prefix
 
@@ -218,8 +244,8 @@ class KdtrainDecoderLayer(nn.Module):
         self.post_attention_layernorm = KdtrainRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = KdtrainMLP(config)
 
-    def forward(self, h, cos, sin, key_valid):
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, key_valid)
+    def forward(self, h, cos, sin, key_valid, cache=None, past=0):
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, key_valid, cache, past)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -228,7 +254,6 @@ class KdtrainPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = False
     _no_split_modules = ["KdtrainDecoderLayer"]
-    _supports_cache_class = False
 
     def _init_weights(self, module):
         # As LLaMA / Qwen2; sinks ~ N(0, std) as kdtrain init does. alpha_ma is
@@ -261,27 +286,39 @@ class KdtrainModel(KdtrainPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embed_tokens = value
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                output_hidden_states=None, **kwargs) -> BaseModelOutputWithPast:
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                inputs_embeds=None, use_cache=None, output_hidden_states=None,
+                **kwargs) -> BaseModelOutputWithPast:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         h = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         B, T = h.shape[:2]
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if past_key_values is not None and not isinstance(past_key_values, Cache):
+            raise ValueError("past_key_values must be a transformers Cache (DynamicCache), "
+                             f"got {type(past_key_values).__name__}")
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache()
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
         if position_ids is None:
-            position_ids = torch.arange(T, device=h.device).unsqueeze(0).expand(B, T)
+            position_ids = torch.arange(past, past + T, device=h.device).unsqueeze(0).expand(B, T)
         key_valid = None
         if attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask.all()):
-            key_valid = attention_mask[:, -T:].to(torch.bool)
+            if attention_mask.shape[1] < past + T:
+                raise ValueError(f"attention_mask covers {attention_mask.shape[1]} tokens; the cache and "
+                                 f"the input hold {past} + {T}")
+            key_valid = attention_mask[:, -(past + T):].to(torch.bool)
         cos, sin = self.rotary_emb(position_ids, h.dtype)
         hidden_states = (h,) if output_hidden_states else None
         for layer in self.layers:
-            h = layer(h, cos, sin, key_valid)
+            h = layer(h, cos, sin, key_valid, past_key_values, past)
             if output_hidden_states:
                 hidden_states = hidden_states + (h,)
         h = self.norm(h)
         if output_hidden_states:
             hidden_states = hidden_states[:-1] + (h,)
-        return BaseModelOutputWithPast(last_hidden_state=h, past_key_values=None, hidden_states=hidden_states)
+        return BaseModelOutputWithPast(last_hidden_state=h, past_key_values=past_key_values if use_cache else None,
+                                       hidden_states=hidden_states)
 
 
 class KdtrainForCausalLM(KdtrainPreTrainedModel, GenerationMixin):
@@ -306,18 +343,27 @@ class KdtrainForCausalLM(KdtrainPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
 
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
-        # No cache: every step re-runs the whole sequence.
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, attention_mask=None,
+                                      use_cache=None, **kwargs):
+        # With a cache, only the tokens it does not hold yet are run. Positions
+        # count real tokens, as transformers' LLaMA does, so a left-padded prompt
+        # generates what it would unpadded.
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        position_ids = None
+        if attention_mask is not None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]
+        return {"input_ids": input_ids[:, past:], "attention_mask": attention_mask,
+                "position_ids": position_ids, "past_key_values": past_key_values, "use_cache": use_cache}
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
                 inputs_embeds=None, labels=None, use_cache=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None, cache_position=None,
                 logits_to_keep: Union[int, torch.Tensor] = 0, **kwargs
                 ) -> Union[Tuple, CausalLMOutputWithPast]:
-        # past_key_values, use_cache and cache_position are accepted and ignored.
+        # cache_position is accepted and ignored: positions follow the cache's length.
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                             position_ids=position_ids, inputs_embeds=inputs_embeds,
+                             position_ids=position_ids, past_key_values=past_key_values,
+                             inputs_embeds=inputs_embeds, use_cache=use_cache,
                              output_hidden_states=output_hidden_states)
         h = outputs.last_hidden_state
         if isinstance(logits_to_keep, int):
@@ -332,7 +378,8 @@ class KdtrainForCausalLM(KdtrainPreTrainedModel, GenerationMixin):
             loss = F.cross_entropy(shift_logits, shift_labels, ignore_index=-100)
         return_dict = return_dict if return_dict is not None else self.config.use_return_dict
         if not return_dict:
-            out = (logits,) + ((outputs.hidden_states,) if output_hidden_states else ())
+            out = (logits,) + ((outputs.past_key_values,) if outputs.past_key_values is not None else ())
+            out = out + ((outputs.hidden_states,) if output_hidden_states else ())
             return ((loss,) + out) if loss is not None else out
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=None,
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=outputs.past_key_values,
                                       hidden_states=outputs.hidden_states, attentions=None)

@@ -172,3 +172,76 @@ def test_config_refuses_unknown_variant_and_rope():
         KdtrainConfig(attention_variant="softmax1")
     with pytest.raises(ValueError, match="yarn"):
         KdtrainConfig(rope_scaling={"rope_type": "yarn", "factor": 2.0})
+
+
+# ---- KV cache: a forward given the cache of the tokens before equals the full
+# forward over the whole sequence. float64, so the only differences are the
+# summation orders of SDPA over S keys vs T keys: 1e-10 is ~1e6 ulp of headroom.
+
+def stepwise_logits(model, ids, chunks, mask=None, positions=None):
+    """Runs ids in the given chunk sizes through one DynamicCache; returns the
+    logits of every position, concatenated."""
+    cache, out, start = None, [], 0
+    for n in chunks:
+        kwargs = {"past_key_values": cache, "use_cache": True}
+        if mask is not None:
+            kwargs["attention_mask"] = mask[:, :start + n]
+        if positions is not None:
+            kwargs["position_ids"] = positions[:, start:start + n]
+        r = model(ids[:, start:start + n], **kwargs)
+        cache, start = r.past_key_values, start + n
+        assert cache.get_seq_length() == start
+        out.append(r.logits)
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_kv_cache_equals_full_forward_stepwise(variant):
+    model = randomize_(KdtrainForCausalLM(kdtrain_config(variant, bias=True)), 11).double().eval()
+    ids = torch.randint(0, 53, (2, 14), generator=torch.Generator().manual_seed(12))
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits
+        one_by_one = stepwise_logits(model, ids, [1] * 14)
+        chunked = stepwise_logits(model, ids, [5, 1, 3, 1, 4])
+    assert (one_by_one - full).abs().max().item() < 1e-10
+    assert (chunked - full).abs().max().item() < 1e-10
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_kv_cache_with_left_padding_equals_full_forward(variant):
+    model = randomize_(KdtrainForCausalLM(kdtrain_config(variant)), 13).double().eval()
+    ids = torch.randint(1, 53, (2, 12), generator=torch.Generator().manual_seed(14))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[0, :3] = 0  # row 0: 3 pad tokens on the left
+    ids[0, :3] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
+        steps = stepwise_logits(model, ids, [6, 1, 1, 2, 1, 1], mask, positions)
+    real = mask.bool()
+    assert (steps - full)[real].abs().max().item() < 1e-10
+
+
+@pytest.mark.parametrize("variant", ["baseline", "sink", "affine-gated"])
+def test_generate_uses_the_cache_and_matches_uncached(variant):
+    model = randomize_(KdtrainForCausalLM(kdtrain_config(variant)), 15).eval()
+    prompt = torch.randint(0, 53, (1, 6), generator=torch.Generator().manual_seed(16))
+    seen = []
+    hook = model.model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    with torch.no_grad():
+        cached = model.generate(prompt, max_new_tokens=8, do_sample=False, use_cache=True)
+    hook.remove()
+    # The prompt once, then one token per step: no step re-runs the prefix.
+    assert seen == [6] + [1] * 7
+    with torch.no_grad():
+        uncached = model.generate(prompt, max_new_tokens=8, do_sample=False, use_cache=False)
+    assert torch.equal(cached, uncached)
+
+
+def test_a_presized_cache_is_refused():
+    model = randomize_(KdtrainForCausalLM(kdtrain_config("affine")), 17).eval()
+    ids = torch.randint(0, 53, (1, 4), generator=torch.Generator().manual_seed(18))
+    cache = transformers.StaticCache(config=model.config, max_cache_len=16)
+    with torch.no_grad(), pytest.raises(ValueError, match="DynamicCache"):
+        model(ids, past_key_values=cache, use_cache=True)

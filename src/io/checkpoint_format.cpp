@@ -1,6 +1,7 @@
 #include "io/checkpoint_format.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "io/atomic_dir.h"
 #include "io/file_util.h"
 #include "io/hf_checkpoint.h"
+#include "io/hf_modeling_sources.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
 
@@ -24,6 +26,13 @@ namespace {
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kWeightsFile = "model.safetensors";
 constexpr const char* kWeightsIndex = "model.safetensors.index.json";
+constexpr const char* kKdtrainClass = "KdtrainForCausalLM";
+// config.json's transformers_version: the 4.57 line whose config format this is
+// (requirements.txt pins 4.57.3, which reads it). Left out, or set to 4.57.3
+// itself, transformers 4.57.3 takes any tokenizer of over 100k tokens beside the
+// config for a Mistral one and warns of an "incorrect regex pattern" (its
+// _patch_mistral_regex); a version up to 4.57.2 skips that check.
+constexpr const char* kTransformersVersion = "4.57.1";
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::ostringstream out;
@@ -120,7 +129,7 @@ json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
              "' is not supported (expected default or llama3)");
   }
   const bool qwen = m.family == "qwen2";
-  return {
+  json doc = {
       {"architectures", {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
       {"model_type", m.family},
       {"hidden_size", m.hidden_size},
@@ -142,7 +151,20 @@ json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
       {"attention_variant", to_string(a.variant)},
       {"alpha_activation", to_string(a.alpha_activation)},
       {"alpha_momentum", a.alpha_momentum},
+      {"transformers_version", kTransformersVersion},
   };
+  if (a.variant != AttentionVariant::baseline) {
+    // A variant is not a stock LLaMA / Qwen2: named as one, transformers would load
+    // it silently without its extra tensors (sinks, alpha_proj, gate_proj). Its own
+    // class loads only with trust_remote_code, from the files write_model_files
+    // puts beside it.
+    doc["architectures"] = {kKdtrainClass};
+    doc["model_type"] = "kdtrain";
+    doc["base_model_type"] = m.family;
+    doc["auto_map"] = {{"AutoConfig", "configuration_kdtrain.KdtrainConfig"},
+                       {"AutoModelForCausalLM", "modeling_kdtrain.KdtrainForCausalLM"}};
+  }
+  return doc;
 }
 
 void parse_hf_config(const json& doc, const std::string& source, ModelConfig* model,
@@ -249,6 +271,13 @@ void write_model_files(const std::string& dir, const ModelConfig& model,
   AtomicFileWriter config((fs::path(dir) / kConfigFile).string());
   config.write(text.data(), text.size());
   config.commit();
+  if (attention.variant != AttentionVariant::baseline) {
+    for (const EmbeddedFile& f : hf_modeling_files()) {
+      AtomicFileWriter source((fs::path(dir) / f.name).string());
+      source.write(f.text, std::strlen(f.text));
+      source.commit();
+    }
+  }
 }
 
 void write_model_checkpoint(const std::string& dir, const ModelConfig& model,

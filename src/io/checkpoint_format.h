@@ -1,7 +1,12 @@
 // Model checkpoint directories, in Hugging Face layout so other tools read them:
-//   <dir>/config.json        HF keys (LlamaForCausalLM / Qwen2ForCausalLM) plus
-//                            kdtrain's attention_variant, alpha_activation, alpha_momentum
+//   <dir>/config.json        HF keys plus kdtrain's attention_variant, alpha_activation,
+//                            alpha_momentum; the baseline is a LlamaForCausalLM /
+//                            Qwen2ForCausalLM, every other variant a KdtrainForCausalLM
+//                            (model_type "kdtrain", base_model_type the family, auto_map),
+//                            which stock transformers loads only with trust_remote_code
 //   <dir>/model.safetensors  fp32 tensors under their HF names (alpha_ma buffers included)
+//   <dir>/configuration_kdtrain.py, modeling_kdtrain.py   non-baseline variants: the
+//                            modeling code trust_remote_code runs (io/hf_modeling_sources.h)
 // Readers also accept Hugging Face checkpoints as transformers saves them:
 // LlamaForCausalLM / Qwen2ForCausalLM configs (no kdtrain keys: baseline),
 // sharded weights (model.safetensors.index.json + shards) and bf16/f16 weights,

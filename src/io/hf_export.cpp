@@ -129,11 +129,7 @@ json hf_export_config(const ModelConfig& m, const AttentionConfig& a, ExportDtyp
     c["sliding_window"] = nullptr;
     c["max_window_layers"] = m.num_hidden_layers;
   } else {
-    c["model_type"] = "kdtrain";
-    c["base_model_type"] = m.family;
-    c["mlp_bias"] = false;
-    c["auto_map"] = {{"AutoConfig", "configuration_kdtrain.KdtrainConfig"},
-                     {"AutoModelForCausalLM", "modeling_kdtrain.KdtrainForCausalLM"}};
+    c["mlp_bias"] = false;  // model_type, base_model_type and auto_map: hf_config_json
   }
   return c;
 }
