@@ -14,4 +14,5 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from prepare_fineweb_edu import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(defaults={"split": "val", "prefix": "c4", "format": "jsonl"}))
+    sys.exit(main(defaults={"split": "val", "prefix": "c4", "format": "jsonl"},
+                  description=__doc__.split("\n\n")[0]))

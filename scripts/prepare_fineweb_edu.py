@@ -418,9 +418,25 @@ class Progress:
 
 # ---------------------------------------------------------------- main
 
-def parse_args(argv, defaults=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help keeps the description's line breaks and shows every default value."""
+
+    # What an option left at None means.
+    UNSET = {"format": "from each file's extension", "separator": "from the tokenizer",
+             "separator_position": "from the tokenizer"}
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.required or action.default is argparse.SUPPRESS or action.default is False:
+            return text
+        if action.default is None:
+            return text + (f" (default: {self.UNSET[action.dest]})" if action.dest in self.UNSET else "")
+        return text + f" (default: {action.default})"
+
+
+def parse_args(argv, defaults=None, description=None):
+    p = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--tokenizer", required=True, help="tokenizer.json, or a directory with it "
                    "(or with Qwen2's vocab.json + merges.txt)")
     p.add_argument("--input", required=True, nargs="+", help="parquet / jsonl[.gz] / csv[.gz] files")
@@ -429,13 +445,15 @@ def parse_args(argv, defaults=None):
     p.add_argument("--split", choices=["train+val", "val"], default="train+val",
                    help="val: every token goes to validation shards (C4 perplexity sets)")
     p.add_argument("--val-tokens", type=int, default=10_000_000,
-                   help="tokens in shard 0, the validation shard (0: none)")
+                   help="tokens in shard 0, the validation shard (0: none); the run is refused "
+                   "when they would leave no training token, and warned when the training "
+                   "split comes out smaller than the validation one")
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard")
     p.add_argument("--max-tokens", type=int, default=0, help="stop after this many tokens (0: all)")
     p.add_argument("--text-field", default="text", help="column / key holding the document text")
     p.add_argument("--format", choices=["parquet", "jsonl", "csv"],
-                   help="input type (default: from each file's extension)")
-    p.add_argument("--separator", help="separator token (default: from the tokenizer)")
+                   help="input type")
+    p.add_argument("--separator", help="separator token")
     p.add_argument("--separator-position", choices=["before", "after"],
                    help="put the separator before or after each document")
     p.add_argument("--workers", type=int, default=0, help="tokenizer processes; 0: in-process "
@@ -450,6 +468,34 @@ def parse_args(argv, defaults=None):
     if args.val_tokens < 0 or args.max_tokens < 0 or args.workers < 0:
         p.error("--val-tokens, --max-tokens and --workers must not be negative")
     return args
+
+
+def check_split_sizes(args, writer) -> None:
+    """Refuses output with no token, or (train+val) with no training token, and
+    removes what this run wrote: --val-tokens' default (10M) swallows a small
+    corpus whole. Warns when the training split is smaller than the validation one."""
+    val = sum(s["tokens"] for s in writer.shards if s["split"] == "val")
+    train = writer.written - val
+    problem = None
+    if writer.written == 0:
+        problem = (f"the input holds no text: no non-empty document in field '{args.text_field}' "
+                   f"of {', '.join(args.input)}")
+    elif args.split == "train+val" and train == 0:
+        suggestion = max(1, writer.written // 100)
+        problem = (f"no training tokens: the corpus has {writer.written:,} tokens and --val-tokens "
+                   f"({args.val_tokens:,}) took them all for validation; pass a smaller --val-tokens, "
+                   f"e.g. --val-tokens {suggestion} (1%)")
+    if problem:
+        for shard in writer.shards:
+            path = os.path.join(args.out, shard["file"])
+            if os.path.exists(path):
+                os.unlink(path)
+        raise PrepareError(problem + "; nothing was written")
+    if args.split == "train+val" and train < val:
+        print(f"prepare_fineweb_edu: warning: the training split ({train:,} tokens) is smaller than "
+              f"the validation split ({val:,}); --val-tokens {args.val_tokens:,} is large for a "
+              f"corpus of {writer.written:,} tokens (try --val-tokens {max(1, writer.written // 100)})",
+              file=sys.stderr)
 
 
 def run(args, argv) -> dict:
@@ -498,6 +544,7 @@ def run(args, argv) -> dict:
     encoded.close()  # stops the worker pool when --max-tokens ended the stream early
     writer.finish()
     seconds = time.monotonic() - started
+    check_split_sizes(args, writer)
 
     keep = {s["file"] for s in writer.shards}
     for f in existing:  # --overwrite: drop shards of an earlier, longer run
@@ -544,9 +591,9 @@ def run(args, argv) -> dict:
     return manifest
 
 
-def main(argv=None, defaults=None) -> int:
+def main(argv=None, defaults=None, description=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv, defaults)
+    args = parse_args(argv, defaults, description)
     try:
         run(args, argv)
     except PrepareError as e:

@@ -293,3 +293,62 @@ def test_parquet_input_matches_csv(tmp_path):
     r = run_script("prepare_fineweb_edu.py", "--tokenizer", LLAMA3, "--input", src,
                    "--out", tmp_path / "bad", "--text-field", "body")
     assert r.returncode == 1 and "no column 'body'" in r.stderr
+
+
+def small_word_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    vocab = {"<unk>": 0, "<|endoftext|>": 1, "hello": 2, "world": 3, "again": 4}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["<|endoftext|>"])
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def test_validation_swallowing_the_corpus_is_refused(tmp_path):
+    # 14 tokens in all (10 words, 4 separators); the default --val-tokens (10M) would leave
+    # no training token.
+    tok = small_word_tokenizer(tmp_path)
+    src = tmp_path / "d.jsonl"
+    src.write_text("\n".join(json.dumps({"text": t}) for t in ["hello world", "world again hello",
+                                                               "hello hello", "again again world"]) + "\n")
+    out = tmp_path / "o"
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", tok, "--input", src, "--out", out)
+    assert r.returncode == 1
+    assert "no training tokens" in r.stderr and "--val-tokens 10000000" not in r.stderr
+    assert "--val-tokens (10,000,000) took them all" in r.stderr and "nothing was written" in r.stderr
+    assert os.listdir(out) == []  # no shard, no manifest
+    # A training split smaller than the validation split is written, with a warning.
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", tok, "--input", src, "--out", out,
+                   "--val-tokens", 8)
+    assert r.returncode == 0, r.stderr
+    assert "warning: the training split (6 tokens) is smaller than the validation split (8)" in r.stderr
+    # A sensible split says nothing.
+    r = run_script("prepare_fineweb_edu.py", "--tokenizer", tok, "--input", src, "--out", out,
+                   "--val-tokens", 3, "--overwrite")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
+def test_empty_input_is_refused_by_both_scripts(tmp_path):
+    tok = small_word_tokenizer(tmp_path)
+    src = tmp_path / "d.jsonl"
+    src.write_text(json.dumps({"text": ""}) + "\n")
+    for script in ("prepare_fineweb_edu.py", "prepare_c4.py"):
+        out = tmp_path / script
+        r = run_script(script, "--tokenizer", tok, "--input", src, "--out", out)
+        assert r.returncode == 1 and "the input holds no text" in r.stderr, r.stderr
+        assert os.listdir(out) == []
+
+
+def test_help_shows_the_defaults():
+    for script, expected in (("prepare_fineweb_edu.py", ["(default: 10000000)", "(default: fineweb_edu)",
+                                                         "(default: from the tokenizer)"]),
+                             ("prepare_c4.py", ["(default: c4)", "(default: val)", "(default: jsonl)"])):
+        r = subprocess.run([sys.executable, os.path.join(SCRIPTS, script), "--help"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0
+        text = " ".join(r.stdout.split())  # argparse wraps lines
+        for e in expected:
+            assert e in text, (script, e)
+        assert "(default: None)" not in text
