@@ -1,6 +1,7 @@
 // Named architectures (SPEC §1). Every number mirrors the model's Hugging Face
 // config.json; where each was checked is noted next to it. The tiny presets
-// exist for tests and the CPU quick start.
+// exist for tests and the CPU quick start; tiny-llama3 / tiny-qwen2 carry the
+// real vocabularies, for tiny students of real teachers.
 #include <string>
 #include <vector>
 
@@ -147,6 +148,32 @@ ModelConfig make_preset(const std::string& name) {
     m.vocab_size = 256;
     m.max_position_embeddings = 512;
     m.tie_word_embeddings = false;
+  } else if (name == "tiny-llama3") {
+    // tiny-llama's shape on Llama 3.2's vocabulary (128,256 ids, the Llama-3
+    // tokenizer's 128,000 BPE tokens and 256 special tokens) and RoPE (theta 5e5,
+    // llama3 scaling factor 32), so a student distils from a real Llama-3 teacher
+    // as it is. ~8.3M parameters, nearly all the tied embedding.
+    m = llama3_base();
+    m.hidden_size = 64;
+    m.intermediate_size = 176;
+    m.num_hidden_layers = 2;
+    m.num_attention_heads = 4;
+    m.num_key_value_heads = 2;
+    m.head_dim = 16;
+    m.rope_scaling.factor = 32.0;
+    m.tie_word_embeddings = true;
+  } else if (name == "tiny-qwen2") {
+    // tiny-qwen's shape on the Qwen1.5 / Qwen2 vocabulary (151,936 ids: the
+    // tokenizer's 151,646 tokens padded, as Qwen's own config.json says) and
+    // RoPE, tied as Qwen1.5-0.5B. ~7.4M parameters, nearly all the embedding.
+    m = qwen15_base();
+    m.hidden_size = 48;
+    m.intermediate_size = 128;
+    m.num_hidden_layers = 2;
+    m.num_attention_heads = 3;
+    m.num_key_value_heads = 3;
+    m.head_dim = 16;
+    m.tie_word_embeddings = true;
   } else {
     std::string known;
     for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -159,8 +186,8 @@ ModelConfig make_preset(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"qwen1.5-0.5b", "qwen1.5-1.8b", "llama3.2-1b", "llama3.2-3b",
-          "llama3.1-8b",  "tiny-llama",   "tiny-qwen"};
+  return {"qwen1.5-0.5b", "qwen1.5-1.8b", "llama3.2-1b", "llama3.2-3b", "llama3.1-8b",
+          "tiny-llama",   "tiny-qwen",    "tiny-llama3", "tiny-qwen2"};
 }
 
 ModelConfig model_preset(const std::string& name) { return make_preset(name); }
