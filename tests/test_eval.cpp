@@ -174,6 +174,9 @@ TEST_CASE("eval: a checkpoint or a run directory resolves to the model", "[eval]
   CHECK(model->attention().variant == AttentionVariant::sink);
   CHECK(model->get_params() == params);
   CHECK_THROWS_WITH(eval::resolve_model_dir(dir.file("nothing")),
+                    Catch::Matchers::Equals("no such file or directory: " + dir.file("nothing")));
+  fs::create_directories(dir.file("empty"));
+  CHECK_THROWS_WITH(eval::resolve_model_dir(dir.file("empty")),
                     Catch::Matchers::Contains("neither a model checkpoint"));
 }
 

@@ -24,22 +24,27 @@ namespace {
 struct AnalyzeFlags {
   std::string checkpoint, out, device = "cpu";
   std::vector<std::string> data;
-  int64_t seq_len = 1024, num_seqs = 10, layer_map = 8, map_size = 30, bins = 50;
+  bool num_seqs_given = false;
+  int64_t seq_len = eval::kSeqLenNotGiven, num_seqs = 10, layer_map = 8, map_size = 30, bins = 50;
 };
 
 void run_analyze(const AnalyzeFlags& f) {
-  KD_CHECK(f.seq_len >= 2, "--seq-len must be at least 2, got ", f.seq_len);
   KD_CHECK(f.num_seqs >= 1, "--num-seqs must be at least 1, got ", f.num_seqs);
   KD_CHECK(f.layer_map >= 1, "--layer-map is a 1-based layer number, got ", f.layer_map);
   auto backend = make_backend(f.device, 0);
   const std::string model_dir = eval::resolve_model_dir(f.checkpoint);
   std::unique_ptr<Model> model = eval::load_model_for_eval(model_dir, *backend);
   const ModelConfig& m = model->config();
-  KD_CHECK(m.max_position_embeddings <= 0 || f.seq_len <= m.max_position_embeddings, "--seq-len ",
-           f.seq_len, " exceeds the model's max_position_embeddings ", m.max_position_embeddings);
-  const data::TokenDataset dataset(f.data, f.seq_len, m.vocab_size);
-  KD_CHECK(dataset.num_windows() >= f.num_seqs, "--num-seqs ", f.num_seqs, ": the data holds only ",
-           dataset.num_windows(), " windows of ", f.seq_len + 1, " tokens");
+  const int64_t seq_len = eval::resolve_seq_len(f.seq_len, model_dir, m, 2);
+  const data::TokenDataset dataset(f.data, seq_len, m.vocab_size);
+  int64_t num_seqs = f.num_seqs;
+  if (!f.num_seqs_given && dataset.num_windows() < num_seqs) {
+    num_seqs = dataset.num_windows();
+    spdlog::info("--num-seqs {}: the data holds {} windows of {} tokens (default {})", num_seqs,
+                 dataset.num_windows(), seq_len + 1, f.num_seqs);
+  }
+  KD_CHECK(num_seqs >= 1 && dataset.num_windows() >= num_seqs, "--num-seqs ", num_seqs,
+           ": the data holds only ", dataset.num_windows(), " windows of ", seq_len + 1, " tokens");
 
   eval::AnalysisOptions options;
   int64_t layer = f.layer_map;
@@ -55,12 +60,12 @@ void run_analyze(const AnalyzeFlags& f) {
 
   // One sequence per forward keeps the activations to one window.
   const auto start = std::chrono::steady_clock::now();
-  std::vector<int32_t> inputs(f.seq_len), targets(f.seq_len);
-  for (int64_t s = 0; s < f.num_seqs; ++s) {
+  std::vector<int32_t> inputs(seq_len), targets(seq_len);
+  for (int64_t s = 0; s < num_seqs; ++s) {
     dataset.fill_batch({s}, inputs.data(), targets.data());
-    model->forward(inputs.data(), 1, f.seq_len, false);
+    model->forward(inputs.data(), 1, seq_len, false);
     analyzer.add(*model);
-    spdlog::info("analyze: sequence {}/{}", s + 1, f.num_seqs);
+    spdlog::info("analyze: sequence {}/{}", s + 1, num_seqs);
   }
   nlohmann::json j = analyzer.to_json();
   j["checkpoint"] = model_dir;
@@ -73,7 +78,7 @@ void run_analyze(const AnalyzeFlags& f) {
   std::printf("wrote %s: %s, %lld sequences x %lld tokens, mean |QK^T/sqrt(d)| %.4f, "
               "first-token weight (mean over layers) %.4f\n",
               path.c_str(), to_string(model->attention().variant),
-              static_cast<long long>(f.num_seqs), static_cast<long long>(f.seq_len),
+              static_cast<long long>(num_seqs), static_cast<long long>(seq_len),
               j["mean_abs_logit"].get<double>(), [&] {
                 double s = 0.0;
                 for (double x : j["first_token_weight"]) s += x;
@@ -91,15 +96,21 @@ void register_analyze(CLI::App& app) {
                       "model checkpoint directory, or a run directory (its latest checkpoint)")
       ->required();
   command->add_option("--data", flags->data, "token shards (paths or glob patterns)")->required();
-  command->add_option("--seq-len", flags->seq_len, "tokens per sequence (default 1024)");
-  command->add_option("--num-seqs", flags->num_seqs, "the first N windows are analysed (default 10)");
+  command->add_option("--seq-len", flags->seq_len,
+                      "tokens per sequence (default: the checkpoint's train.seq_len, else 1024 "
+                      "clamped to max_position_embeddings)");
+  command->add_option("--num-seqs", flags->num_seqs,
+                      "the first N windows are analysed (default 10, or all the data holds when fewer)");
   command->add_option("--layer-map", flags->layer_map,
                       "1-based layer whose attention map is kept (default 8, clamped to the depth)");
   command->add_option("--map-size", flags->map_size, "attention map of the first N tokens (default 30)");
   command->add_option("--bins", flags->bins, "per-query mass histogram bins over [0, 1] (default 50)");
   command->add_option("--out", flags->out, "output directory (analysis.json)")->required();
   command->add_option("--device", flags->device, "cpu or cuda (statistics are computed on the host)");
-  command->callback([flags] { run_analyze(*flags); });
+  command->callback([flags, command] {
+    flags->num_seqs_given = command->count("--num-seqs") > 0;
+    run_analyze(*flags);
+  });
 }
 
 }  // namespace kdtrain::cli

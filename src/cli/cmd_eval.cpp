@@ -24,20 +24,18 @@ namespace {
 struct EvalFlags {
   std::string checkpoint, out, device = "cpu", token_bytes;
   std::vector<std::string> data;
-  int64_t seq_len = 1024, batch_size = 4, max_windows = 0, chunk_tokens = 1024;
+  int64_t seq_len = eval::kSeqLenNotGiven, batch_size = 4, max_windows = 0, chunk_tokens = 1024;
   bool json = false;
 };
 
 void run_eval(const EvalFlags& f) {
-  KD_CHECK(f.seq_len >= 1, "--seq-len must be at least 1, got ", f.seq_len);
   KD_CHECK(f.batch_size >= 1, "--batch-size must be at least 1, got ", f.batch_size);
   auto backend = make_backend(f.device, 0);
   const std::string model_dir = eval::resolve_model_dir(f.checkpoint);
   std::unique_ptr<Model> model = eval::load_model_for_eval(model_dir, *backend);
   const ModelConfig& m = model->config();
-  KD_CHECK(m.max_position_embeddings <= 0 || f.seq_len <= m.max_position_embeddings, "--seq-len ",
-           f.seq_len, " exceeds the model's max_position_embeddings ", m.max_position_embeddings);
-  const data::TokenDataset dataset(f.data, f.seq_len, m.vocab_size);
+  const int64_t seq_len = eval::resolve_seq_len(f.seq_len, model_dir, m, 1);
+  const data::TokenDataset dataset(f.data, seq_len, m.vocab_size);
 
   // Provenance from the shards' manifest, and the bytes-per-token table it names
   // (or --token-bytes) for bits per byte.
@@ -79,7 +77,7 @@ void run_eval(const EvalFlags& f) {
   j["checkpoint"] = model_dir;
   j["data"] = f.data;
   j["attention"] = to_string(model->attention().variant);
-  j["seq_len"] = f.seq_len;
+  j["seq_len"] = seq_len;
   j["windows"] = r.windows;
   j["windows_available"] = dataset.num_windows();
   j["tokens"] = r.tokens;
@@ -113,7 +111,7 @@ void run_eval(const EvalFlags& f) {
     std::printf("eval %s: %lld windows x %lld tokens = %lld tokens, mean CE %.6f nats, "
                 "token perplexity %.4f",
                 model_dir.c_str(), static_cast<long long>(r.windows),
-                static_cast<long long>(f.seq_len), static_cast<long long>(r.tokens), r.mean_ce(),
+                static_cast<long long>(seq_len), static_cast<long long>(r.tokens), r.mean_ce(),
                 r.perplexity());
     if (r.bytes) std::printf(", %.4f bits per byte", r.bits_per_byte());
     std::printf(" (%.1f s)\n", seconds);
@@ -130,7 +128,9 @@ void register_eval(CLI::App& app) {
                       "model checkpoint directory, or a run directory (its latest checkpoint)")
       ->required();
   command->add_option("--data", flags->data, "token shards (paths or glob patterns)")->required();
-  command->add_option("--seq-len", flags->seq_len, "T: tokens per window (default 1024)");
+  command->add_option("--seq-len", flags->seq_len,
+                      "T: tokens per window (default: the checkpoint's train.seq_len, else 1024 "
+                      "clamped to max_position_embeddings)");
   command->add_option("--batch-size", flags->batch_size, "windows per forward (default 4)");
   command->add_option("--max-windows", flags->max_windows,
                       "score only the first N windows (default: all)");

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "eval/perplexity.h"
 #include "io/hf_export.h"
 
 namespace kdtrain::cli {
@@ -16,7 +17,9 @@ struct ExportFlags {
 
 void run_export(const ExportFlags& f) {
   io::ExportOptions o;
-  o.checkpoint = f.checkpoint;
+  // A run directory exports its latest checkpoint, as in eval and analyze.
+  o.checkpoint = eval::resolve_model_dir(f.checkpoint);
+  if (o.checkpoint != f.checkpoint) std::printf("exporting %s (the run's latest checkpoint)\n", o.checkpoint.c_str());
   o.out = f.out;
   o.tokenizer = f.tokenizer;
   o.dtype = io::parse_export_dtype(f.dtype);
@@ -39,7 +42,8 @@ void register_export(CLI::App& app) {
   auto flags = std::make_shared<ExportFlags>();
   auto* command = app.add_subcommand(
       "export", "Write a checkpoint as a Hugging Face model directory (transformers, lm-eval)");
-  command->add_option("--checkpoint", flags->checkpoint, "model checkpoint directory")->required();
+  command->add_option("--checkpoint", flags->checkpoint, "model checkpoint directory, or a run directory (its latest checkpoint)")
+      ->required();
   command->add_option("--out", flags->out, "Hugging Face directory to write")->required();
   command->add_option("--dtype", flags->dtype, "weights dtype: bf16 or fp32 (default fp32)");
   command->add_option("--tokenizer", flags->tokenizer,

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 #include "io/file_util.h"
 #include "model/loss.h"
@@ -65,6 +67,7 @@ PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dat
 
 std::string resolve_model_dir(const std::string& path) {
   const fs::path p(path);
+  KD_CHECK(fs::exists(p), "no such file or directory: ", path);
   if (fs::exists(p / "config.json") && fs::exists(p / "model.safetensors")) return p.string();
   KD_CHECK(fs::exists(p / "checkpoints" / "latest"), path,
            ": neither a model checkpoint (config.json + model.safetensors) nor a run directory "
@@ -78,6 +81,34 @@ std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& bac
   auto model = std::make_unique<Model>(loaded.model, loaded.attention, backend, false);
   model->set_params(loaded.params);
   return model;
+}
+
+int64_t resolve_seq_len(int64_t given, const std::string& model_dir, const ModelConfig& model,
+                        int64_t min_len) {
+  const int64_t max_len = model.max_position_embeddings;
+  if (given != kSeqLenNotGiven) {
+    KD_CHECK(given >= min_len, "--seq-len must be at least ", min_len, ", got ", given);
+    KD_CHECK(max_len <= 0 || given <= max_len, "--seq-len ", given,
+             " exceeds the model's max_position_embeddings ", max_len);
+    return given;
+  }
+  const fs::path run_config = fs::path(model_dir) / "run_config.json";
+  if (fs::exists(run_config)) {
+    const nlohmann::json doc = io::read_json_file(run_config.string());
+    const nlohmann::json* t = doc.contains("train") ? &doc["train"] : nullptr;
+    if (t && t->contains("seq_len") && (*t)["seq_len"].is_number_integer()) {
+      const int64_t T = (*t)["seq_len"].get<int64_t>();
+      if (T >= min_len && (max_len <= 0 || T <= max_len)) {
+        spdlog::info("--seq-len {}: the length the checkpoint trained at ({})", T, run_config.string());
+        return T;
+      }
+    }
+  }
+  const int64_t T = max_len > 0 ? std::min(kDefaultSeqLen, max_len) : kDefaultSeqLen;
+  if (T < kDefaultSeqLen)
+    spdlog::info("--seq-len {}: the default {} clamped to the model's max_position_embeddings", T,
+                 kDefaultSeqLen);
+  return T;
 }
 
 void write_text_file(const std::string& path, const std::string& text) {

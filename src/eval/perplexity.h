@@ -47,6 +47,15 @@ std::string resolve_model_dir(const std::string& path);
 // Loads a checkpoint (resolve_model_dir) forward-only onto `backend`.
 std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& backend);
 
+// The window length of eval and analyze. `given` (kSeqLenNotGiven: the flag was
+// not given) is checked against min_len and max_position_embeddings. Not given:
+// the train.seq_len a kdtrain checkpoint trained at (its run_config.json), else
+// kDefaultSeqLen clamped to max_position_embeddings; a notice says which.
+constexpr int64_t kSeqLenNotGiven = -1;
+constexpr int64_t kDefaultSeqLen = 1024;
+int64_t resolve_seq_len(int64_t given, const std::string& model_dir, const ModelConfig& model,
+                        int64_t min_len);
+
 // Writes text to path atomically (temp + rename): a report file is whole or absent.
 void write_text_file(const std::string& path, const std::string& text);
 
