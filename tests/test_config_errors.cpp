@@ -95,8 +95,6 @@ const BadConfig kBad[] = {
     {"batch_not_divisible", R"({"train": {"global_batch": 10, "micro_batch": 4}})", "train.global_batch"},
     {"heads_not_divisible", R"({"model": {"num_key_value_heads": 3}})", "model.num_key_value_heads"},
     {"odd_head_dim", R"({"model": {"head_dim": 15}})", "model.head_dim"},
-    {"warmup_exceeds_steps", R"({"schedule": {"warmup": 200}, "train": {"steps": 100}})",
-     "schedule.warmup"},
     {"teacher_and_cache", R"({"kd": {"teacher": "t", "teacher_cache": "c"}})", "kd.teacher_cache"},
     {"rope_high_below_low",
      R"({"model": {"rope_scaling": {"low_freq_factor": 4.0, "high_freq_factor": 2.0}}})",

@@ -163,9 +163,14 @@ void apply_override(Config& config, const std::string& assignment);
 // Cross-field checks (heads divide hidden, batch divisibility, ...); throws naming the key.
 void validate(const Config& config, int world_size = 1);
 nlohmann::json to_json(const Config& config);
+// A schedule.warmup longer than train.steps becomes train.steps, so a short run
+// of a long config needs no schedule override. Returns the notice to log ("" when
+// nothing changed).
+std::string clamp_warmup(Config& config);
 
 // Resolves the final config: defaults, then model.preset (from the file or `preset`),
-// then the file, then overrides. Empty strings mean "not given".
+// then the file, then overrides; then clamp_warmup (its notice is logged).
+// Empty strings mean "not given".
 Config load_config(const std::string& config_path, const std::string& preset,
                    const std::string& attention, const std::vector<std::string>& overrides);
 

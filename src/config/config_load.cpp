@@ -1,5 +1,7 @@
 // Resolving the final config (defaults -> preset -> file -> --attention -> --set)
 // and the cross-field checks no single key can make on its own.
+#include <spdlog/spdlog.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -59,6 +61,15 @@ void validate(const Config& c, int world_size) {
            "kd.cache_tail must be renormalize or bucket, got '", c.kd.cache_tail, "'");
 }
 
+std::string clamp_warmup(Config& c) {
+  const int64_t warmup = c.schedule.warmup, steps = c.train.steps;
+  if (warmup <= steps || steps < 1) return "";
+  c.schedule.warmup = steps;
+  return "schedule.warmup (" + std::to_string(warmup) + ") is longer than the run (train.steps " +
+         std::to_string(steps) + "): warmup clamped to " + std::to_string(steps) +
+         " steps; pass --set schedule.warmup=N (N <= " + std::to_string(steps) + ") to choose it";
+}
+
 namespace {
 
 json read_json_file(const std::string& path) {
@@ -107,6 +118,8 @@ Config load_config(const std::string& config_path, const std::string& preset,
     }
   }
   for (const std::string& assignment : overrides) apply_override(c, assignment);
+  const std::string notice = clamp_warmup(c);
+  if (!notice.empty()) spdlog::warn("{}", notice);
   try {
     validate(c, 1);
   } catch (const Error& e) {
