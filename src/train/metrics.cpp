@@ -75,4 +75,55 @@ std::string progress_line(const nlohmann::json& r, int64_t total_steps, double e
   return out.str();
 }
 
+std::string validation_line(const nlohmann::json& r, int64_t total_steps, bool has_teacher) {
+  char buf[192];
+  const long long step = r["step"].get<int64_t>();
+  if (has_teacher)
+    std::snprintf(buf, sizeof buf, "step %lld/%lld | val loss %.4f | val kd %.4f | val ce %.4f", step,
+                  static_cast<long long>(total_steps), r["val_loss"].get<double>(), r["val_kd"].get<double>(),
+                  r["val_ce"].get<double>());
+  else
+    std::snprintf(buf, sizeof buf, "step %lld/%lld | val loss %.4f (ce)", step,
+                  static_cast<long long>(total_steps), r["val_loss"].get<double>());
+  return buf;
+}
+
+namespace {
+
+// "2.5000 (kd 2.0000, ce 3.0000)" with a teacher, "2.5000 (ce)" without.
+std::string loss_text(double loss, double kd, double ce, bool has_teacher) {
+  char buf[96];
+  if (has_teacher) std::snprintf(buf, sizeof buf, "%.4f (kd %.4f, ce %.4f)", loss, kd, ce);
+  else std::snprintf(buf, sizeof buf, "%.4f (ce)", loss);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<std::string> summary_lines(const RunSummary& s) {
+  std::vector<std::string> lines;
+  char buf[256];
+  const double rate = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
+  std::snprintf(buf, sizeof buf, "%s at step %lld/%lld: %lld steps, %.3gM tokens in %s (%.1fk tok/s)",
+                s.stopped ? "run stopped" : "run finished", static_cast<long long>(s.step),
+                static_cast<long long>(s.total_steps), static_cast<long long>(s.steps_run),
+                s.tokens / 1e6, format_duration(s.seconds).c_str(), rate / 1e3);
+  lines.emplace_back(buf);
+  if (s.last.is_object())
+    lines.push_back("  final train loss " +
+                    loss_text(s.last["loss"].get<double>(), s.last["kd"].get<double>(),
+                              s.last["ce"].get<double>(), s.has_teacher) +
+                    " at step " + std::to_string(s.last["step"].get<int64_t>()));
+  if (s.last_val.is_object()) {
+    lines.push_back("  final val loss   " +
+                    loss_text(s.last_val["val_loss"].get<double>(), s.last_val["val_kd"].get<double>(),
+                              s.last_val["val_ce"].get<double>(), s.val_has_teacher) +
+                    " at step " + std::to_string(s.last_val["step"].get<int64_t>()));
+  } else {
+    lines.emplace_back("  no validation loss (data.val is empty)");
+  }
+  lines.emplace_back("  checkpoint: " + (s.checkpoint.empty() ? std::string("none written") : s.checkpoint));
+  return lines;
+}
+
 }  // namespace kdtrain

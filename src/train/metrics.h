@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace kdtrain {
 
@@ -24,6 +25,24 @@ class MetricsLog {
  private:
   std::FILE* file_ = nullptr;
 };
+
+// The last lines of a run: where it stopped, what it cost, the final losses and
+// the checkpoint it left.
+struct RunSummary {
+  int64_t step = 0, total_steps = 0;  // where the run stands, of train.steps
+  int64_t steps_run = 0;              // optimizer steps taken by this process
+  double tokens = 0.0;                // training tokens of those steps
+  double seconds = 0.0;               // wall time of those steps (validation, checkpoints included)
+  nlohmann::json last;                // the last metrics record (null when no step ran)
+  nlohmann::json last_val;            // the last record holding val_loss (null: none)
+  std::string checkpoint;             // the last checkpoint written ("" = none)
+  bool stopped = false;               // ended by a signal before train.steps
+  bool has_teacher = false;           // KD terms are shown only with a teacher (cached or online)
+  bool val_has_teacher = false;       // validation has KD only with an online teacher
+};
+std::vector<std::string> summary_lines(const RunSummary& s);
+// "step 1200/9000 | val loss 3.1022 | val kd 2.8000 | val ce 3.4000" (kd only with a teacher)
+std::string validation_line(const nlohmann::json& record, int64_t total_steps, bool has_teacher);
 
 // "step 120/9000 | loss 3.2145 | kd 2.9012 | ce 3.5120 | lr 1.00e-03 | gnorm 0.812 | 41.2k tok/s | eta 1h02m"
 std::string progress_line(const nlohmann::json& record, int64_t total_steps, double eta_seconds);

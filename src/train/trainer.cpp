@@ -53,6 +53,10 @@ class Trainer {
     setup();
     install_stop_handlers();
     const int64_t total = config_.train.steps;
+    if (step_ >= total) {
+      log_already_finished();
+      return;
+    }
     // Only rank 0 writes metrics; the others compute the same reduced values.
     std::unique_ptr<MetricsLog> metrics;
     if (is_root())
@@ -79,17 +83,22 @@ class Trainer {
         else
           spdlog::warn("another rank received a stop signal: checkpoint written at step {}, exiting",
                        step_);
+        log_summary(started, first_step, true);
         return;
       }
     }
+    log_summary(started, first_step, false);
   }
 
  private:
-  // Rank 0: the metrics record (with validation where due) and the progress line.
+  // Rank 0: the metrics record (with validation where due) and the progress line,
+  // which also comes every kProgressSeconds so a slow run with a long
+  // log.interval still shows it is alive.
   void report_step(MetricsLog& metrics, const StepResult& r, double seconds, Clock::time_point started,
                    int64_t first_step) {
     const int64_t total = config_.train.steps;
-    const bool progress_due = step_ % config_.log.interval == 0 || step_ == total || step_ == first_step + 1;
+    const bool progress_due = step_ % config_.log.interval == 0 || step_ == total ||
+                              step_ == first_step + 1 || Clock::now() - last_progress_ > kProgressSeconds;
     nlohmann::json record = step_record(r, seconds);
     // Mean |QK^T/sqrt(d)| on the last micro-batch (paper Fig. 2); with several
     // ranks, rank 0's last micro-batch. Reads the last micro-batch's q/k prefix
@@ -98,10 +107,16 @@ class Trainer {
     if ((config_.eval.interval > 0 && step_ % config_.eval.interval == 0) || step_ == total)
       add_validation(record);
     metrics.write(record);
+    last_record_ = record;
     if (progress_due) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
       const double eta = elapsed / (step_ - first_step) * (total - step_);
       spdlog::info("{}", progress_line(record, total, eta));
+      last_progress_ = Clock::now();
+    }
+    if (record.contains("val_loss")) {
+      last_val_ = record;
+      spdlog::info("{}", validation_line(record, total, teacher_ != nullptr));
     }
     if (step_ == first_step + 1 || step_ == total) log_backend_report();
   }
@@ -182,10 +197,37 @@ class Trainer {
     sampler_->from_json(state.sampler, state.directory);
     step_ = state.step;
     skipped_ = state.skipped_steps;
-    if (is_root() && !fs::exists(fs::path(options_.run_dir) / "config.json"))
-      write_resolved_config(config_, options_.run_dir);  // resumed into a new run directory
+    // The config the run now goes on with (a new run directory, or train.steps extended).
+    if (is_root()) write_resolved_config(config_, options_.run_dir);
     spdlog::info("resumed from {} at step {} (written by {} rank(s), now {})", state.directory,
                  step_, state.world_size, comm_.world());
+  }
+
+  // A resumed run that already reached train.steps: say so, and how to go on.
+  void log_already_finished() const {
+    const std::string run = options_.run_dir;
+    spdlog::info("{} is finished: its checkpoint is at step {} and train.steps is {}; nothing to do",
+                 options_.resume, step_, config_.train.steps);
+    spdlog::info("to train further, extend it: kdtrain train --resume {} --set train.steps=N (N > {})",
+                 options_.resume, step_);
+  }
+
+  // Rank 0: the run's last lines (metrics.h RunSummary).
+  void log_summary(Clock::time_point started, int64_t first_step, bool stopped) const {
+    if (!is_root()) return;
+    RunSummary s;
+    s.step = step_;
+    s.total_steps = config_.train.steps;
+    s.steps_run = step_ - first_step;
+    s.tokens = static_cast<double>(s.steps_run * config_.train.global_batch * config_.train.seq_len);
+    s.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    s.last = last_record_;
+    s.last_val = last_val_;
+    s.checkpoint = last_checkpoint_;
+    s.stopped = stopped;
+    s.has_teacher = has_teacher();
+    s.val_has_teacher = teacher_ != nullptr;
+    for (const std::string& line : summary_lines(s)) spdlog::info("{}", line);
   }
 
   void log_setup() {
@@ -203,11 +245,31 @@ class Trainer {
     spdlog::info("data: {} train windows of {} tokens; global batch {} = {} rank(s) x {} micro-batches of {}",
                  train_data_->num_windows(), config_.train.seq_len, config_.train.global_batch,
                  comm_.world(), accumulation_steps(), config_.train.micro_batch);
+    log_validation_plan();
     const double mib = 1024.0 * 1024.0;
     spdlog::info("data parallel: {} rank(s) over {}, {}; optimizer state per rank {:.1f} MiB "
                  "(AdamW moments for {} of {} parameters)",
                  comm_.world(), comm_.name(), zero1() ? "ZeRO-1" : "all-reduce",
                  8.0 * opt_range_.size() / mib, opt_range_.size(), student_->layout().total);
+  }
+
+  void log_validation_plan() const {
+    const int64_t b = config_.train.micro_batch;
+    if (!val_data_) {
+      spdlog::info("validation: off (data.val is empty)");
+      return;
+    }
+    const int64_t batches = std::min<int64_t>(config_.eval.batches, val_data_->num_windows() / b);
+    if (batches <= 0) {
+      spdlog::warn("validation: off: data.val holds {} windows of {} tokens, fewer than one "
+                   "micro-batch ({})", val_data_->num_windows(), config_.train.seq_len + 1, b);
+      return;
+    }
+    const std::string when = config_.eval.interval > 0
+                                 ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
+                                 : std::string("at the end");
+    spdlog::info("validation: {}, on the first {} windows of data.val (eval.interval, eval.batches; "
+                 "--set data.val=[] turns it off)", when, batches * b);
   }
 
   // Which attention implementation ran each distinct shape, and the peak memory.
@@ -426,6 +488,7 @@ class Trainer {
     const std::string dir = save_training_checkpoint(options_.run_dir, config_, *student_, state,
                                                      config_.checkpoint.keep, comm_);
     spdlog::info("checkpoint: {}", dir);
+    last_checkpoint_ = dir;
   }
 
   Config config_;
@@ -444,6 +507,11 @@ class Trainer {
   data::CacheTail cache_tail_ = data::CacheTail::renormalize;
   int64_t step_ = 0;
   int64_t skipped_ = 0;
+  // Rank 0's console state: the last records for the summary, the last progress line.
+  nlohmann::json last_record_, last_val_;
+  std::string last_checkpoint_;
+  Clock::time_point last_progress_ = Clock::now();
+  static constexpr std::chrono::seconds kProgressSeconds{30};
 };
 
 }  // namespace
