@@ -2,8 +2,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/suggest.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +26,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A misspelled command or flag gets the nearest known spelling.
+    const bool help = e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success);
+    const std::string hint =
+        help ? "" : kdtrain::cli::explain_unknown_argument(app, std::vector<std::string>(argv + 1, argv + argc));
+    if (!hint.empty()) {
+      std::fprintf(stderr, "kdtrain: error: %s\n", hint.c_str());
+      return e.get_exit_code();
+    }
     return app.exit(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kdtrain: error: %s\n", e.what());

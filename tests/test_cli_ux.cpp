@@ -1,0 +1,111 @@
+// What a newcomer reads (issue 16): typo suggestions for commands and flags,
+// the warmup clamp's notice, the run summary.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/suggest.h"
+#include "config/config.h"
+#include "train/metrics.h"
+
+using namespace kdtrain;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// The same command tree main() builds.
+struct KdtrainApp {
+  CLI::App app{"kdtrain"};
+  KdtrainApp() {
+    app.require_subcommand(1);
+    cli::register_info(app);
+    cli::register_init(app);
+    cli::register_dump(app);
+    cli::register_train(app);
+    cli::register_data(app);
+    cli::register_teacher_cache(app);
+    cli::register_eval(app);
+    cli::register_analyze(app);
+    cli::register_export(app);
+    cli::register_bench(app);
+  }
+  std::string explain(const std::vector<std::string>& args) const {
+    return cli::explain_unknown_argument(app, args);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cli: edit distance counts a swap of neighbours as one edit", "[cli][suggest]") {
+  CHECK(cli::edit_distance("train", "train") == 0);
+  CHECK(cli::edit_distance("trian", "train") == 1);  // swap
+  CHECK(cli::edit_distance("--confg", "--config") == 1);  // insertion
+  CHECK(cli::edit_distance("evl", "eval") == 1);
+  CHECK(cli::edit_distance("", "abc") == 3);
+  CHECK(cli::nearest("trian", {"info", "init", "train", "eval"}) == "train");
+  CHECK(cli::nearest("xyzzy", {"info", "init", "train", "eval"}).empty());  // too far to be a typo
+}
+
+TEST_CASE("cli: a misspelled command or flag names the nearest one", "[cli][suggest]") {
+  KdtrainApp k;
+  CHECK(k.explain({"trian"}).rfind("unknown command 'trian'; did you mean 'train'?", 0) == 0);
+  CHECK_THAT(k.explain({"exprot", "--out", "x"}), Contains("did you mean 'export'?"));
+  const std::string far = k.explain({"fly"});
+  CHECK_THAT(far, Contains("unknown command 'fly'") && Contains("commands: info, init"));
+  CHECK_THAT(far, !Contains("did you mean"));
+  CHECK_THAT(k.explain({"train", "--confg", "c.json"}),
+             Contains("train: unknown option '--confg'; did you mean '--config'?") &&
+                 Contains("kdtrain train --help"));
+  CHECK_THAT(k.explain({"train", "--run-dri=x"}), Contains("did you mean '--run-dir'?"));
+  CHECK_THAT(k.explain({"data", "wirte", "--bytes", "a"}), Contains("data: unknown command 'wirte'; did you mean 'write'?"));
+  CHECK_THAT(k.explain({"eval", "--seqlen", "64"}), Contains("did you mean '--seq-len'?"));
+  // Correct command lines, values that look like words, and '--' are left alone.
+  CHECK(k.explain({"train", "--config", "trian.json", "--set", "train.steps=5"}).empty());
+  CHECK(k.explain({"data", "write", "--bytes", "some.txt", "--out", "train.bin"}).empty());
+  CHECK(k.explain({"info", "--preset", "tiny-llama", "--json"}).empty());
+}
+
+TEST_CASE("config: a warmup longer than the run is clamped with a notice naming the --set", "[config]") {
+  Config c = load_config("", "tiny-llama", "", {"train.steps=20"});  // warmup default 100
+  CHECK(c.schedule.warmup == 20);
+  Config d;
+  d.train.steps = 30;
+  d.schedule.warmup = 50;
+  CHECK_THAT(clamp_warmup(d), Contains("schedule.warmup (50) is longer than the run (train.steps 30)") &&
+                                  Contains("--set schedule.warmup=N"));
+  CHECK(d.schedule.warmup == 30);
+  CHECK(clamp_warmup(d).empty());  // nothing left to clamp
+  Config e = load_config("", "tiny-llama", "", {"train.steps=200", "schedule.warmup=10"});
+  CHECK(e.schedule.warmup == 10);  // a warmup that fits is kept
+}
+
+TEST_CASE("metrics: the run summary gives losses, tokens, time, rate and the checkpoint", "[metrics]") {
+  RunSummary s;
+  s.step = 200;
+  s.total_steps = 200;
+  s.steps_run = 100;
+  s.tokens = 51200;
+  s.seconds = 12.8;
+  s.last = {{"step", 200}, {"loss", 2.5}, {"kd", 2.0}, {"ce", 3.0}};
+  s.last_val = {{"step", 200}, {"val_loss", 2.75}, {"val_kd", 2.25}, {"val_ce", 3.25}};
+  s.checkpoint = "runs/demo/checkpoints/step_00000200";
+  s.has_teacher = s.val_has_teacher = true;
+  const std::vector<std::string> lines = summary_lines(s);
+  REQUIRE(lines.size() == 4);
+  CHECK_THAT(lines[0], Contains("run finished at step 200/200: 100 steps, 0.0512M tokens in 0m13s (4.0k tok/s)"));
+  CHECK_THAT(lines[1], Contains("final train loss 2.5000 (kd 2.0000, ce 3.0000) at step 200"));
+  CHECK_THAT(lines[2], Contains("final val loss   2.7500 (kd 2.2500, ce 3.2500) at step 200"));
+  CHECK_THAT(lines[3], Contains("checkpoint: runs/demo/checkpoints/step_00000200"));
+  s.last_val = nullptr;
+  s.stopped = true;
+  const std::vector<std::string> stopped = summary_lines(s);
+  CHECK_THAT(stopped[0], Contains("run stopped at step 200/200"));
+  CHECK_THAT(stopped[2], Contains("no validation loss"));
+  s.has_teacher = s.val_has_teacher = false;  // CE only: no KD column
+  CHECK_THAT(summary_lines(s)[1], Contains("final train loss 2.5000 (ce) at step 200"));
+  const nlohmann::json val = {{"step", 50}, {"val_loss", 1.0}, {"val_kd", 0.5}, {"val_ce", 1.5}};
+  CHECK(validation_line(val, 100, true) == "step 50/100 | val loss 1.0000 | val kd 0.5000 | val ce 1.5000");
+  CHECK(validation_line(val, 100, false) == "step 50/100 | val loss 1.0000 (ce)");
+}
