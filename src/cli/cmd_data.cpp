@@ -1,6 +1,9 @@
 // `kdtrain data`: inspect and create token shards.
 //   kdtrain data info SHARDS...                      per-shard summary and totals
 //   kdtrain data write --out F [--version 1|7] (--ids F.txt | --bytes F)
+//                      [--val-out V [--val-tokens N]]   the first N tokens (default: a
+//                                                       tenth) go to V, the rest to F
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -20,7 +23,19 @@ struct DataWriteOptions {
   int version = 0;  // 0: smallest that fits the ids
   std::string ids_path;
   std::string bytes_path;
+  std::string val_out;
+  int64_t val_tokens = -1;  // -1: a tenth of the tokens
 };
+
+// Writes `tokens` to `path` (creating its directory) and says so.
+void write_and_report(const std::string& path, const std::vector<uint32_t>& tokens, int version,
+                      const std::string& what) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  data::write_shard(path, tokens, version);
+  std::cout << "wrote " << path << ": " << tokens.size() << " tokens" << what << ", version " << version
+            << "\n";
+}
 
 }  // namespace
 
@@ -44,6 +59,10 @@ void register_data(CLI::App& app) {
   auto* bytes = write->add_option("--bytes", options->bytes_path, "Any file; each byte becomes a token 0..255")
                     ->check(CLI::ExistingFile);
   ids->excludes(bytes);
+  write->add_option("--val-out", options->val_out,
+                    "also write a validation shard: the first --val-tokens tokens go here, the rest to --out");
+  write->add_option("--val-tokens", options->val_tokens,
+                    "tokens held out for --val-out (default: a tenth of the input)");
   write->callback([options] {
     KD_CHECK(!options->ids_path.empty() || !options->bytes_path.empty(),
              "kdtrain data write: give --ids FILE or --bytes FILE");
@@ -51,8 +70,19 @@ void register_data(CLI::App& app) {
                                        ? data::read_bytes_as_tokens(options->bytes_path)
                                        : data::read_token_ids_text(options->ids_path);
     const int version = options->version ? options->version : data::smallest_shard_version(tokens);
-    data::write_shard(options->out, tokens, version);
-    std::cout << "wrote " << options->out << ": " << tokens.size() << " tokens, version " << version << "\n";
+    if (options->val_out.empty()) {
+      KD_CHECK(options->val_tokens < 0, "--val-tokens needs --val-out (the file for the held-out tokens)");
+      write_and_report(options->out, tokens, version, "");
+      return;
+    }
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t held = options->val_tokens >= 0 ? options->val_tokens : n / 10;
+    KD_CHECK(held >= 1 && held < n, "--val-tokens ", held, ": the input has ", n,
+             " tokens; validation needs at least 1 and training at least 1");
+    write_and_report(options->val_out, std::vector<uint32_t>(tokens.begin(), tokens.begin() + held), version,
+                     " (validation: the first " + std::to_string(held) + ")");
+    write_and_report(options->out, std::vector<uint32_t>(tokens.begin() + held, tokens.end()), version,
+                     " (training: the rest)");
   });
 }
 
