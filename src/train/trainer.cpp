@@ -205,7 +205,6 @@ class Trainer {
 
   // A resumed run that already reached train.steps: say so, and how to go on.
   void log_already_finished() const {
-    const std::string run = options_.run_dir;
     spdlog::info("{} is finished: its checkpoint is at step {} and train.steps is {}; nothing to do",
                  options_.resume, step_, config_.train.steps);
     spdlog::info("to train further, extend it: kdtrain train --resume {} --set train.steps=N (N > {})",
