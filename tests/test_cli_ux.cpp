@@ -2,10 +2,13 @@
 // the warmup clamp's notice, the run summary.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/config_help.h"
 #include "cli/suggest.h"
 #include "config/config.h"
 #include "train/metrics.h"
@@ -30,6 +33,7 @@ struct KdtrainApp {
     cli::register_analyze(app);
     cli::register_export(app);
     cli::register_bench(app);
+    cli::register_config(app);
   }
   std::string explain(const std::vector<std::string>& args) const {
     return cli::explain_unknown_argument(app, args);
@@ -108,4 +112,37 @@ TEST_CASE("metrics: the run summary gives losses, tokens, time, rate and the che
   const nlohmann::json val = {{"step", 50}, {"val_loss", 1.0}, {"val_kd", 0.5}, {"val_ce", 1.5}};
   CHECK(validation_line(val, 100, true) == "step 50/100 | val loss 1.0000 | val kd 0.5000 | val ce 1.5000");
   CHECK(validation_line(val, 100, false) == "step 50/100 | val loss 1.0000 (ce)");
+}
+
+TEST_CASE("config --list: every key the config writes has a meaning, and docs/config.md documents it",
+          "[cli][config]") {
+  std::set<std::string> written, listed;
+  for (const auto& [key, value] : cli::flatten_config(to_json(Config{}))) written.insert(key);
+  for (const cli::HelpLine& k : cli::config_keys()) CHECK(listed.insert(k.name).second);  // no duplicates
+  CHECK(listed == written);
+  std::set<std::string> sections;
+  for (const cli::HelpLine& s : cli::config_sections()) sections.insert(s.name);
+  for (const std::string& key : written) CHECK(sections.count(key.substr(0, key.find('.'))) == 1);
+
+  // docs/config.md: each key is a row "| `name` |" of the table under its section
+  // ("### `section`"; nested keys under "`model.rope_scaling`:").
+  std::ifstream in(std::string(KDTRAIN_SOURCE_DIR) + "/docs/config.md");
+  REQUIRE(in);
+  std::set<std::string> documented;
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.rfind("### `", 0) == 0) section = line.substr(5, line.find('`', 5) - 5);
+    else if (line.rfind("`model.rope_scaling`:", 0) == 0) section = "model.rope_scaling";
+    else if (line.rfind("## ", 0) == 0) section.clear();
+    else if (!section.empty() && line.rfind("| `", 0) == 0)
+      documented.insert(section + "." + line.substr(3, line.find('`', 3) - 3));
+  }
+  for (const std::string& key : written)
+    CHECK(documented.count(key) == 1);
+
+  const std::string table = cli::config_key_table();
+  CHECK_THAT(table, Contains("optimizer.lr") && Contains("0.001") && Contains("peak learning rate"));
+  CHECK_THAT(table, Contains("docs/config.md"));
+  const std::string footer = cli::config_sections_text();
+  CHECK_THAT(footer, Contains("schedule") && Contains("kdtrain config --list") && Contains("docs/config.md"));
 }

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/config_help.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -67,6 +68,7 @@ void register_train(CLI::App& app, TrainObserver* observer) {
                       "run directory (default runs/<config or preset>-<variant>)");
   command->add_option("--resume", flags->resume,
                       "continue a run: its directory or one of its checkpoint directories");
+  command->footer(config_sections_text());
   command->callback([flags] { run_train(*flags); });
 }
 

@@ -31,5 +31,6 @@ void register_eval(CLI::App& app);
 void register_analyze(CLI::App& app);
 void register_export(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_config(CLI::App& app);
 
 }  // namespace kdtrain::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   kdtrain::cli::register_analyze(app);
   kdtrain::cli::register_export(app);
   kdtrain::cli::register_bench(app);
+  kdtrain::cli::register_config(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
