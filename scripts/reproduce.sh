@@ -16,7 +16,7 @@
 #       [--tokenizer DIR] [--steps N] [--device cpu|cuda] [--launch "mpirun -np 8"]
 #       [--set section.key=value ...] [--fineweb FILE...] [--c4 FILE] [--val-tokens N] [--max-tokens N]
 #       [--limit N] [--batch-size N] [--eval-data DIR] [--eval-windows N]
-#       [--analyze-seqs N] [--report DIR | --no-report] [--kdtrain BIN]
+#       [--analyze-seqs N] [--report DIR | --no-report] [--no-zero-shot] [--kdtrain BIN]
 #   scripts/reproduce.sh --prepare-only --data-dir DIR --tokenizer TOK [--fineweb ...] [--c4 F]
 #       (stage 1 only: the data of a tokenizer)
 #
@@ -42,7 +42,7 @@ fi
 
 CONFIG=""; VARIANT=""; DATA_DIR=""; TEACHER=""; RUN=""; TOKENIZER=""; STEPS=""; DEVICE=""
 LAUNCH=""; FINEWEB=(); C4=""; LIMIT=""; BATCH=""; REPORT=""; EVAL_WINDOWS=""; ANALYZE_SEQS=""
-OVERRIDES=(); VAL_TOKENS=""; MAX_TOKENS=""; EVAL_DATA=""; NO_REPORT=0; PREPARE_ONLY=0
+OVERRIDES=(); VAL_TOKENS=""; MAX_TOKENS=""; EVAL_DATA=""; NO_REPORT=0; PREPARE_ONLY=0; NO_ZERO_SHOT=0
 KDTRAIN="${KDTRAIN:-$ROOT/build/kdtrain}"
 usage() { sed -n "2,33p" "$0"; }
 while (($#)); do
@@ -66,6 +66,7 @@ while (($#)); do
     --eval-data) EVAL_DATA="$2"; shift 2 ;;
     --report) REPORT="$2"; shift 2 ;;
     --no-report) NO_REPORT=1; shift ;;
+    --no-zero-shot) NO_ZERO_SHOT=1; shift ;;
     --prepare-only) PREPARE_ONLY=1; shift ;;
     --eval-windows) EVAL_WINDOWS="$2"; shift 2 ;;
     --analyze-seqs) ANALYZE_SEQS="$2"; shift 2 ;;
@@ -198,9 +199,12 @@ ZS=(--device "$DEVICE")
 [[ -n $LIMIT ]] && ZS+=(--limit "$LIMIT")
 [[ -n $BATCH ]] && ZS+=(--batch-size "$BATCH")
 [[ -n $EVAL_DATA ]] && ZS+=(--eval-data "$EVAL_DATA")
-[[ $DEVICE == cuda* ]] && ZS+=(--dtype bfloat16)
-stage "zero-shot (six tasks)" "$RUN/zero_shot.json" \
-  python3 "$ROOT/scripts/run_zero_shot.py" --model "$RUN/hf" --out "$RUN/zero_shot.json" "${ZS[@]}"
+if ((NO_ZERO_SHOT)); then
+  log "zero-shot: left to the caller (--no-zero-shot)"
+else
+  stage "zero-shot (six tasks)" "$RUN/zero_shot.json" \
+    python3 "$ROOT/scripts/run_zero_shot.py" --model "$RUN/hf" --out "$RUN/zero_shot.json" "${ZS[@]}"
+fi
 AN=(--device "$DEVICE")
 [[ -n $ANALYZE_SEQS ]] && AN+=(--num-seqs "$ANALYZE_SEQS")
 ((SEQ_LEN < 1024)) && AN+=(--seq-len "$SEQ_LEN")  # the paper's 1024 unless trained shorter

@@ -6,9 +6,10 @@
 
 Runs every row of configs/paper/study.json (three sizes x the variants of Tables
 1-3, plus the sigmoid-α affine run of Table 3), each through `scripts/reproduce.sh`
-(prepare data, train by distillation, export, C4 perplexity, zero-shot, attention
-analysis; finished stages are skipped, an interrupted training run is resumed),
-then scripts/report.py over all of them into OUT/report (index.md, table1..5 .md
+(prepare data, train by distillation, export, C4 perplexity, attention analysis;
+finished stages are skipped, an interrupted training run is resumed), then the
+six zero-shot tasks of every run in one scripts/run_zero_shot.py process, then
+scripts/report.py over all of them into OUT/report (index.md, table1..5 .md
 and .csv, fig2..fig10 PNG). Teachers are DIR/<teacher name of the size>
 (Qwen1.5-1.8B, Llama-3.2-3B, Llama-3.1-8B: Hugging Face directories), or
 --teacher SIZE=PATH each.
@@ -108,6 +109,29 @@ def smoke_teacher(a, plan: dict, size: str, data_dir: Path) -> Path:
     return done
 
 
+def zero_shot(a, run_dirs: list[Path]) -> bool:
+    """The six zero-shot tasks for every run without zero_shot.json, in one
+    run_zero_shot.py process (lm-eval, transformers and torch start once, not once
+    per run); each JSON is written as its model finishes. False if it failed."""
+    todo = [r for r in run_dirs if not (r / "zero_shot.json").exists()]
+    if not todo:
+        log("zero-shot: skipped, every run has zero_shot.json")
+        return True
+    log(f"zero-shot (six tasks) for {len(todo)} run(s): {' '.join(r.name for r in todo)}")
+    cmd = [sys.executable, str(REPO / "scripts" / "run_zero_shot.py"),
+           "--model", *[str(r / "hf") for r in todo], "--out", *[str(r / "zero_shot.json") for r in todo],
+           "--device", a.device]
+    for flag, value in (("--limit", a.limit), ("--eval-data", a.eval_data), ("--batch-size", a.batch_size)):
+        if value:
+            cmd += [flag, str(value)]
+    try:
+        run_cmd(cmd)
+    except RuntimeError as e:
+        log(f"zero-shot: FAILED ({e})")
+        return False
+    return True
+
+
 def teacher_of(a, plan: dict, size: str) -> Path:
     if size in a.teacher_map:
         return a.teacher_map[size]
@@ -146,6 +170,7 @@ def parse_args(argv):
                    "(validation + training; docs/reproduce.md: 18,884,368,000 for one epoch)")
     p.add_argument("--batch-size", type=int, help="zero-shot batch size")
     p.add_argument("--keep-going", action="store_true", help="continue after a failed run")
+    p.add_argument("--no-figures", action="store_true", help="report tables only (report.py --no-figures)")
     p.add_argument("--kdtrain", default=os.environ.get("KDTRAIN", str(REPO / "build" / "kdtrain")))
     a = p.parse_args(argv)
     a.device = a.device or ("cpu" if a.smoke else "cuda")
@@ -200,10 +225,9 @@ def main(argv=None) -> int:
             overrides = (plan["smoke"]["set"] + spec["smoke_student"] if a.smoke else []) + run["set"] + a.set
             cmd = ["bash", reproduce, "--config", spec["config"], "--attention", run["attention"],
                    "--teacher", str(teachers[size]), "--out", str(run_dir), "--device", a.device,
-                   "--no-report", *common, *sets(overrides)]
-            for flag, value in (("--launch", a.launch), ("--limit", a.limit),
-                                ("--eval-data", a.eval_data), ("--eval-windows", a.eval_windows),
-                                ("--analyze-seqs", a.analyze_seqs), ("--batch-size", a.batch_size)):
+                   "--no-report", "--no-zero-shot", *common, *sets(overrides)]
+            for flag, value in (("--launch", a.launch), ("--eval-windows", a.eval_windows),
+                                ("--analyze-seqs", a.analyze_seqs)):
                 if value:
                     cmd += [flag, str(value)]
             log(f"{name}: {size} {run['attention']} {' '.join(run['set'])}".rstrip())
@@ -217,6 +241,13 @@ def main(argv=None) -> int:
         timings.append((name, f"{time.monotonic() - t0:.1f}"))
 
     done = [a.out / "runs" / r["name"] for r in runs if r["name"] not in failed]
+    t0 = time.monotonic()
+    if not zero_shot(a, done):
+        failed.append("zero-shot")
+        if not a.keep_going:
+            raise SystemExit("reproduce_tables: zero-shot failed; rerun to resume (finished "
+                             "models keep their zero_shot.json)")
+    timings.append(("zero-shot", f"{time.monotonic() - t0:.1f}"))
     title = "kdtrain: the paper's Tables 1–5" + (" — SMOKE RUN" if a.smoke else "")
     plan_name = a.plan.resolve().relative_to(REPO) if a.plan.resolve().is_relative_to(REPO) else a.plan
     notes = [f"Plan `{plan_name}`, {len(done)} runs, device {a.device}; built by `scripts/reproduce.sh --tables"
@@ -231,6 +262,8 @@ def main(argv=None) -> int:
               "--out", str(a.out / "report"), "--kdtrain", a.kdtrain, "--title", title]
     for n in notes:
         report += ["--note", n]
+    if a.no_figures:
+        report.append("--no-figures")
     t0 = time.monotonic()
     run_cmd(report)
     timings += [("report", f"{time.monotonic() - t0:.1f}"), ("total", f"{time.monotonic() - started:.1f}")]

@@ -2,6 +2,11 @@
 """Zero-shot accuracy on the paper's six tasks through lm-eval-harness, offline.
 
     python3 scripts/run_zero_shot.py --model HF_DIR --out RUN/zero_shot.json [--limit N]
+    python3 scripts/run_zero_shot.py --model A/hf B/hf --out A/zero_shot.json B/zero_shot.json
+
+Several models in one call are scored one after the other in one process, which
+starts lm-eval, transformers and torch once (scripts/reproduce_tables.py does
+this for a whole study); each output is written as soon as its model is done.
 
 HF_DIR is a Hugging Face model directory (config.json, model.safetensors, a
 tokenizer): a `kdtrain export` output, or any Llama/Qwen2 checkpoint. The task
@@ -304,27 +309,37 @@ def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAU
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="Hugging Face model directory")
-    p.add_argument("--out", required=True, type=Path, help="output JSON (e.g. RUN/zero_shot.json)")
+    p.add_argument("--model", required=True, nargs="+", help="Hugging Face model directory (or several)")
+    p.add_argument("--out", required=True, nargs="+", type=Path,
+                   help="output JSON (e.g. RUN/zero_shot.json), one per --model")
     p.add_argument("--limit", type=int, default=None, help="first N items of each task (testing)")
     p.add_argument("--eval-data", type=Path, default=DEFAULT_EVAL_DATA,
                    help=f"evaluation slices (default {DEFAULT_EVAL_DATA})")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
-    p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
+    p.add_argument("--dtype", default=None,
+                   help="float32 or bfloat16 (default: bfloat16 on CUDA, float32 on the CPU)")
     p.add_argument("--samples", type=Path, default=None,
                    help="also write every item's per-choice log-likelihoods here")
     p.add_argument("--work-dir", type=Path, default=None,
                    help="keep the converted data and rendered task YAMLs here")
     a = p.parse_args(argv)
-    if not Path(a.model, "config.json").exists():
-        p.error(f"--model {a.model}: no config.json (a Hugging Face model directory is expected)")
-    summary = run(a.model, a.out, a.limit, a.eval_data, a.batch_size, a.device, a.dtype,
-                  a.samples, a.work_dir)
-    for name, e in summary["tasks"].items():
-        print(f"{e['column']:>6} {e['metric']:<8} {100 * e['value']:6.2f}   "
-              f"{e['split']} {e['examples']}/{e['split_size']} ({e['source']})")
-    print(f"{'Avg.':>6} {'':<8} {100 * summary['average']:6.2f}   -> {a.out}")
+    if len(a.model) != len(a.out):
+        p.error(f"{len(a.model)} --model directories but {len(a.out)} --out files: one output per model")
+    if len(a.model) > 1 and (a.samples or a.work_dir):
+        p.error("--samples and --work-dir take one --model")
+    a.dtype = a.dtype or ("bfloat16" if a.device.startswith("cuda") else "float32")
+    for model in a.model:
+        if not Path(model, "config.json").exists():
+            p.error(f"--model {model}: no config.json (a Hugging Face model directory is expected)")
+    for model, out in zip(a.model, a.out):
+        summary = run(model, out, a.limit, a.eval_data, a.batch_size, a.device, a.dtype,
+                      a.samples, a.work_dir)
+        print(f"{model}:")
+        for name, e in summary["tasks"].items():
+            print(f"{e['column']:>6} {e['metric']:<8} {100 * e['value']:6.2f}   "
+                  f"{e['split']} {e['examples']}/{e['split_size']} ({e['source']})")
+        print(f"{'Avg.':>6} {'':<8} {100 * summary['average']:6.2f}   -> {out}", flush=True)
     return 0
 
 

@@ -128,7 +128,7 @@ SEQ_LEN=$(cfg_value "$STUDENT_CFG" train seq_len)
 DEV=(--device "$DEVICE")
 EVAL_ARGS=(--seq-len "$SEQ_LEN")
 ((EVAL_WINDOWS > 0)) && EVAL_ARGS+=(--max-windows "$EVAL_WINDOWS")
-ZS_ARGS=(--device "$DEVICE")
+ZS_ARGS=(--device "$DEVICE" --dtype float32)  # fp32 even on CUDA: docs/reproduce.md, "GPU version"
 [[ -n $LIMIT ]] && ZS_ARGS+=(--limit "$LIMIT")
 
 # ---- 2. teacher (cross-entropy only)
@@ -173,7 +173,10 @@ done
 
 # ---- 4. report (always redone: cheap)
 log "report ..."
-NOTE="A scaled-down Table 1 on real text (scripts/small_study.sh$( ((SMOKE)) && echo ' --smoke')$( ((GPU)) && echo ' --gpu')); docs/reproduce.md, \"The small study\"."
+FLAGS=""  # (an assignment from $( ((GPU)) && ...) takes its status: 1 under set -e when GPU=0)
+((SMOKE)) && FLAGS+=" --smoke"
+((GPU)) && FLAGS+=" --gpu"
+NOTE="A scaled-down Table 1 on real text (scripts/small_study.sh$FLAGS); docs/reproduce.md, \"The small study\"."
 python3 scripts/report.py "${runs[@]}" --out "$OUT/report" --kdtrain "$KDTRAIN" \
   --title "Small study" --note "$NOTE" >/dev/null
 printf 'total (this invocation)\t%s\n' "$(($(date +%s) - STUDY_START))" >> "$TIMINGS"

@@ -1,7 +1,8 @@
 """The whole study by one command (`scripts/reproduce.sh --tables`, scripts/reproduce_tables.py):
 the plan's consistency, the time projection against numbers worked by hand, and a reduced
---smoke run end to end (one teacher, two students of the 1B row) with its rerun, which
-must skip everything, and a resume of an interrupted student.
+--smoke run end to end (one teacher, two students of the 1B row, their zero-shot in one
+process) with its rerun, which must skip everything, and a resume of an interrupted
+student.
 
 The smoke run needs build/kdtrain (or $KDTRAIN_BIN), ../shared/data and lm_eval / torch /
 transformers / matplotlib; it skips cleanly without them.
@@ -146,11 +147,12 @@ def test_smoke_study_reduced_end_to_end(tmp_path):
     assert (report / "table4.md").read_text().startswith("### Table 4: gradient-norm statistics, steps 1–6")
     assert [r["Method"] for r in read_csv(report / "table3.csv")] == ["Affine-Scaled (α: linear clip) ‡"]
 
-    # A rerun skips every finished stage.
-    again = subprocess.run(tables_cmd(out), cwd=REPO, capture_output=True, text=True, timeout=600)
+    # A rerun skips every finished stage (the figures were checked above: tables only from here).
+    again = subprocess.run(tables_cmd(out, "--no-figures"), cwd=REPO, capture_output=True, text=True,
+                           timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "teacher 1B: done already" in again.stdout
-    assert "train: skipped" in again.stdout and "zero-shot (six tasks): skipped" in again.stdout
+    assert "train: skipped" in again.stdout and "zero-shot: skipped, every run has" in again.stdout
     assert "train: resuming" not in again.stdout
 
     # An interrupted student resumes from its last checkpoint and ends bit-identical.
@@ -159,9 +161,14 @@ def test_smoke_study_reduced_end_to_end(tmp_path):
     shutil.rmtree(run / "checkpoints" / "step_00000006")
     (run / "checkpoints" / "latest").write_text("step_00000003\n")
     (run / "eval_c4.json").unlink()
-    resumed = subprocess.run(tables_cmd(out), cwd=REPO, capture_output=True, text=True, timeout=600)
+    (run / "zero_shot.json").unlink()
+    resumed = subprocess.run(tables_cmd(out, "--no-figures"), cwd=REPO, capture_output=True, text=True,
+                             timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "train: resuming" in resumed.stdout
+    # the batched zero-shot stage redoes only the run that lacks its zero_shot.json
+    assert "zero-shot (six tasks) for 1 run(s): 1B-affine" in resumed.stdout
+    assert json.loads((run / "zero_shot.json").read_text())["limit"] == 2
     after = json.loads((run / "eval_c4.json").read_text())
     assert after["ce_sum"] == before["ce_sum"]
 

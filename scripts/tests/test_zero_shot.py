@@ -321,3 +321,19 @@ def test_exported_kdtrain_model_equals_kdtrain_logits(prepared, tmp_path, varian
 
     mine = score(first_docs(prepared), tokenizer, logits_fn)
     check_against(summary, json.loads(samples.read_text()), mine)
+
+
+def test_several_models_pair_with_their_outputs(tmp_path, capsys):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    with pytest.raises(SystemExit):
+        zs.main(["--model", a, b, "--out", str(tmp_path / "a.json")])
+    assert "2 --model directories but 1 --out files" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        zs.main(["--model", a, b, "--out", "x.json", "y.json", "--samples", "s.json"])
+    assert "--samples and --work-dir take one --model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        zs.main(["--model", a, str(tmp_path / "missing"), "--out", "x.json", "y.json"])
+    assert "missing: no config.json" in capsys.readouterr().err
