@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/commands.h"
@@ -145,4 +146,28 @@ TEST_CASE("config --list: every key the config writes has a meaning, and docs/co
   CHECK_THAT(table, Contains("docs/config.md"));
   const std::string footer = cli::config_sections_text();
   CHECK_THAT(footer, Contains("schedule") && Contains("kdtrain config --list") && Contains("docs/config.md"));
+}
+
+TEST_CASE("presets: tiny-llama3 / tiny-qwen2 are the tiny shapes on the real vocabularies", "[config]") {
+  for (const auto& [name, shape, real] : {std::tuple{"tiny-llama3", "tiny-llama", "llama3.2-1b"},
+                                          std::tuple{"tiny-qwen2", "tiny-qwen", "qwen1.5-0.5b"}}) {
+    INFO(name);
+    const ModelConfig m = model_preset(name), s = model_preset(shape), r = model_preset(real);
+    CHECK(m.hidden_size == s.hidden_size);
+    CHECK(m.intermediate_size == s.intermediate_size);
+    CHECK(m.num_hidden_layers == s.num_hidden_layers);
+    CHECK(m.num_attention_heads == s.num_attention_heads);
+    CHECK(m.num_key_value_heads == s.num_key_value_heads);
+    CHECK(m.head_dim == s.head_dim);
+    CHECK(m.family == r.family);
+    CHECK(m.vocab_size == r.vocab_size);
+    CHECK(m.max_position_embeddings == r.max_position_embeddings);
+    CHECK(m.rope_theta == r.rope_theta);
+    CHECK(m.rope_scaling.type == r.rope_scaling.type);
+    CHECK(m.rope_scaling.factor == r.rope_scaling.factor);
+    CHECK(m.attention_bias == r.attention_bias);
+    CHECK(m.tie_word_embeddings);
+  }
+  CHECK(model_preset("tiny-llama3").vocab_size == 128256);
+  CHECK(model_preset("tiny-qwen2").vocab_size == 151936);
 }

@@ -42,6 +42,17 @@ ModelConfig qwen15_base() {
   return m;
 }
 
+// `base` (vocabulary, RoPE, norms) with the layer sizes of `shape`.
+ModelConfig with_layer_shape(ModelConfig base, const ModelConfig& shape) {
+  base.hidden_size = shape.hidden_size;
+  base.intermediate_size = shape.intermediate_size;
+  base.num_hidden_layers = shape.num_hidden_layers;
+  base.num_attention_heads = shape.num_attention_heads;
+  base.num_key_value_heads = shape.num_key_value_heads;
+  base.head_dim = shape.head_dim;
+  return base;
+}
+
 ModelConfig make_preset(const std::string& name) {
   ModelConfig m;
   if (name == "qwen1.5-0.5b") {
@@ -153,26 +164,14 @@ ModelConfig make_preset(const std::string& name) {
     // tokenizer's 128,000 BPE tokens and 256 special tokens) and RoPE (theta 5e5,
     // llama3 scaling factor 32), so a student distils from a real Llama-3 teacher
     // as it is. ~8.3M parameters, nearly all the tied embedding.
-    m = llama3_base();
-    m.hidden_size = 64;
-    m.intermediate_size = 176;
-    m.num_hidden_layers = 2;
-    m.num_attention_heads = 4;
-    m.num_key_value_heads = 2;
-    m.head_dim = 16;
+    m = with_layer_shape(llama3_base(), make_preset("tiny-llama"));
     m.rope_scaling.factor = 32.0;
     m.tie_word_embeddings = true;
   } else if (name == "tiny-qwen2") {
     // tiny-qwen's shape on the Qwen1.5 / Qwen2 vocabulary (151,936 ids: the
     // tokenizer's 151,646 tokens padded, as Qwen's own config.json says) and
     // RoPE, tied as Qwen1.5-0.5B. ~7.4M parameters, nearly all the embedding.
-    m = qwen15_base();
-    m.hidden_size = 48;
-    m.intermediate_size = 128;
-    m.num_hidden_layers = 2;
-    m.num_attention_heads = 3;
-    m.num_key_value_heads = 3;
-    m.head_dim = 16;
+    m = with_layer_shape(qwen15_base(), make_preset("tiny-qwen"));
     m.tie_word_embeddings = true;
   } else {
     std::string known;
