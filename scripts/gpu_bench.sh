@@ -37,7 +37,6 @@ for arg in "$@"; do
     *) echo "gpu_bench: unknown argument '$arg'"; exit 2 ;;
   esac
 done
-VARIANTS="baseline sink affine gated affine-gated"
 PRESET="${PRESET:-llama3.2-1b}"
 SEQ="${SEQ:-2048}"
 MB="${MICRO_BATCH:-8}"
@@ -45,12 +44,13 @@ STEPS="${STEPS:-6}"
 WARMUP="${WARMUP:-2}"
 DEVICE="${DEVICE:-cuda}"
 MODES="${MODES:-compile}"
-TORCH_VARIANTS="${TORCH_VARIANTS:-$VARIANTS}"
 ATTN_ARGS="${ATTN_ARGS:-}"
 TEACHER="${TEACHER-llama3.2-3b}"
 TEACHER_VARIANTS="${TEACHER_VARIANTS-baseline}"
 source "$ROOT/scripts/gpu_env.sh"
 [[ -x "$KDTRAIN" ]] || { echo "gpu_bench: no kdtrain binary ($KDTRAIN)"; exit 2; }
+VARIANTS="$("$KDTRAIN" info --variants | awk '{print $1}' | tr '\n' ' ')"  # every variant, from the binary's table
+TORCH_VARIANTS="${TORCH_VARIANTS:-$VARIANTS}"
 echo "== kdtrain GPU bench $(date -u +%FT%TZ)  commit $COMMIT  device $DEVICE"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 

@@ -33,7 +33,7 @@ TEACHER="$OUT/runs/teacher/checkpoints/$(cat "$OUT/runs/teacher/checkpoints/late
 
 echo "== 3/3 students distilled from $TEACHER"
 runs=()
-for variant in baseline sink affine gated affine-gated; do
+for variant in $("$KDTRAIN" info --variants | awk '{print $1}'); do
   echo "-- student: $variant"
   "$KDTRAIN" train --config configs/quickstart/student.json --attention "$variant" "${DATA[@]}" \
     --set "kd.teacher=$TEACHER" --run-dir "$OUT/runs/$variant"

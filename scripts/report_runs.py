@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kdtrain_hf.variants import ATTENTION_VARIANTS
+from kdtrain_hf.variants import ATTENTION_VARIANTS, features
 
 METHOD = {"baseline": "Baseline", "sink": "Sink", "affine": "Affine-Scaled", "gated": "Gated",
           "affine-gated": "Affine-Scaled + Gated"}
@@ -59,13 +59,10 @@ def delta_params_from_config(model: dict, variant: str) -> float | None:
         H, D = model["num_attention_heads"], model["head_dim"]
     except (KeyError, TypeError):
         return None
-    extra = 0
-    if variant == "sink":
-        extra = L * H
-    if variant in ("affine", "affine-gated"):
-        extra += L * C * H          # W_alpha: d_model x H
-    if variant in ("gated", "affine-gated"):
-        extra += L * C * H * D      # W_g: d_model x H*D
+    f = features(variant)
+    extra = L * H * f.sink          # sinks: one logit per head
+    extra += L * C * H * f.affine   # W_alpha: d_model x H
+    extra += L * C * H * D * f.gate  # W_g: d_model x H*D
     return float(extra)
 
 

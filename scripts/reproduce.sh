@@ -112,7 +112,7 @@ fi
 [[ -f $CONFIG ]] || die "--config $CONFIG: no such file"
 [[ -d $TEACHER ]] || die "--teacher $TEACHER: not a directory (a Hugging Face or kdtrain checkpoint)"
 [[ -x $KDTRAIN ]] || die "$KDTRAIN is not built (cmake -S . -B build && cmake --build build)"
-case "$VARIANT" in baseline|sink|affine|gated|affine-gated) ;; *) die "--attention $VARIANT: unknown variant" ;; esac
+"$KDTRAIN" info --variants | awk '{print $1}' | grep -qxF -- "$VARIANT" || die "--attention $VARIANT: unknown variant"
 
 cfg() { python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get(sys.argv[2], {}).get(sys.argv[3], ''))" "$CONFIG" "$1" "$2"; }
 : "${DEVICE:=$(cfg train device)}"; : "${DEVICE:=cpu}"

@@ -27,7 +27,7 @@ cd "$ROOT"
 SHARED="$ROOT/../shared/data"
 
 OUT=""; SMOKE=0; GPU=0; DEVICE=""; LIMIT=""; TEACHER_CFG=""; STUDENT_CFG=""
-TOKENIZER=""; FINEWEB=(); C4=""; STUDENT_SET=(); VARIANTS="baseline sink affine gated affine-gated"
+TOKENIZER=""; FINEWEB=(); C4=""; STUDENT_SET=(); VARIANTS=""
 KDTRAIN="${KDTRAIN:-build/kdtrain}"
 while (($#)); do
   case "$1" in
@@ -69,6 +69,8 @@ if ((SMOKE)); then
 fi
 
 [[ -x $KDTRAIN ]] || { echo "small_study.sh: $KDTRAIN not built (cmake -S . -B build && cmake --build build)" >&2; exit 1; }
+# Default: every variant, from the binary's own table.
+[[ -n $VARIANTS ]] || VARIANTS="$("$KDTRAIN" info --variants | awk '{print $1}' | tr '\n' ' ')"
 for f in "${FINEWEB[@]}" "$C4"; do
   [[ -f $f ]] || { echo "small_study.sh: missing input $f" >&2; exit 1; }
 done

@@ -1,0 +1,92 @@
+// The layers of docs/architecture.md, checked on the sources: every #include of
+// a project header from src/ or kernels/ must point to the file's own layer or a
+// lower one, so the rule cannot rot. Layers, lowest first (a directory may use
+// its own and every lower rank; two directories of one rank stay apart):
+//   0 core      errors, logging, the small things everything uses
+//   1 config    the run configuration and its choices
+//   2 backend   Backend (src/backend, the CPU backend) and the CUDA kernels
+//               (kernels/, its host emulator kernels/sim); dist (communicators)
+//   3 model     the decoder written once against Backend, losses, parameter layout
+//   4 io        file formats: safetensors, checkpoints, Hugging Face import/export
+//   5 data      token shards, sampler, teacher cache
+//   6 eval, train   evaluation and analysis; the trainer, optimizer, checkpoints
+//   7 bench     kdtrain bench
+//   8 cli       one file per command, main.cpp
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::map<std::string, int> kRank = {
+    {"core", 0}, {"config", 1}, {"backend", 2}, {"kernels", 2}, {"sim", 2}, {"dist", 2},
+    {"model", 3}, {"io", 4},     {"data", 5},    {"eval", 6},   {"train", 6}, {"bench", 7},
+    {"cli", 8}};
+// Directories of one rank that form one layer and may include each other: the
+// CPU backend mirrors the kernels' blocked schedules (kernels/flash_params.h ...),
+// and the CUDA backend implements Backend.
+bool same_layer(const std::string& a, const std::string& b) {
+  const std::set<std::string> backend = {"backend", "kernels", "sim"};
+  return a == b || (backend.count(a) && backend.count(b));
+}
+
+// The layer directory of a source file: src/<dir>/..., kernels/sim/..., kernels/...
+std::string layer_of(const fs::path& root, const fs::path& file) {
+  const fs::path rel = fs::relative(file, root);
+  auto it = rel.begin();
+  const std::string top = it->string();
+  if (top == "kernels") return ++it != rel.end() && it->string() == "sim" ? "sim" : "kernels";
+  return (++it)->string();  // src/<dir>
+}
+
+// The layer a quoted include names: "model/model.h" -> model; a bare name is a
+// kernels/ header (the include path has kernels/), or a file beside the includer.
+std::string layer_of_include(const fs::path& root, const fs::path& file, const std::string& inc) {
+  if (fs::exists(file.parent_path() / inc)) return layer_of(root, file.parent_path() / inc);
+  const size_t slash = inc.find('/');
+  if (slash == std::string::npos) return fs::exists(root / "kernels" / inc) ? "kernels" : "";
+  const std::string dir = inc.substr(0, slash);
+  return kRank.count(dir) ? dir : "";
+}
+
+}  // namespace
+
+TEST_CASE("architecture: includes point down the layers of docs/architecture.md", "[architecture]") {
+  const fs::path root(KDTRAIN_SOURCE_DIR);
+  const std::regex include_line(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  std::vector<std::string> upward;
+  int files = 0;
+  for (const char* top : {"src", "kernels"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp" && ext != ".cu" && ext != ".cuh"))
+        continue;
+      ++files;
+      const std::string from = layer_of(root, entry.path());
+      INFO(entry.path().string());
+      REQUIRE(kRank.count(from) == 1);  // every directory has a rank above
+      std::ifstream in(entry.path());
+      std::string line;
+      while (std::getline(in, line)) {
+        std::smatch m;
+        if (!std::regex_search(line, m, include_line)) continue;
+        const std::string to = layer_of_include(root, entry.path(), m[1]);
+        if (to.empty() || same_layer(from, to)) continue;
+        if (kRank.at(to) >= kRank.at(from))
+          upward.push_back(fs::relative(entry.path(), root).string() + " (" + from + ") includes \"" +
+                           m[1].str() + "\" (" + to + ")");
+      }
+    }
+  }
+  REQUIRE(files > 100);  // the walk found the tree
+  for (const std::string& u : upward) UNSCOPED_INFO(u);
+  CHECK(upward.empty());
+}
