@@ -47,7 +47,7 @@ const std::vector<HelpLine>& config_keys() {
       {"model.tie_word_embeddings", "the output head shares the embedding matrix"},
       {"model.attention_bias", "bias on the q/k/v projections (Qwen)"},
       {"model.initializer_range", "standard deviation of the random initialisation"},
-      {"attention.variant", "baseline, sink, affine, gated or affine-gated"},
+      {"attention.variant", "the attention variant (kdtrain info --variants lists them)"},
       {"attention.alpha_activation", "linear_clip or sigmoid (affine variants)"},
       {"attention.alpha_momentum", "rho of the running mean alpha_ma (affine variants)"},
       {"attention.sink_init_std", "standard deviation of the initial sinks (sink variant)"},
