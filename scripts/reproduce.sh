@@ -142,8 +142,10 @@ log "row: $(basename "$CONFIG" .json) / $VARIANT -> $RUN (device $DEVICE, tokeni
 prepare_data
 
 # ---- 2. train
-SETS=(--set "kd.teacher=$TEACHER" --set "data.train=$FW/fineweb_edu_train_*.bin"
-      --set "data.val=$FW/fineweb_edu_val_*.bin" --set "train.device=$DEVICE")
+# The shard names are the config's own (prepare_fineweb_edu.py writes exactly those);
+# only their directory moves to where stage 1 prepared them.
+SETS=(--set "kd.teacher=$TEACHER" --set "data.train=$FW/$(basename "$(cfg data train)")"
+      --set "data.val=$FW/$(basename "$(cfg data val)")" --set "train.device=$DEVICE")
 if [[ -n $STEPS ]]; then
   SETS+=(--set "train.steps=$STEPS")
   warmup=$(cfg schedule warmup); warmup=${warmup:-100}
