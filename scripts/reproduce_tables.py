@@ -98,10 +98,11 @@ def smoke_teacher(a, plan: dict, size: str, data_dir: Path) -> Path:
         run_cmd([a.kdtrain, "train", "--resume", str(run_dir)])
     else:
         log(f"teacher {size}: training with cross-entropy")
+        data = json.loads((REPO / spec["config"]).read_text())["data"]  # its shard names, as reproduce.sh
         run_cmd([a.kdtrain, "train", "--config", spec["config"],
                  *sets(smoke["set"] + spec["smoke_teacher"] + smoke["teacher_set"]),
-                 "--set", f"data.train={fw}/fineweb_edu_train_*.bin",
-                 "--set", f"data.val={fw}/fineweb_edu_val_*.bin",
+                 "--set", f"data.train={fw / Path(data['train']).name}",
+                 "--set", f"data.val={fw / Path(data['val']).name}",
                  "--set", f"train.device={a.device}", "--run-dir", str(run_dir)])
     done = final_step_dir(run_dir)
     if not done:
