@@ -39,6 +39,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   DType act_dtype() const override { return DType::bf16; }
   cudaStream_t stream() const { return stream_; }
+  void* native_stream() const override { return stream_; }
   // Stochastic rounding of the bf16 compute copy in adamw_update (off by default).
   void set_stochastic_rounding(bool on, uint32_t seed) {
     stochastic_rounding_ = on;

@@ -376,7 +376,8 @@ std::vector<OpCase> cases() {
 // them) and reporting.
 const std::set<std::string> kNotOps = {"name",      "act_dtype", "alloc",           "release",
                                        "zero",      "to_host",   "to_device",       "copy",
-                                       "synchronize", "attention_paths", "memory_stats", "free_device_bytes"};
+                                       "synchronize", "attention_paths", "memory_stats", "free_device_bytes",
+                                       "native_stream"};
 
 // The virtual methods of class Backend, read from its header.
 std::set<std::string> backend_methods() {

@@ -153,6 +153,10 @@ class Backend {
   virtual void synchronize() = 0;
   // Bytes of device memory free now; -1 for a backend whose memory is host memory.
   virtual int64_t free_device_bytes() { return -1; }
+  // The queue this backend's work runs on (a cudaStream_t on CUDA), so that a
+  // communicator can order its collectives after the work queued so far; null
+  // where every call completes before it returns (the CPU).
+  virtual void* native_stream() const { return nullptr; }
   // fp32 <-> act dtype conversions (identity copies on CPU)
   virtual void convert_from_f32(void* dst, const float* src, int64_t n) = 0;
   virtual void convert_to_f32(float* dst, const void* src, int64_t n) = 0;

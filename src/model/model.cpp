@@ -262,13 +262,22 @@ void Model::backward() {
   KD_CHECK(arena_ != nullptr, "backward: forward has not run");
   KD_CHECK(grads_ != nullptr, "backward: model was built without gradients");
   Activations& x = acts_;
-  const int64_t N = B_ * T_, C = model_.hidden_size, L = model_.num_hidden_layers;
+  const int64_t N = B_ * T_, C = model_.hidden_size, L = model_.num_hidden_layers,
+                V = model_.vocab_size;
+  auto final = [&](int64_t begin, int64_t n) {
+    if (grads_final_) grads_final_(begin, begin + n);
+  };
+  if (layout_.lm_head != layout_.embed) final(layout_.lm_head, V * C);
   backend_.zero(x.d_resid, N * C * dtype_size(backend_.act_dtype()));
   backend_.rmsnorm_backward(x.d_resid, grads_ + layout_.final_norm, x.d_final, x.resid[L],
                             weight(layout_.final_norm), x.final_rstd, N, C);
-  for (int64_t l = L - 1; l >= 0; --l) backward_layer(l);
-  backend_.embedding_backward(grads_ + layout_.embed, x.d_resid, host_tokens_.data(), N, C,
-                              model_.vocab_size);
+  final(layout_.final_norm, C);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    backward_layer(l);
+    final(layout_.layers[l].begin, layout_.layers[l].end - layout_.layers[l].begin);
+  }
+  backend_.embedding_backward(grads_ + layout_.embed, x.d_resid, host_tokens_.data(), N, C, V);
+  final(layout_.embed, V * C);
 }
 
 // On entry d_resid holds d resid[l+1]; on exit it holds d resid[l].

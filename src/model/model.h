@@ -21,6 +21,7 @@
 // micro-steps until zero_grads().
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -79,6 +80,15 @@ class Model {
   void head_backward(const void* dlogits, int64_t start, int64_t n);
   // Backpropagates d final_hidden through the decoder into grads().
   void backward();
+  // Called during backward() with each range [begin, end) of grads() that this
+  // backward pass (and the loss's head_backward before it) will no longer
+  // write, in the order it finishes them: an untied lm_head at entry, the
+  // final norm, layers L-1 .. 0, the embedding; together they tile the arena.
+  // On CUDA the range is final once the work queued so far on the backend's
+  // stream has run. Data parallelism reduces a range while the backward goes
+  // on (dist/grad_reducer.h). An empty hook: no calls.
+  using GradsFinalHook = std::function<void(int64_t begin, int64_t end)>;
+  void set_grads_final_hook(GradsFinalHook hook) { grads_final_ = std::move(hook); }
 
   // Per (layer, head) sums of alpha and the token count since the last take;
   // empty unless the variant is affine.
@@ -129,6 +139,7 @@ class Model {
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   int64_t B_ = 0, T_ = 0;
+  GradsFinalHook grads_final_;
 };
 
 }  // namespace kdtrain

@@ -61,6 +61,7 @@ ParamLayout make_param_layout(const ModelConfig& m, const AttentionConfig& atten
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerOffsets o;
+    o.begin = layout.total;
     o.input_norm = b.add(p + "input_layernorm.weight", {C}, R::norm, P::norm, l);
     o.qkv_weight = b.add(p + "self_attn.q_proj.weight", {H * D, C}, R::matrix, P::attention, l);
     b.add(p + "self_attn.k_proj.weight", {Hkv * D, C}, R::matrix, P::attention, l);
@@ -82,6 +83,7 @@ ParamLayout make_param_layout(const ModelConfig& m, const AttentionConfig& atten
     o.mlp_gate_weight = b.add(p + "mlp.gate_proj.weight", {F, C}, R::matrix, P::mlp, l);
     o.mlp_up_weight = b.add(p + "mlp.up_proj.weight", {F, C}, R::matrix, P::mlp, l);
     o.mlp_down_weight = b.add(p + "mlp.down_proj.weight", {C, F}, R::matrix, P::mlp, l);
+    o.end = layout.total;
     layout.layers.push_back(o);
   }
   layout.final_norm = b.add("model.norm.weight", {C}, R::norm, P::norm, -1);

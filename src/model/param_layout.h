@@ -46,6 +46,7 @@ struct ParamSpec {
 // q, k, v weights (and biases) are adjacent so they act as one fused
 // ((H + 2*Hkv)*D, C) matrix.
 struct LayerOffsets {
+  int64_t begin = 0, end = 0;     // the layer's tensors fill arena elements [begin, end)
   int64_t input_norm = -1;        // (C)
   int64_t qkv_weight = -1;        // ((H+2Hkv)*D, C): q_proj, k_proj, v_proj
   int64_t qkv_bias = -1;          // ((H+2Hkv)*D)
