@@ -1,24 +1,29 @@
-// Data parallelism (issue 6) on the CPU backend: shard boundaries in-process,
-// then the kdtrain binary under `mpirun --oversubscribe -np 2/3/4` against a
-// single process with the same global batch: losses and weights within 1e-5,
-// bit-exact between two runs of one world size, alpha_ma and weights identical
-// on every rank, every window read exactly once per epoch (token = window
-// fixture), resume across world sizes (4 -> 2 and 2 -> 4), and a killed or
-// stopped rank ending the job within dist.timeout_s. The MPI tests skip with a
-// visible message where mpirun is absent.
+// Data parallelism (issues 6 and 18) on the CPU backend: shard boundaries and
+// the MPI collectives, then the kdtrain binary under `mpirun --oversubscribe
+// -np 1/2/3/4` against a single process with the same global batch: losses and
+// weights within 1e-5, bit-exact with the gradient buckets reduced during the
+// backward or after it (and so between two runs), alpha_ma and weights
+// identical on every rank, every window read exactly once per epoch (token =
+// window fixture), resume across world sizes (4 -> 2 and 2 -> 4), and a rank
+// that dies or hangs mid-bucket ending the job within dist.timeout_s without
+// moving `latest`. Per-rank records and faults come from kdtrain_probe
+// (tests/probe/). The MPI tests skip with a visible message where mpirun is absent.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
 #include "data/shard.h"
 #include "dist/communicator.h"
+#include "dist/grad_reducer.h"
 #include "dist/mpi_communicator.h"
 #include "io/safetensors.h"
 #include "process_util.h"
@@ -197,9 +202,13 @@ TEST_CASE("dist: without a launcher the communicator is a single process", "[dis
   auto comm = dist::make_single_communicator();
   CHECK(comm->world() == 1);
   CHECK(comm->rank() == 0);
-  std::vector<float> x = {1.f, 2.f};
-  comm->all_reduce_sum(x.data(), 2);
-  CHECK(x[1] == 2.f);
+  CHECK_FALSE(comm->distributed());
+  std::vector<float> x(200, 2.f);
+  dist::GradReducer reducer(*comm, x.data(), 200, {}, nullptr);
+  reducer.begin_step();
+  reducer.mark_final(0, 200);
+  reducer.finish();
+  CHECK(x == std::vector<float>(200, 2.f));
   CHECK(comm->any(true));
   CHECK_FALSE(comm->any(false));
   CHECK(dist::broadcast_string(*comm, "abc", 0) == "abc");
@@ -207,34 +216,59 @@ TEST_CASE("dist: without a launcher the communicator is a single process", "[dis
 
 #if KDTRAIN_HAVE_MPI
 // Runs inside `mpirun -np W kdtrain_tests "[.dist-worker]"` (hidden from the
-// normal run): the MPI collectives on odd sizes, in several rounds, against
-// sums computed here in rank order from every rank's reproducible inputs.
+// normal run): the MPI collectives on odd sizes, against sums computed here in
+// rank order from every rank's reproducible inputs. The gradient buckets are
+// marked final in a different order on every rank (the launch order is the
+// reducer's, so ranks still agree), straddle shard boundaries, and are
+// reduced in fp32 and in bf16 (fp32 sums of bf16-rounded contributions).
 TEST_CASE("dist worker: MPI collectives against rank-ordered sums", "[.dist-worker]") {
   REQUIRE(dist::launched_by_mpi());
   dist::MpiCommunicator comm(60.0);
-  comm.set_round_elements(997);  // several rounds per shard
+  comm.set_round_elements(997);  // several all-gather rounds per shard
   const int W = comm.world(), R = comm.rank();
   auto contribution = [](int rank, int64_t i) {
     return static_cast<float>(std::sin(0.37 * double(i) + rank) * (1.0 + rank * 1e-3));
   };
   for (int64_t n : {int64_t{1}, int64_t{100}, int64_t{10007}}) {
-    INFO("n = " << n << ", rank " << R << " of " << W);
-    std::vector<float> expected(n);
-    for (int64_t i = 0; i < n; ++i) {
-      float sum = contribution(0, i);
-      for (int r = 1; r < W; ++r) sum += contribution(r, i);
-      expected[i] = sum;
+    for (bool bf16 : {false, true}) {
+      for (int64_t bucket : {int64_t{64}, int64_t{1000}, int64_t{1} << 20}) {
+        for (bool overlap : {true, false}) {
+          INFO("n = " << n << ", bucket " << bucket << (bf16 ? ", bf16" : ", fp32")
+                      << (overlap ? ", overlap" : "") << ", rank " << R << " of " << W);
+          auto rounded = [&](int rank, int64_t i) {
+            const float x = contribution(rank, i);
+            return bf16 ? io::bf16_to_float(io::float_to_bf16(x)) : x;
+          };
+          std::vector<float> expected(n);
+          for (int64_t i = 0; i < n; ++i) {
+            float sum = rounded(0, i);
+            for (int r = 1; r < W; ++r) sum += rounded(r, i);
+            expected[i] = sum;
+          }
+          std::vector<float> data(n);
+          for (int64_t i = 0; i < n; ++i) data[i] = contribution(R, i);
+          dist::GradReduceOptions options;
+          options.bucket_elements = bucket;
+          options.overlap = overlap;
+          options.bf16 = bf16;
+          dist::GradReducer reducer(comm, data.data(), n, options, nullptr);
+          for (int step = 0; step < 2; ++step) {  // buffers reused by the second step
+            for (int64_t i = 0; i < n; ++i) data[i] = contribution(R, i);
+            reducer.begin_step();
+            std::vector<int64_t> cuts;  // this rank's own order of 37-element ranges
+            for (int64_t begin = 0; begin < n; begin += 37) cuts.push_back(begin);
+            std::mt19937 shuffle(static_cast<unsigned>(R * 7 + step));
+            std::shuffle(cuts.begin(), cuts.end(), shuffle);
+            for (int64_t begin : cuts) reducer.mark_final(begin, std::min(n, begin + 37));
+            reducer.finish();
+            const dist::Range mine = dist::shard_range(n, R, W);
+            for (int64_t i = mine.begin; i < mine.end; ++i) REQUIRE(data[i] == expected[i]);  // bit-exact
+          }
+          comm.all_gather(data.data(), n);
+          REQUIRE(data == expected);
+        }
+      }
     }
-    std::vector<float> data(n);
-    for (int64_t i = 0; i < n; ++i) data[i] = contribution(R, i);
-    comm.reduce_scatter_sum(data.data(), n);
-    const dist::Range mine = dist::shard_range(n, R, W);
-    for (int64_t i = mine.begin; i < mine.end; ++i) REQUIRE(data[i] == expected[i]);  // bit-exact
-    comm.all_gather(data.data(), n);
-    REQUIRE(data == expected);
-    for (int64_t i = 0; i < n; ++i) data[i] = contribution(R, i);
-    comm.all_reduce_sum(data.data(), n);
-    REQUIRE(data == expected);
   }
   std::vector<double> host = {double(R), 1.0};
   comm.all_reduce_sum_host(host.data(), 2);
@@ -262,8 +296,8 @@ TEST_CASE("dist: MPI collectives are rank-ordered sums on 2, 3 and 4 ranks", "[d
   }
 }
 
-TEST_CASE("dist: 2 and 3 ranks match one process, same world size is bit-exact, ranks agree",
-          "[dist][mpi]") {
+TEST_CASE("dist: 2, 3 and 4 ranks match one process; overlap on and off give the same bits; ranks agree",
+          "[dist][mpi][overlap]") {
   REQUIRE_MPIRUN();
   TempDir tmp("match");
   const std::string shard = window_shard(tmp.path);
@@ -273,15 +307,21 @@ TEST_CASE("dist: 2 and 3 ranks match one process, same world size is bit-exact, 
   const auto reference = read_jsonl(single / "metrics.jsonl");
   REQUIRE(reference.size() == 6);
 
-  for (int ranks : {2, 3}) {
+  for (int ranks : {2, 3, 4}) {
     SECTION("ZeRO-1 over " + std::to_string(ranks) + " ranks") {
+      // 0.01 MiB buckets: 43 of the tiny model's 109,376 gradients, most inside
+      // one rank's shard, some across a shard boundary.
+      const std::vector<std::string> buckets = {"--set", "dist.bucket_mb=0.01"};
       const fs::path run = tmp.path / ("zero1_" + std::to_string(ranks));
       const fs::path debug = tmp.path / ("debug_" + std::to_string(ranks));
-      const int code = run_logged(under_mpi(ranks, with_probe(train_args(shard, run, 6), {"--record", debug.string()})),
-                                  tmp.path / "a.log", &out);
+      const int code = run_logged(
+          under_mpi(ranks, with_probe(train_args(shard, run, 6, buckets), {"--record", debug.string()})),
+          tmp.path / "a.log", &out);
       INFO(out);
       REQUIRE(code == 0);
       CHECK(out.find("ZeRO-1") != std::string::npos);
+      CHECK(out.find("gradient reduction: 43 buckets of up to 0.01 MiB, overlapped with the backward") !=
+            std::string::npos);
       require_close_metrics(read_jsonl(run / "metrics.jsonl"), reference, 1e-5);
       require_close_weights(final_checkpoint(run), final_checkpoint(single), 1e-5);
       for (int r = 0; r < ranks; ++r)
@@ -299,9 +339,13 @@ TEST_CASE("dist: 2 and 3 ranks match one process, same world size is bit-exact, 
         }
       }
 
-      // A second run with the same world size reproduces every bit.
+      // A second run, with the buckets launched after the backward instead of
+      // during it, reproduces every bit (so two runs agree, overlap or not).
       const fs::path again = tmp.path / ("again_" + std::to_string(ranks));
-      REQUIRE(run_logged(under_mpi(ranks, train_args(shard, again, 6)), tmp.path / "b.log", &out) == 0);
+      auto no_overlap = buckets;
+      no_overlap.insert(no_overlap.end(), {"--set", "dist.overlap=false"});
+      REQUIRE(run_logged(under_mpi(ranks, train_args(shard, again, 6, no_overlap)), tmp.path / "b.log", &out) == 0);
+      CHECK(out.find("after the backward") != std::string::npos);
       const auto x = read_jsonl(run / "metrics.jsonl"), y = read_jsonl(again / "metrics.jsonl");
       REQUIRE(x.size() == y.size());
       for (size_t i = 0; i < x.size(); ++i)
@@ -366,12 +410,13 @@ TEST_CASE("dist: every window is read exactly once per epoch across ranks", "[di
   }
 }
 
-TEST_CASE("dist: resume re-shards the optimizer between 4 and 2 ranks", "[dist][mpi][resume]") {
+TEST_CASE("dist: resume re-shards the optimizer between 4 and 2 ranks, with overlap", "[dist][mpi][resume][overlap]") {
   REQUIRE_MPIRUN();
   TempDir tmp("reshard");
   const std::string shard = window_shard(tmp.path);
   std::string out;
-  const std::vector<std::string> ckpt = {"--set", "checkpoint.interval=3"};
+  // Overlapped reduction in small buckets on both sides of the resume.
+  const std::vector<std::string> ckpt = {"--set", "checkpoint.interval=3", "--set", "dist.bucket_mb=0.01"};
   for (auto [from, to] : {std::pair<int, int>{4, 2}, std::pair<int, int>{2, 4}}) {
     const std::string tag = std::to_string(from) + "to" + std::to_string(to);
     const fs::path full = tmp.path / ("full" + tag);
@@ -403,21 +448,28 @@ TEST_CASE("dist: resume re-shards the optimizer between 4 and 2 ranks", "[dist][
   require_close_metrics(read_jsonl(single / "metrics.jsonl"), expected, 1e-5);
 }
 
-TEST_CASE("dist: one rank under mpirun is bit-exact with no launcher", "[dist][mpi]") {
+TEST_CASE("dist: one rank under mpirun, overlap on or off, is bit-exact with no launcher", "[dist][mpi][overlap]") {
   REQUIRE_MPIRUN();
   TempDir tmp("one");
   const std::string shard = window_shard(tmp.path);
   std::string out;
   REQUIRE(run_logged(train_args(shard, tmp.path / "plain", 4), tmp.path / "plain.log", &out) == 0);
-  REQUIRE(run_logged(under_mpi(1, train_args(shard, tmp.path / "mpi", 4)), tmp.path / "mpi.log", &out) == 0);
-  INFO(out);
-  CHECK(out.find("1 rank(s) over mpi") != std::string::npos);
-  const auto a = read_jsonl(tmp.path / "plain" / "metrics.jsonl"), b = read_jsonl(tmp.path / "mpi" / "metrics.jsonl");
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i)
-    for (const char* key : {"loss", "ce", "grad_norm", "alpha_ma"}) CHECK(a[i][key] == b[i][key]);
-  CHECK(read_file((final_checkpoint(tmp.path / "plain") / "model.safetensors").string()) ==
-        read_file((final_checkpoint(tmp.path / "mpi") / "model.safetensors").string()));
+  const auto a = read_jsonl(tmp.path / "plain" / "metrics.jsonl");
+  for (bool overlap : {true, false}) {
+    const fs::path run = tmp.path / (overlap ? "mpi" : "mpi_after");
+    REQUIRE(run_logged(under_mpi(1, train_args(shard, run, 4,
+                                               {"--set", "dist.bucket_mb=0.01", "--set",
+                                                std::string("dist.overlap=") + (overlap ? "true" : "false")})),
+                       tmp.path / "mpi.log", &out) == 0);
+    INFO(out);
+    CHECK(out.find("1 rank(s) over mpi") != std::string::npos);
+    const auto b = read_jsonl(run / "metrics.jsonl");
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      for (const char* key : {"loss", "ce", "grad_norm", "alpha_ma"}) CHECK(a[i][key] == b[i][key]);
+    CHECK(read_file((final_checkpoint(tmp.path / "plain") / "model.safetensors").string()) ==
+          read_file((final_checkpoint(run) / "model.safetensors").string()));
+  }
 }
 
 TEST_CASE("dist: SIGTERM to one rank stops every rank at the same step, resume is bit-exact",
@@ -514,40 +566,48 @@ TEST_CASE("dist: batch not divisible by micro-batch x ranks is refused at start"
   CHECK_FALSE(fs::exists(tmp.path / "run" / "metrics.jsonl"));
 }
 
-TEST_CASE("dist: a killed or stopped rank ends the job within dist.timeout_s", "[dist][mpi][fault]") {
+TEST_CASE("dist: a rank that dies or hangs mid-bucket ends the job within dist.timeout_s; latest stays",
+          "[dist][mpi][fault][overlap]") {
   REQUIRE_MPIRUN();
   TempDir tmp("fault");
   const std::string shard = window_shard(tmp.path);
-  for (int sig : {SIGKILL, SIGSTOP}) {
-    INFO("signal " << sig);
-    const fs::path debug = tmp.path / ("debug" + std::to_string(sig));
-    const fs::path run = tmp.path / ("run" + std::to_string(sig));
-    const Process job = spawn(under_mpi(3, with_probe(train_args(shard, run, 1000000,
-                                                                 {"--set", "dist.timeout_s=3", "--set",
-                                                                  "log.interval=1000"}),
-                                                      {"--record", debug.string()})),
-                              (tmp.path / "job.log").string());
+  // Rank 1 raises the signal at step 3 when its 6th bucket is ready: buckets
+  // 0-4 are in flight on every rank. Checkpoints every 2 steps: step 2's is the last.
+  for (const char* how : {"--kill-at", "--stop-at"}) {
+    INFO(how);
+    const fs::path debug = tmp.path / (std::string("debug") + how);
+    const fs::path run = tmp.path / (std::string("run") + how);
+    const Process job = spawn(
+        under_mpi(3, with_probe(train_args(shard, run, 8,
+                                           {"--set", "dist.timeout_s=3", "--set", "checkpoint.interval=2",
+                                            "--set", "dist.bucket_mb=0.01"}),
+                                {how, "1:3:5", "--record", debug.string()})),
+        (tmp.path / "job.log").string());
     REQUIRE(job.pid > 0);
-    // Wait until rank 1 has completed a few steps, then take it out.
+    // From the end of step 2 on rank 1: step 3 then fails within the timeout.
     const fs::path log1 = debug / "rank1.jsonl";
     const auto start = std::chrono::steady_clock::now();
-    while (read_jsonl(log1).size() < 3 && std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    REQUIRE(read_jsonl(log1).size() >= 3);
-    const pid_t victim = std::stoi(read_file((debug / "rank1.pid").string()));
-    const auto killed_at = std::chrono::steady_clock::now();
-    REQUIRE(kill(victim, sig) == 0);
+    while (read_jsonl(log1).size() < 2 && std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    REQUIRE(read_jsonl(log1).size() == 2);
+    const auto step2_at = std::chrono::steady_clock::now();
     const int code = wait_for(job, 30.0);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step2_at).count();
     const std::string out = read_file((tmp.path / "job.log").string());
     INFO(out);
     CHECK(code != 0);
-    CHECK(code != -1);         // exited by itself, not by our 30 s limit
-    CHECK(seconds < 3.0 + 10.0);  // the timeout plus the launcher's tear-down
-    if (sig == SIGSTOP) {
-      CHECK(out.find("did not complete within dist.timeout_s") != std::string::npos);
-      kill(victim, SIGKILL);  // in case the launcher left it stopped
+    CHECK(code != -1);            // exited by itself, not by our 30 s limit
+    CHECK(seconds < 3.0 + 10.0);  // one step, the timeout and the launcher's tear-down
+    CHECK(out.find("raises signal") != std::string::npos);
+    if (std::string(how) == "--stop-at") {
+      CHECK(out.find("collective 'reduce_scatter (gradient buckets)' did not complete within dist.timeout_s") !=
+            std::string::npos);
+      kill(std::stoi(read_file((debug / "rank1.pid").string())), SIGKILL);  // in case it was left stopped
     }
+    // No rank moved `latest` past the last complete checkpoint.
+    CHECK(final_checkpoint(run).filename() == "step_00000002");
+    CHECK_FALSE(fs::exists(run / "checkpoints" / "step_00000004"));
+    for (int r = 0; r < 3; ++r) CHECK(read_jsonl(debug / ("rank" + std::to_string(r) + ".jsonl")).size() == 2);
   }
 }
 

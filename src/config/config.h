@@ -17,6 +17,8 @@ enum class KdLoss { forward_kl, reverse_kl, soft_ce };
 enum class ScheduleKind { wsd, cosine, constant };
 enum class DecayShape { linear, cosine, one_minus_sqrt };
 enum class NonFinitePolicy { stop, skip };
+enum class DistBackend { auto_select, single, mpi, nccl };
+enum class ReduceDtype { fp32, bf16 };
 
 // CLI / JSON spellings: "baseline", "sink", "affine", "gated", "affine-gated".
 const char* to_string(AttentionVariant v);
@@ -31,6 +33,10 @@ const char* to_string(DecayShape s);
 DecayShape parse_decay_shape(const std::string& name);
 const char* to_string(NonFinitePolicy p);
 NonFinitePolicy parse_nonfinite_policy(const std::string& name);
+const char* to_string(DistBackend b);  // "auto", "single", "mpi", "nccl"
+DistBackend parse_dist_backend(const std::string& name);
+const char* to_string(ReduceDtype d);  // "fp32", "bf16"
+ReduceDtype parse_reduce_dtype(const std::string& name);
 
 // Transitional: callers not yet holding AttentionFeatures. New code resolves
 // features_of(variant) once and reads its fields.
@@ -132,8 +138,12 @@ struct EvalConfig {
 };
 
 struct DistConfig {
+  DistBackend backend = DistBackend::auto_select;  // dist/communicator.h
   bool zero1 = true;            // shard optimizer state across ranks
   double timeout_s = 300.0;     // a rank silent this long aborts the job
+  double bucket_mb = 25.0;      // MiB of fp32 gradients per reduction bucket
+  bool overlap = true;          // reduce buckets during the backward pass
+  ReduceDtype reduce_dtype = ReduceDtype::fp32;  // bf16: half the bytes, fp32 sums
 };
 
 struct Config {

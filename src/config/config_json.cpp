@@ -298,8 +298,12 @@ void read_eval(EvalConfig& c, const json& v, const std::string& source) {
 
 void read_dist(DistConfig& c, const json& v, const std::string& source) {
   Section s(v, "dist", source);
+  s.enumeration("backend", c.backend, &parse_dist_backend);
   s.boolean("zero1", c.zero1);
   s.number("timeout_s", c.timeout_s, 0.0, true, kInf, true);
+  s.number("bucket_mb", c.bucket_mb, 0.0, true, 4096.0, true);
+  s.boolean("overlap", c.overlap);
+  s.enumeration("reduce_dtype", c.reduce_dtype, &parse_reduce_dtype);
   s.finish();
 }
 
@@ -394,7 +398,9 @@ json to_json(const Config& c) {
   doc["checkpoint"] = {{"interval", c.checkpoint.interval}, {"keep", c.checkpoint.keep}};
   doc["log"] = {{"interval", c.log.interval}};
   doc["eval"] = {{"interval", c.eval.interval}, {"batches", c.eval.batches}};
-  doc["dist"] = {{"zero1", c.dist.zero1}, {"timeout_s", c.dist.timeout_s}};
+  doc["dist"] = {{"backend", to_string(c.dist.backend)}, {"zero1", c.dist.zero1},
+                 {"timeout_s", c.dist.timeout_s},        {"bucket_mb", c.dist.bucket_mb},
+                 {"overlap", c.dist.overlap},            {"reduce_dtype", to_string(c.dist.reduce_dtype)}};
   return doc;
 }
 

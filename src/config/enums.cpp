@@ -36,6 +36,16 @@ const std::pair<NonFinitePolicy, const char*> kNonFinite[] = {
     {NonFinitePolicy::stop, "stop"},
     {NonFinitePolicy::skip, "skip"},
 };
+const std::pair<DistBackend, const char*> kDistBackend[] = {
+    {DistBackend::auto_select, "auto"},
+    {DistBackend::single, "single"},
+    {DistBackend::mpi, "mpi"},
+    {DistBackend::nccl, "nccl"},
+};
+const std::pair<ReduceDtype, const char*> kReduceDtype[] = {
+    {ReduceDtype::fp32, "fp32"},
+    {ReduceDtype::bf16, "bf16"},
+};
 
 // A table row is a (value, spelling) pair, or an AttentionVariantInfo.
 template <typename E>
@@ -86,6 +96,14 @@ DecayShape parse_decay_shape(const std::string& name) {
 const char* to_string(NonFinitePolicy p) { return name_of(kNonFinite, p); }
 NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
   return parse_name(kNonFinite, name, "non-finite policy");
+}
+const char* to_string(DistBackend b) { return name_of(kDistBackend, b); }
+DistBackend parse_dist_backend(const std::string& name) {
+  return parse_name(kDistBackend, name, "dist.backend");
+}
+const char* to_string(ReduceDtype d) { return name_of(kReduceDtype, d); }
+ReduceDtype parse_reduce_dtype(const std::string& name) {
+  return parse_name(kReduceDtype, name, "dist.reduce_dtype");
 }
 
 }  // namespace kdtrain

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "dist/grad_reducer.h"
 #include "dist/mpi_communicator.h"
 #include "dist/nccl_communicator.h"
 
@@ -41,6 +42,14 @@ bool launched_by_mpi() {
 
 namespace {
 
+// World size 1 without collectives: a bucket's sum is the bucket itself.
+class IdentityTransport final : public BucketTransport {
+ public:
+  void start(const Range&) override {}
+  void poll() override {}
+  void wait_all() override {}
+};
+
 class SingleCommunicator final : public Communicator {
  public:
   std::string name() const override { return "single"; }
@@ -50,9 +59,10 @@ class SingleCommunicator final : public Communicator {
   int local_world() const override { return 1; }
   bool distributed() const override { return false; }
   void barrier() override {}
-  void reduce_scatter_sum(float*, int64_t) override {}
+  std::unique_ptr<BucketTransport> make_bucket_transport(float*, int64_t, bool, void*) override {
+    return std::make_unique<IdentityTransport>();
+  }
   void all_gather(float*, int64_t) override {}
-  void all_reduce_sum(float*, int64_t) override {}
   void all_reduce_sum_host(double*, int64_t) override {}
   void broadcast_host(void*, size_t, int) override {}
   bool any(bool flag) override { return flag; }
@@ -65,17 +75,38 @@ std::unique_ptr<Communicator> make_single_communicator() {
   return std::make_unique<SingleCommunicator>();
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& device, double timeout_s) {
-  if (!launched_by_mpi()) return make_single_communicator();
+std::unique_ptr<Communicator> make_communicator(DistBackend backend, const std::string& device,
+                                               double timeout_s) {
+  const bool launched = launched_by_mpi();
+  if (backend == DistBackend::auto_select)
+    backend = !launched ? DistBackend::single : device == "cuda" ? DistBackend::nccl : DistBackend::mpi;
+  switch (backend) {
+    case DistBackend::single:
+      KD_CHECK(!launched, "dist.backend=single, but an MPI launcher started this process: every rank "
+                          "would train alone into the same run directory; use dist.backend=auto");
+      return make_single_communicator();
+    case DistBackend::mpi:
+      KD_CHECK(device == "cpu", "dist.backend=mpi reduces host memory, so it needs train.device=cpu "
+                                "(train.device=", device, " takes dist.backend=nccl)");
+      break;
+    case DistBackend::nccl:
+      KD_CHECK(device == "cuda", "dist.backend=nccl needs train.device=cuda (got ", device, ")");
+      break;
+    case DistBackend::auto_select:
+      break;
+  }
 #if KDTRAIN_HAVE_MPI
-  auto mpi = std::make_unique<MpiCommunicator>(timeout_s);
-  if (device == "cuda") return make_nccl_communicator(std::move(mpi));
+  // Without a launcher, NCCL runs alone (world 1, no MPI); MPI initialises as a singleton.
+  std::unique_ptr<MpiCommunicator> mpi =
+      launched || backend == DistBackend::mpi ? std::make_unique<MpiCommunicator>(timeout_s) : nullptr;
+  if (backend == DistBackend::nccl) return make_nccl_communicator(std::move(mpi), timeout_s);
   return mpi;
 #else
-  (void)device;
   (void)timeout_s;
-  fail("this process was started by an MPI launcher, but kdtrain was built without MPI "
-       "(install libopenmpi-dev and re-run cmake), so it cannot join the job");
+  fail(launched ? "this process was started by an MPI launcher, but kdtrain was built without MPI "
+                  "(install libopenmpi-dev and re-run cmake), so it cannot join the job"
+                : "dist.backend=", to_string(backend), " needs a build with MPI (install libopenmpi-dev "
+                  "and re-run cmake)");
 #endif
 }
 

@@ -4,8 +4,8 @@
 //
 // Two kinds of buffers:
 // - arena buffers (`float*`, n elements) live in the backend's memory: host on
-//   the CPU backend, device on CUDA. reduce_scatter_sum / all_gather /
-//   all_reduce_sum(float*) work on them;
+//   the CPU backend, device on CUDA. The bucket transport's reduce-scatter and
+//   all_gather work on them;
 // - host values (loss sums, alpha sums, flags, strings) are always host memory.
 //
 // Determinism: every reduction adds the ranks' contributions in rank order
@@ -25,7 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
+
 namespace kdtrain::dist {
+
+class BucketTransport;  // dist/grad_reducer.h
 
 // Rank r's contiguous part [begin, end) of an arena of n elements split over W
 // ranks: near-equal, boundaries rounded down to multiples of 64 elements (256
@@ -52,13 +56,14 @@ class Communicator {
   virtual void barrier() = 0;
 
   // Arena buffers (backend memory), n elements on every rank.
-  // After return, data[shard_range(n, rank)] holds the sum over ranks; the
-  // rest of data is left unspecified (it is scratch for the exchange).
-  virtual void reduce_scatter_sum(float* data, int64_t n) = 0;
+  // Reduce-scatter, bucket by bucket, without blocking (dist/grad_reducer.h):
+  // sums of data[bucket] over ranks land on the owner of each element
+  // (shard_range). bf16: contributions travel as bf16 and are summed in fp32.
+  // compute_stream: the backend's native_stream(), ordered before each bucket.
+  virtual std::unique_ptr<BucketTransport> make_bucket_transport(float* data, int64_t n, bool bf16,
+                                                                 void* compute_stream) = 0;
   // Every rank receives data[shard_range(n, r)] from rank r.
   virtual void all_gather(float* data, int64_t n) = 0;
-  // data <- sum over ranks, the same bits on every rank.
-  virtual void all_reduce_sum(float* data, int64_t n) = 0;
 
   // Host values.
   virtual void all_reduce_sum_host(double* data, int64_t n) = 0;
@@ -77,11 +82,16 @@ std::string broadcast_string(Communicator& comm, const std::string& value, int r
 // srun --mpi=pmix): one of the launchers' environment variables is set.
 bool launched_by_mpi();
 
-// The communicator for this process: a single-process one (world 1, MPI never
-// initialised) unless launched_by_mpi(); then MPI, or NCCL when `device` is
-// "cuda" and kdtrain was built with NCCL (which also selects GPU local_rank).
+// The communicator for this process (dist.backend):
+// - auto: a single-process one (world 1, MPI never initialised) unless
+//   launched_by_mpi(); then NCCL for train.device=cuda, else MPI;
+// - single: world 1, refused under a launcher;
+// - mpi (train.device=cpu): MPI, as a singleton of world 1 without a launcher;
+// - nccl (train.device=cuda): NCCL over MPI under a launcher; without one, NCCL
+//   alone at world 1 (no MPI), so one GPU runs every NCCL call.
 // timeout_s <= 0 disables the collective watchdog.
-std::unique_ptr<Communicator> make_communicator(const std::string& device, double timeout_s);
+std::unique_ptr<Communicator> make_communicator(DistBackend backend, const std::string& device,
+                                               double timeout_s);
 
 // Always world 1: every collective is the identity.
 std::unique_ptr<Communicator> make_single_communicator();

@@ -9,8 +9,6 @@
 
 namespace kdtrain::dist {
 
-namespace {
-
 void check_mpi(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -18,8 +16,6 @@ void check_mpi(int code, const char* what) {
   MPI_Error_string(code, text, &len);
   fail("MPI ", what, " failed: ", std::string(text, len));
 }
-
-}  // namespace
 
 MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
   int initialised = 0;
@@ -56,45 +52,6 @@ void MpiCommunicator::barrier() {
   check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
-void MpiCommunicator::reduce_scatter_sum(float* data, int64_t n) {
-  if (world_ == 1) return;
-  Watchdog::Scope guard(*watchdog_, "reduce_scatter");
-  const Range mine = shard_range(n, rank_, world_);
-  int64_t longest = 0;
-  std::vector<Range> shards(world_);
-  for (int r = 0; r < world_; ++r) {
-    shards[r] = shard_range(n, r, world_);
-    longest = std::max(longest, shards[r].size());
-  }
-  std::vector<int> send_counts(world_), send_displs(world_), recv_counts(world_), recv_displs(world_);
-  for (int64_t offset = 0; offset < std::max<int64_t>(longest, 1); offset += round_) {
-    // This round: piece [offset, offset + round_) of every shard.
-    const int64_t my_piece = std::clamp<int64_t>(mine.size() - offset, 0, round_);
-    scratch_.resize(static_cast<size_t>(world_) * std::max<int64_t>(my_piece, 1));
-    // Send buffer displacements must fit in int: send from a packed copy.
-    std::vector<float> packed;
-    packed.reserve(static_cast<size_t>(std::min<int64_t>(round_, longest)) * world_);
-    for (int r = 0; r < world_; ++r) {
-      const int64_t piece = std::clamp<int64_t>(shards[r].size() - offset, 0, round_);
-      send_counts[r] = static_cast<int>(piece);
-      send_displs[r] = static_cast<int>(packed.size());
-      packed.insert(packed.end(), data + shards[r].begin + offset, data + shards[r].begin + offset + piece);
-      recv_counts[r] = static_cast<int>(my_piece);
-      recv_displs[r] = static_cast<int>(r * my_piece);
-    }
-    check_mpi(MPI_Alltoallv(packed.data(), send_counts.data(), send_displs.data(), MPI_FLOAT,
-                            scratch_.data(), recv_counts.data(), recv_displs.data(), MPI_FLOAT,
-                            MPI_COMM_WORLD),
-              "MPI_Alltoallv (reduce-scatter)");
-    float* out = data + mine.begin + offset;
-    for (int64_t i = 0; i < my_piece; ++i) {
-      float sum = scratch_[i];
-      for (int r = 1; r < world_; ++r) sum += scratch_[r * my_piece + i];
-      out[i] = sum;
-    }
-  }
-}
-
 void MpiCommunicator::all_gather(float* data, int64_t n) {
   if (world_ == 1) return;
   Watchdog::Scope guard(*watchdog_, "all_gather");
@@ -122,11 +79,6 @@ void MpiCommunicator::all_gather(float* data, int64_t n) {
         std::memcpy(data + shards[r].begin + offset, scratch_.data() + displs[r],
                     static_cast<size_t>(counts[r]) * sizeof(float));
   }
-}
-
-void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
-  reduce_scatter_sum(data, n);
-  all_gather(data, n);
 }
 
 void MpiCommunicator::all_reduce_sum_host(double* data, int64_t n) {

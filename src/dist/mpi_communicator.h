@@ -2,11 +2,10 @@
 // host side of the NCCL one). Sums are computed by this code in rank order
 // (MPI moves bytes only), so results do not depend on MPI's algorithms.
 //
-// Reduce-scatter of an arena of n floats: in rounds of at most 2^24 elements
-// per shard, MPI_Alltoallv sends rank r the round's piece of shard r from every
-// rank into a scratch buffer (W pieces), which is then summed in rank order.
-// All-gather: MPI_Allgatherv of the round's pieces into scratch, copied out.
-// Counts and displacements stay below 2^31 whatever the arena size.
+// Reduce-scatter: bucket by bucket with MPI_Ialltoallv (mpi_bucket_transport.cpp).
+// All-gather: MPI_Allgatherv, in rounds of at most 2^24 elements per shard,
+// of the round's pieces into scratch, copied out. Counts and displacements
+// stay below 2^31 whatever the arena size.
 #pragma once
 #if KDTRAIN_HAVE_MPI
 #include <mpi.h>
@@ -17,6 +16,9 @@
 #include "dist/watchdog.h"
 
 namespace kdtrain::dist {
+
+// Throws naming `what` and MPI's message unless code is MPI_SUCCESS.
+void check_mpi(int code, const char* what);
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -30,9 +32,9 @@ class MpiCommunicator final : public Communicator {
   int local_world() const override { return local_world_; }
   bool distributed() const override { return true; }
   void barrier() override;
-  void reduce_scatter_sum(float* data, int64_t n) override;
+  std::unique_ptr<BucketTransport> make_bucket_transport(float* data, int64_t n, bool bf16,
+                                                         void* compute_stream) override;
   void all_gather(float* data, int64_t n) override;
-  void all_reduce_sum(float* data, int64_t n) override;
   void all_reduce_sum_host(double* data, int64_t n) override;
   void broadcast_host(void* data, size_t bytes, int root) override;
   bool any(bool flag) override;
@@ -41,8 +43,8 @@ class MpiCommunicator final : public Communicator {
   Watchdog& watchdog() { return *watchdog_; }
   double timeout_s() const { return timeout_s_; }
 
-  // Elements per shard per round (default 2^24); tests make it small to
-  // exercise several rounds on small arenas.
+  // All-gather elements per shard per round (default 2^24); tests make it
+  // small to exercise several rounds on small arenas.
   void set_round_elements(int64_t n) { round_ = n > 0 ? n : 1; }
 
  private:

@@ -17,6 +17,7 @@
 #include "data/shard_manifest.h"
 #include "data/teacher_cache.h"
 #include "dist/communicator.h"
+#include "dist/grad_reducer.h"
 #include "io/model_dir.h"
 #include "model/attention_readback.h"
 #include "model/init.h"
@@ -137,6 +138,7 @@ class Trainer {
     const int64_t total_params = student_->layout().total;
     opt_range_ = zero1() ? dist::shard_range(total_params, comm_.rank(), comm_.world())
                          : dist::Range{0, total_params};
+    make_grad_reducer();
 
     KD_CHECK(!config_.data.train.empty(), "data.train: no training shards given");
     data::check_manifest_vocab(config_.data.train, m.vocab_size, "data.train");
@@ -250,6 +252,11 @@ class Trainer {
                  "(AdamW moments for {} of {} parameters)",
                  comm_.world(), comm_.name(), zero1() ? "ZeRO-1" : "all-reduce",
                  8.0 * opt_range_.size() / mib, opt_range_.size(), student_->layout().total);
+    if (comm_.distributed())
+      spdlog::info("gradient reduction: {} buckets of up to {:g} MiB, {}, {} on the wire",
+                   reducer_->buckets().size(), config_.dist.bucket_mb,
+                   config_.dist.overlap ? "overlapped with the backward" : "after the backward",
+                   to_string(config_.dist.reduce_dtype));
   }
 
   void log_validation_plan() const {
@@ -307,6 +314,8 @@ class Trainer {
     StepResult r;
     student_->zero_grads();
     for (int64_t micro = 0; micro < accumulation_steps(); ++micro) {
+      // The last micro-batch's backward makes the gradients final, bucket by bucket.
+      if (micro + 1 == accumulation_steps()) reducer_->begin_step();
       std::vector<int64_t> ids(windows.begin() + micro * b, windows.begin() + (micro + 1) * b);
       train_data_->fill_batch(ids, inputs.data(), targets.data());
       if (observer_) observer_->on_micro_batch(step_ + 1, inputs.data(), b, T);
@@ -318,7 +327,7 @@ class Trainer {
       student_->backward();
       r.sums += s;
     }
-    if (observer_) observer_->on_grads_ready(step_ + 1, 0, student_->layout().total, *student_);
+    reducer_->finish();
     int64_t alpha_tokens = 0;
     std::vector<double> alpha_sums = student_->take_alpha_sums(&alpha_tokens);
     reduce_across_ranks(r.sums, alpha_sums, alpha_tokens);
@@ -346,16 +355,32 @@ class Trainer {
     return r;
   }
 
-  // Sums over ranks: gradients (reduce-scatter into each rank's shard under
-  // ZeRO-1, else all-reduce), loss sums and alpha sums (so every rank takes
-  // the same non-finite decision and holds the same alpha_ma). Each rank's
-  // gradients are already scaled by 1/(global tokens), so the sum is the mean.
+  // The gradient reduction (dist/grad_reducer.h): the student's backward marks
+  // each range final; the reducer launches each complete bucket, in a fixed
+  // order, during the backward (dist.overlap) or after it.
+  void make_grad_reducer() {
+    dist::GradReduceOptions options;
+    options.bucket_elements = dist::bucket_elements_for_mib(config_.dist.bucket_mb);
+    options.overlap = config_.dist.overlap;
+    options.bf16 = config_.dist.reduce_dtype == ReduceDtype::bf16;
+    reducer_ = std::make_unique<dist::GradReducer>(comm_, student_->grads(), student_->layout().total,
+                                                   options, backend_->native_stream());
+    student_->set_grads_final_hook([this](int64_t begin, int64_t end) { reducer_->mark_final(begin, end); });
+    if (observer_)
+      reducer_->set_before_launch([this](const dist::Range& bucket) {
+        observer_->on_grads_ready(step_ + 1, bucket.begin, bucket.end, *student_);
+      });
+  }
+
+  // Sums over ranks after the gradient buckets: under ZeRO-1 each rank holds
+  // the summed gradients of its shard; with dist.zero1=false they are
+  // all-gathered so every rank holds all of them. Loss sums and alpha sums are
+  // all-reduced, so every rank takes the same non-finite decision and holds
+  // the same alpha_ma. Each rank's gradients are already scaled by
+  // 1/(global tokens), so the sum is the mean.
   void reduce_across_ranks(LossSums& sums, std::vector<double>& alpha_sums, int64_t& alpha_tokens) {
     if (!comm_.distributed()) return;
-    backend_->synchronize();
-    const int64_t n = student_->layout().total;
-    if (zero1()) comm_.reduce_scatter_sum(student_->grads(), n);
-    else comm_.all_reduce_sum(student_->grads(), n);
+    if (!zero1()) comm_.all_gather(student_->grads(), student_->layout().total);
     std::vector<double> host = {sums.ce, sums.kd, static_cast<double>(sums.tokens),
                                 static_cast<double>(alpha_tokens), sums.soft_ce};
     host.insert(host.end(), alpha_sums.begin(), alpha_sums.end());
@@ -498,6 +523,7 @@ class Trainer {
   std::vector<int64_t> step_windows_;   // this rank's windows of the current step
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> student_, teacher_;
+  std::unique_ptr<dist::GradReducer> reducer_;  // calls into student_'s arena
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<FusedLoss> loss_;
   std::unique_ptr<data::TokenDataset> train_data_, val_data_;
@@ -517,7 +543,7 @@ class Trainer {
 
 void train(const Config& config, const TrainOptions& options) {
   std::unique_ptr<dist::Communicator> comm =
-      dist::make_communicator(config.train.device, config.dist.timeout_s);
+      dist::make_communicator(config.dist.backend, config.train.device, config.dist.timeout_s);
   // Only rank 0 talks on the console; every rank's errors still surface below.
   if (comm->rank() != 0) spdlog::set_level(spdlog::level::err);
   try {
