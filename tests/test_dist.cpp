@@ -622,3 +622,23 @@ TEST_CASE("dist: kdtrain info shows per-rank optimizer memory under ZeRO-1", "[d
   CHECK(eight.find("ZeRO-1 over 8 ranks") != std::string::npos);
   CHECK(one != eight);
 }
+
+TEST_CASE("dist: bench --collectives times MPI's reduction beside the communication model", "[dist][mpi][scaling]") {
+  REQUIRE_MPIRUN();
+  TempDir tmp("collective_bench");
+  std::string out;
+  const int code = run_logged(under_mpi(2, {KDTRAIN_BINARY, "bench", "--collectives", "--steps", "1", "--json"}),
+                              tmp.path / "bench.log", &out, 300.0);
+  INFO(out);
+  REQUIRE(code == 0);
+  const size_t start = out.find("{\"");
+  REQUIRE(start != std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(out.substr(start, out.find('\n', start) - start));
+  CHECK(j["world"] == 2);
+  CHECK(j["link"]["p2p_gb_s"].get<double>() > 0.0);
+  REQUIRE(j["rows"].size() == 12);  // 3 arena sizes x (3 bucket sizes + the all-gather)
+  for (const auto& row : j["rows"]) {
+    CHECK(row["measured_ms"].get<double>() > 0.0);
+    CHECK(row["predicted_ms"].get<double>() > 0.0);
+  }
+}

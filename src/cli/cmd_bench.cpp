@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "bench/bench.h"
+#include "bench/collective_bench.h"
+#include "bench/scaling.h"
 #include "cli/commands.h"
 
 namespace kdtrain::cli {
@@ -13,6 +15,10 @@ struct BenchCliOptions {
   CommonOptions common;
   bench::BenchOptions bench;
   bool json = false;
+  std::vector<int> project_worlds;  // --project-world-size: the scaling model instead of a report
+  std::string measured;             // the measured step for it ("" = run the bench first)
+  bench::Interconnect links;
+  bool collectives = false;         // --collectives: MPI against the communication model
 };
 }  // namespace
 
@@ -36,12 +42,37 @@ void register_bench(CLI::App& app) {
                 "time only the attention core (and gate) forward+backward on random inputs");
   cmd->add_option("--head-dim", o->bench.head_dim,
                   "with --attention-only: head dim (heads rescaled to keep H*D and the GQA ratio)");
+  cmd->add_option("--project-world-size", o->project_worlds,
+                  "print the scaling model's step time, tokens/s per GPU and communication hidden at "
+                  "these data-parallel world sizes (e.g. 8,64,512; docs/distributed.md)")
+      ->delimiter(',');
+  cmd->add_option("--measured", o->measured,
+                  "with --project-world-size: the one-GPU step from this `kdtrain bench --json` report "
+                  "instead of running the bench (scaled to --preset / --teacher where they differ)");
+  cmd->add_option("--nvlink-gb-s", o->links.nvlink_gb_s, "GB/s per GPU per direction inside a node (450)");
+  cmd->add_option("--network-gb-s", o->links.network_gb_s, "GB/s per GPU between nodes (50: InfiniBand NDR)");
+  cmd->add_option("--gpus-per-node", o->links.gpus_per_node, "GPUs per node (8)");
+  cmd->add_flag("--collectives", o->collectives,
+                "under mpirun -np W: time MPI's gradient reduction and all-gather against the "
+                "scaling model's prediction from the measured link (--steps repetitions)");
   cmd->callback([o] {
+    if (o->collectives) {
+      bench::CollectiveBenchOptions c;
+      c.repeats = o->bench.steps;
+      const nlohmann::json j = bench::run_collective_bench(c);
+      if (j["rank"].get<int>() == 0) std::cout << (o->json ? j.dump() + "\n" : bench::format_collective_report(j));
+      return;
+    }
     bench::BenchOptions b = o->bench;
     b.config_path = o->common.config_path;
     b.preset = o->common.preset;
     b.attention = o->common.attention;
     b.overrides = o->common.overrides;
+    if (!o->project_worlds.empty()) {
+      const nlohmann::json j = bench::run_projection(b, o->measured, o->links, o->project_worlds);
+      std::cout << (o->json ? j.dump() + "\n" : bench::format_projection(j));
+      return;
+    }
     const nlohmann::json report =
         b.attention_only ? bench::run_attention_bench(b) : bench::run_bench(b);
     if (o->json)
