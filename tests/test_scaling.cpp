@@ -87,11 +87,16 @@ TEST_CASE("scaling: one step's timeline, by hand", "[scaling]") {
   s.step.backward_s = 2.0;
   s.step.optimizer_s = 0.5;
   s.global_batch = 32;
+  s.micro_batch = 4;
   const int64_t n = make_param_layout(s.model, s.attention).total;
   s.bucket_elements = n + 64;  // one bucket: final when the embedding is, at the end of the backward
   s.links.nvlink_hop_us = 0;
   s.links.nvlink_gb_s = 4.0 * double(n) / 1e9 / 0.25;  // the whole arena in 0.25 s
 
+  s.micro_batch = 8;  // twice the measured micro-batch: phases scale per sequence
+  CHECK(project(s, 1).micro_batches == 4);
+  CHECK(project(s, 1).last_backward_s == Approx(4.0));
+  s.micro_batch = 4;
   const Projection one = project(s, 1);
   CHECK(one.micro_batches == 8);
   CHECK(one.compute_s == Approx(8 * 3.0 + 0.5));
@@ -154,7 +159,8 @@ TEST_CASE("scaling: kdtrain bench --project-world-size prints a row per world si
   std::ofstream(report) << bench_report("llama3.2-1b", 8).dump();
   std::string out;
   REQUIRE(run({KDTRAIN_BINARY, "bench", "--preset", "llama3.2-1b", "--set", "train.global_batch=1024",
-               "--set", "train.seq_len=2048", "--measured", report, "--project-world-size", "8,64,512", "--json"},
+               "--set", "train.seq_len=2048", "--micro-batch", "8", "--measured", report, "--project-world-size",
+               "8,64,512", "--json"},
               &out, (tmp.path / "log").string()) == 0);
   INFO(out);
   const nlohmann::json j = nlohmann::json::parse(out);
@@ -169,8 +175,14 @@ TEST_CASE("scaling: kdtrain bench --project-world-size prints a row per world si
   CHECK(j["gradient_elements"] == make_param_layout(model_preset("llama3.2-1b"), AttentionConfig{}).total);
   // Text form, another student scaled from the 1B's measurement, a slower network.
   REQUIRE(run({KDTRAIN_BINARY, "bench", "--preset", "llama3.2-3b", "--teacher", "llama3.1-8b", "--set",
-               "train.global_batch=1024", "--measured", report, "--project-world-size", "8", "--network-gb-s", "25"},
+               "train.global_batch=1024", "--set", "train.seq_len=2048", "--measured", report,
+               "--project-world-size", "8", "--network-gb-s", "25"},
               &out, (tmp.path / "log").string()) == 0);
   CHECK(out.find("scaled from llama3.2-1b, teacher llama3.1-8b") != std::string::npos);
   CHECK(out.find("network 25 GB/s") != std::string::npos);
+  // A measurement at another sequence length is refused, naming both.
+  CHECK(run({KDTRAIN_BINARY, "bench", "--preset", "llama3.2-1b", "--set", "train.seq_len=512", "--measured", report,
+             "--project-world-size", "8"},
+            &out, (tmp.path / "log").string()) != 0);
+  CHECK(out.find("measured at seq_len 2048 but the projection is for train.seq_len 512") != std::string::npos);
 }

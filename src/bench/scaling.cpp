@@ -103,7 +103,8 @@ Projection project(const ScalingSetup& setup, int world) {
            " must be between 1 and the global batch (", setup.global_batch, " sequences)");
   Projection p;
   p.world = world;
-  p.micro_batch = std::min<int64_t>(m.micro_batch, setup.global_batch / world);
+  const int64_t wanted = setup.micro_batch > 0 ? setup.micro_batch : m.micro_batch;
+  p.micro_batch = std::min<int64_t>(wanted, setup.global_batch / world);
   p.micro_batches = (setup.global_batch + world * p.micro_batch - 1) / (world * p.micro_batch);
   const double scale = double(p.micro_batch) / double(m.micro_batch);
   p.last_backward_s = m.backward_s * scale;
@@ -149,6 +150,7 @@ nlohmann::json projection_json(const ScalingSetup& setup, const std::vector<Proj
   j["buckets"] = dist::plan_buckets(n, setup.bucket_elements).size();
   j["reduce_dtype"] = setup.bf16_reduce ? "bf16" : "fp32";
   j["global_batch"] = setup.global_batch;
+  j["micro_batch"] = setup.micro_batch > 0 ? setup.micro_batch : m.micro_batch;
   j["interconnect"] = {{"nvlink_gb_s", setup.links.nvlink_gb_s},   {"network_gb_s", setup.links.network_gb_s},
                        {"gpus_per_node", setup.links.gpus_per_node}, {"nvlink_hop_us", setup.links.nvlink_hop_us},
                        {"network_hop_us", setup.links.network_hop_us}};
@@ -179,6 +181,7 @@ nlohmann::json run_projection(const BenchOptions& options, const std::string& me
   setup.model = c.model;
   setup.attention = c.attention;
   setup.global_batch = c.train.global_batch;
+  setup.micro_batch = options.micro_batch > 0 ? options.micro_batch : c.train.micro_batch;
   setup.bucket_elements = dist::bucket_elements_for_mib(c.dist.bucket_mb);
   setup.bf16_reduce = c.dist.reduce_dtype == ReduceDtype::bf16;
   setup.links = links;
@@ -190,6 +193,9 @@ nlohmann::json run_projection(const BenchOptions& options, const std::string& me
     setup.step = measured_step_from_report(run_bench(options), "kdtrain bench, this run");
   } else {
     const MeasuredStep measured = measured_step_from_report(io::read_json_file(measured_path), measured_path);
+    const int64_t T = options.seq_len > 0 ? options.seq_len : c.train.seq_len;
+    KD_CHECK(measured.seq_len == T, "--measured ", measured_path, " was measured at seq_len ", measured.seq_len,
+             " but the projection is for train.seq_len ", T, "; measure at that length");
     const ModelConfig measured_model = model_preset(measured.preset);
     ModelConfig teacher;
     if (!options.teacher.empty()) teacher = model_preset(options.teacher);

@@ -4,8 +4,8 @@
 // interconnect, as `kdtrain bench --project-world-size` prints it.
 //
 // A step on W GPUs, with m = global_batch / (W x b) micro-batches of b
-// sequences per GPU (b = the measured micro-batch, or global_batch / W when
-// that is smaller; phase times scale with b):
+// sequences per GPU (b = train.micro_batch, or global_batch / W when that is
+// smaller; the measured phase times scale with b per sequence):
 //   compute  = m x (teacher + forward+loss + backward) + optimizer
 //   the gradient buckets are reduced one after another on the communication
 //   stream, each from the moment the last micro-batch's backward has made it
@@ -83,6 +83,7 @@ struct ScalingSetup {
   ModelConfig model;
   AttentionConfig attention;
   int64_t global_batch = 1024;
+  int64_t micro_batch = 0;  // sequences per micro-batch (0: the measured one)
   int64_t bucket_elements = 0;
   bool bf16_reduce = false;
   Interconnect links;
@@ -102,7 +103,8 @@ struct Projection {
 
 Projection project(const ScalingSetup& setup, int world);
 
-// `kdtrain bench --project-world-size W...`: the student, global batch and
+// `kdtrain bench --project-world-size W...`: the student, global batch,
+// micro-batch (--micro-batch, else train.micro_batch), sequence length and
 // dist.bucket_mb / dist.reduce_dtype of `options`' config; the measured step
 // from `measured_path` (a `kdtrain bench --json` report), carried over to the
 // config's student and to options.teacher (a preset) where they differ from

@@ -141,7 +141,7 @@ struct DistConfig {
   DistBackend backend = DistBackend::auto_select;  // dist/communicator.h
   bool zero1 = true;            // shard optimizer state across ranks
   double timeout_s = 300.0;     // a rank silent this long aborts the job
-  double bucket_mb = 25.0;      // MiB of fp32 gradients per reduction bucket
+  double bucket_mb = 100.0;     // MiB of fp32 gradients per bucket (the scaling model's choice)
   bool overlap = true;          // reduce buckets during the backward pass
   ReduceDtype reduce_dtype = ReduceDtype::fp32;  // bf16: half the bytes, fp32 sums
 };

@@ -56,7 +56,7 @@ class BucketTransport {
 };
 
 struct GradReduceOptions {
-  int64_t bucket_elements = int64_t{25} << 18;  // 25 MiB of fp32
+  int64_t bucket_elements = int64_t{100} << 18;  // 100 MiB of fp32 (dist.bucket_mb)
   bool overlap = true;    // launch buckets during the backward (false: after it)
   bool bf16 = false;      // send bf16, accumulate in fp32 (dist.reduce_dtype)
 };
