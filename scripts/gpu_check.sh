@@ -107,9 +107,20 @@ for pair in "cpu:cpu" "cuda:$DEVICE"; do
 done
 rm -rf "$TMP"
 
+# NCCL at world size 1 (issue 18): every NCCL call of data parallelism on this one GPU,
+# compared bit for bit with the single-process communicator.
+NCCL_STATUS="not run: DEVICE=$DEVICE"
+if [[ "$DEVICE" == cuda ]]; then
+  echo "== NCCL at world size 1 (scripts/gpu_check_nccl.sh; log in ${OUT:-$ROOT/gpu_out}/nccl)"
+  scripts/gpu_check_nccl.sh > "$OUTDIR/nccl.log" 2>&1
+  NCCL_STATUS="$(tail -1 "$OUTDIR/nccl.log")"
+fi
+echo "   $NCCL_STATUS"
+
 echo "== summary ($OUTDIR/summary.json)"
 python3 scripts/gpu_report.py check "$OUTDIR" --commit "$COMMIT" --gpu "$GPU" \
   ${UPDATE_DOCS:+--update-docs "$UPDATE_DOCS" --update-table "$UPDATE_TABLE"}
+[[ "$NCCL_STATUS" == "nccl: passed" || "$DEVICE" != cuda ]] || exit 1
 python3 - "$OUTDIR/summary.json" <<'PY'
 import json, sys
 sys.exit(0 if json.load(open(sys.argv[1]))["tests_status"] == "passed" else 1)
