@@ -27,9 +27,9 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::map<std::string, int> kRank = {
-    {"core", 0}, {"config", 1}, {"backend", 2}, {"kernels", 2}, {"sim", 2}, {"dist", 2},
-    {"model", 3}, {"io", 4},     {"data", 5},    {"eval", 6},   {"train", 6}, {"bench", 7},
-    {"cli", 8}};
+    {"core", 0}, {"config", 1}, {"backend", 2}, {"kernels", 2}, {"sim", 2}, {"dist", 3},
+    {"model", 4}, {"io", 5},     {"data", 6},    {"eval", 7},   {"train", 7}, {"bench", 8},
+    {"cli", 9}};
 // Directories of one rank that form one layer and may include each other: the
 // CPU backend mirrors the kernels' blocked schedules (kernels/flash_params.h ...),
 // and the CUDA backend implements Backend.

@@ -84,8 +84,12 @@ const std::vector<HelpLine>& config_keys() {
       {"log.interval", "steps between progress lines"},
       {"eval.interval", "steps between validation passes (0 = only at the end)"},
       {"eval.batches", "validation micro-batches per pass"},
+      {"dist.backend", "auto, single, mpi (cpu) or nccl (cuda): the communicator"},
       {"dist.zero1", "shard the AdamW state across ranks"},
       {"dist.timeout_s", "seconds a rank may be silent before the job aborts"},
+      {"dist.bucket_mb", "MiB of fp32 gradients per reduction bucket"},
+      {"dist.overlap", "reduce each bucket during the backward as soon as it is final"},
+      {"dist.reduce_dtype", "fp32 or bf16: the dtype gradients travel in (bf16 sums in fp32)"},
   };
   return keys;
 }

@@ -17,9 +17,9 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "dist/grad_reducer.h"
-#include "io/safetensors.h"
 
 namespace kdtrain::dist {
 
@@ -110,7 +110,7 @@ class MpiBucketTransport final : public BucketTransport {
     const float* send = data_ + part.begin;
     if (bf16_) {
       p.send16.resize(static_cast<size_t>(part.size()));
-      for (int64_t i = 0; i < part.size(); ++i) p.send16[i] = io::float_to_bf16(send[i]);
+      for (int64_t i = 0; i < part.size(); ++i) p.send16[i] = float_to_bf16_bits(send[i]);
       p.recv16.resize(static_cast<size_t>(W) * mine);
       check_mpi(MPI_Ialltoallv(p.send16.data(), p.send_counts.data(), p.send_displs.data(), MPI_UINT16_T,
                                p.recv16.data(), p.recv_counts.data(), p.recv_displs.data(), MPI_UINT16_T,
@@ -132,8 +132,8 @@ class MpiBucketTransport final : public BucketTransport {
     float* out = data_ + p.mine.begin;
     if (bf16_) {
       for (int64_t i = 0; i < k; ++i) {
-        float sum = io::bf16_to_float(p.recv16[i]);
-        for (int r = 1; r < world_; ++r) sum += io::bf16_to_float(p.recv16[r * k + i]);
+        float sum = bf16_bits_to_float(p.recv16[i]);
+        for (int r = 1; r < world_; ++r) sum += bf16_bits_to_float(p.recv16[r * k + i]);
         out[i] = sum;
       }
     } else {

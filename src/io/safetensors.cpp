@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace kdtrain::io {
@@ -70,21 +71,9 @@ size_t dtype_size(Dtype d) {
   return 0;
 }
 
-uint16_t float_to_bf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
-  // Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then truncate.
-  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
+uint16_t float_to_bf16(float x) { return float_to_bf16_bits(x); }
 
-float bf16_to_float(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
+float bf16_to_float(uint16_t b) { return bf16_bits_to_float(b); }
 
 float f16_to_float(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
