@@ -34,7 +34,7 @@ log() { echo "[setup] $*"; }
 
 # --- system packages ---------------------------------------------------------
 APT_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libspdlog-dev
-              catch2 libopenblas-dev libopenmpi-dev openmpi-bin)
+              catch2 libopenblas-dev libopenmpi-dev openmpi-bin libxxhash-dev)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

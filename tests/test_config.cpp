@@ -142,6 +142,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
   c.train.seed = 12345678901234567890ull;
   c.train.device = "cuda";
   c.train.on_nonfinite = NonFinitePolicy::skip;
+  c.train.max_consecutive_skips = 3;
   c.checkpoint.interval = 250;
   c.log.interval = 10;
   c.eval.batches = 7;
@@ -154,7 +155,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
     CHECK(doc.contains(section));
   CHECK(doc["model"].size() == 17);
   CHECK(doc["model"]["rope_scaling"].size() == 5);
-  CHECK(doc["train"].size() == 8);
+  CHECK(doc["train"].size() == 9);
 
   // Through text, as it is written into a run directory.
   Config back;
@@ -163,6 +164,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
   CHECK(back.optimizer.lr == c.optimizer.lr);
   CHECK(back.model.rms_norm_eps == c.model.rms_norm_eps);
   CHECK(back.train.seed == c.train.seed);
+  CHECK(back.train.max_consecutive_skips == 3);
   CHECK(back.attention.variant == AttentionVariant::affine_gated);
   CHECK(back.model.rope_scaling.factor == 32.0);
 

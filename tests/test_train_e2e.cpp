@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "data/shard.h"
 #include "process_util.h"
+#include "reliability_util.h"
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
@@ -21,22 +22,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using kdtrain::testing::TempDir;
-
-// Bytes of pseudo-text: a small Markov-ish stream over printable bytes, enough
-// structure for the loss to move and cheap to make anywhere.
-std::string synthetic_shard(const fs::path& dir, const std::string& name, int64_t n, uint64_t seed) {
-  SplitMix64 rng(seed);
-  std::vector<uint32_t> tokens(n);
-  uint32_t prev = 'a';
-  for (auto& t : tokens) {
-    const uint64_t r = rng.next();
-    t = (r % 4 == 0) ? static_cast<uint32_t>(' ') : static_cast<uint32_t>('a' + (prev * 7 + r % 5) % 26);
-    prev = t;
-  }
-  const std::string path = (dir / name).string();
-  data::write_shard(path, tokens, 1);
-  return path;
-}
 
 std::vector<std::string> base_args(const std::string& train, const std::string& run_dir) {
   return {KDTRAIN_BINARY, "train", "--preset", "tiny-llama", "--attention", "affine",
@@ -48,15 +33,6 @@ std::vector<std::string> base_args(const std::string& train, const std::string& 
           "--run-dir", run_dir};
 }
 
-std::vector<nlohmann::json> read_metrics(const fs::path& run_dir) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
-
 // Everything a resumed run must reproduce bit for bit (timings excluded).
 void require_same_trajectory(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
   REQUIRE(a.size() == b.size());
@@ -65,11 +41,6 @@ void require_same_trajectory(const std::vector<nlohmann::json>& a, const std::ve
     for (const char* key : {"step", "lr", "loss", "kd", "ce", "grad_norm", "alpha_ma", "alpha_mean"})
       REQUIRE(a[i][key] == b[i][key]);
   }
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
 }
 
 }  // namespace
@@ -92,9 +63,9 @@ TEST_CASE("train e2e: loss falls on real text (FineWeb-Edu sample)", "[train][e2
   std::string out;
   const fs::path run_dir = tmp.path / "run";
   auto args = base_args(shard, run_dir.string());
-  args = with(args, {"--set", "train.steps=40", "--set", "optimizer.lr=3e-3", "--set", "checkpoint.interval=0"});
+  args = plus(args, {"--set", "train.steps=40", "--set", "optimizer.lr=3e-3", "--set", "checkpoint.interval=0"});
   REQUIRE(run(args, &out, (tmp.path / "log.txt").string()) == 0);
-  const auto rows = read_metrics(run_dir);
+  const auto rows = metrics_of(run_dir);
   REQUIRE(rows.size() == 40);
   double first = 0, last = 0;
   for (int i = 0; i < 5; ++i) first += rows[i]["ce"].get<double>() / 5;
@@ -106,11 +77,11 @@ TEST_CASE("train e2e: loss falls on real text (FineWeb-Edu sample)", "[train][e2
 
 TEST_CASE("train e2e: resume from several checkpoints, and from a resumed run, is bit-exact", "[train][e2e][resume]") {
   TempDir tmp("resume");
-  const std::string shard = synthetic_shard(tmp.path, "train.bin", 20000, 3);
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 3);
   const fs::path full = tmp.path / "full";
   std::string out;
   REQUIRE(run(base_args(shard, full.string()), &out, (tmp.path / "full.log").string()) == 0);
-  const auto reference = read_metrics(full);
+  const auto reference = metrics_of(full);
   REQUIRE(reference.size() == 12);
   {
     // The log says which attention implementation ran and the peak memory.
@@ -129,51 +100,52 @@ TEST_CASE("train e2e: resume from several checkpoints, and from a resumed run, i
       char name[32];
       std::snprintf(name, sizeof name, "step_%08d", from);
       const std::string ckpt = (copy / "checkpoints" / name).string();
-      REQUIRE(run({KDTRAIN_BINARY, "train", "--resume", ckpt}, &out, (tmp.path / "r.log").string()) == 0);
+      // The copy's latest is step 12: resuming an older checkpoint in place rewinds the run.
+      REQUIRE(run({KDTRAIN_BINARY, "train", "--resume", ckpt, "--rewind"}, &out, (tmp.path / "r.log").string()) == 0);
       INFO(out);
-      require_same_trajectory(read_metrics(copy), reference);
+      require_same_trajectory(metrics_of(copy), reference);
       // Resume the resumed run once more, from a checkpoint that run wrote.
       const std::string again = (copy / "checkpoints" / "step_00000009").string();
-      REQUIRE(run({KDTRAIN_BINARY, "train", "--resume", again}, &out, (tmp.path / "r2.log").string()) == 0);
-      require_same_trajectory(read_metrics(copy), reference);
+      REQUIRE(run({KDTRAIN_BINARY, "train", "--resume", again, "--rewind"}, &out, (tmp.path / "r2.log").string()) == 0);
+      require_same_trajectory(metrics_of(copy), reference);
     }
   }
 }
 
 TEST_CASE("train e2e: SIGTERM checkpoints and exits 0; resume continues bit-exactly", "[train][e2e][resume]") {
   TempDir tmp("sigterm");
-  const std::string shard = synthetic_shard(tmp.path, "train.bin", 20000, 4);
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 4);
   std::string out;
   REQUIRE(run(base_args(shard, (tmp.path / "full").string()), &out, (tmp.path / "full.log").string()) == 0);
-  const auto reference = read_metrics(tmp.path / "full");
+  const auto reference = metrics_of(tmp.path / "full");
 
   const fs::path run_dir = tmp.path / "stopped";
-  auto args = with(base_args(shard, run_dir.string()), {"--set", "checkpoint.interval=100"});
+  auto args = plus(base_args(shard, run_dir.string()), {"--set", "checkpoint.interval=100"});
   const Process p = spawn(args, (tmp.path / "stopped.log").string());
   // Wait for some steps to be logged, then ask it to stop.
-  for (int i = 0; i < 2000 && read_metrics(run_dir).size() < 4; ++i) usleep(5000);
+  for (int i = 0; i < 2000 && metrics_of(run_dir).size() < 4; ++i) usleep(5000);
   kill(p.pid, SIGTERM);
   REQUIRE(wait_for(p) == 0);
-  const size_t done = read_metrics(run_dir).size();
+  const size_t done = metrics_of(run_dir).size();
   INFO("stopped after " << done << " steps");
   REQUIRE(fs::exists(run_dir / "checkpoints" / "latest"));
   if (done < 12) {
     REQUIRE(run({KDTRAIN_BINARY, "train", "--resume", run_dir.string()}, &out, (tmp.path / "r.log").string()) == 0);
   }
-  require_same_trajectory(read_metrics(run_dir), reference);
+  require_same_trajectory(metrics_of(run_dir), reference);
 }
 
 TEST_CASE("train e2e: kill -9 at random moments, even mid-checkpoint, never breaks resume", "[train][e2e][resume]") {
   TempDir tmp("kill9");
-  const std::string shard = synthetic_shard(tmp.path, "train.bin", 20000, 5);
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 5);
   std::string out;
   // A checkpoint every step: most of the time is spent writing checkpoints.
-  auto args = with(base_args(shard, (tmp.path / "full").string()), {"--set", "checkpoint.interval=1", "--set", "checkpoint.keep=2"});
+  auto args = plus(base_args(shard, (tmp.path / "full").string()), {"--set", "checkpoint.interval=1", "--set", "checkpoint.keep=2"});
   REQUIRE(run(args, &out, (tmp.path / "full.log").string()) == 0);
-  const auto reference = read_metrics(tmp.path / "full");
+  const auto reference = metrics_of(tmp.path / "full");
 
   const fs::path run_dir = tmp.path / "killed";
-  auto killed_args = with(base_args(shard, run_dir.string()), {"--set", "checkpoint.interval=1", "--set", "checkpoint.keep=2"});
+  auto killed_args = plus(base_args(shard, run_dir.string()), {"--set", "checkpoint.interval=1", "--set", "checkpoint.keep=2"});
   SplitMix64 rng(99);
   bool started = false;
   for (int attempt = 0; attempt < 8; ++attempt) {
@@ -191,12 +163,12 @@ TEST_CASE("train e2e: kill -9 at random moments, even mid-checkpoint, never brea
                                   : killed_args;
   REQUIRE(run(final_args, &out, (tmp.path / "final.log").string()) == 0);
   INFO(out);
-  require_same_trajectory(read_metrics(run_dir), reference);
+  require_same_trajectory(metrics_of(run_dir), reference);
 }
 
 TEST_CASE("train e2e: bad shards stop the run before step 0, naming the file", "[train][e2e][data]") {
   TempDir tmp("badshards");
-  const std::string good = synthetic_shard(tmp.path, "good.bin", 5000, 6);
+  const std::string good = text_shard(tmp.path, "good.bin", 5000, 6);
   auto write_raw = [&](const std::string& name, const std::vector<int32_t>& header, size_t payload) {
     const std::string path = (tmp.path / name).string();
     std::ofstream f(path, std::ios::binary);
@@ -222,7 +194,7 @@ TEST_CASE("train e2e: bad shards stop the run before step 0, naming the file", "
     data::write_shard(path, t, 1);
     cases.push_back({path, "4321"});
   }
-  cases.push_back({synthetic_shard(tmp.path, "tiny.bin", 20, 7), "window"});
+  cases.push_back({text_shard(tmp.path, "tiny.bin", 20, 7), "window"});
   fs::resize_file(tmp.path / "short_header.bin", 100);
   for (const Case& c : cases) {
     DYNAMIC_SECTION(fs::path(c.path).filename().string()) {
@@ -243,7 +215,7 @@ TEST_CASE("train e2e: bad shards stop the run before step 0, naming the file", "
 
 TEST_CASE("train e2e: a non-finite step never reaches the weights", "[train][e2e][nonfinite]") {
   TempDir tmp("nonfinite");
-  const std::string shard = synthetic_shard(tmp.path, "train.bin", 20000, 8);
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 8);
   // lr 1e30 without clipping: the first update makes the weights overflow,
   // so the next step's loss is not finite.
   const std::vector<std::string> diverge = {"--set", "optimizer.lr=1e30", "--set", "optimizer.grad_clip=0",
@@ -252,12 +224,12 @@ TEST_CASE("train e2e: a non-finite step never reaches the weights", "[train][e2e
   SECTION("stop (default): non-zero exit, clear message, last checkpoint intact") {
     const fs::path run_dir = tmp.path / "stop";
     std::string out;
-    const int code = run(with(base_args(shard, run_dir.string()), diverge), &out, (tmp.path / "stop.log").string());
+    const int code = run(plus(base_args(shard, run_dir.string()), diverge), &out, (tmp.path / "stop.log").string());
     INFO(out);
     CHECK(code != 0);
     CHECK(out.find("non-finite") != std::string::npos);
     CHECK(out.find("not applied") != std::string::npos);
-    const auto rows = read_metrics(run_dir);
+    const auto rows = metrics_of(run_dir);
     REQUIRE(fs::exists(run_dir / "checkpoints" / "latest"));
     // The checkpoint resumes (its weights are the last applied ones) and fails the same way.
     std::string out2;
@@ -267,11 +239,11 @@ TEST_CASE("train e2e: a non-finite step never reaches the weights", "[train][e2e
   SECTION("skip: the run completes and counts skipped steps") {
     const fs::path run_dir = tmp.path / "skip";
     std::string out;
-    const int code = run(with(with(base_args(shard, run_dir.string()), diverge), {"--set", "train.on_nonfinite=skip"}),
+    const int code = run(plus(plus(base_args(shard, run_dir.string()), diverge), {"--set", "train.on_nonfinite=skip", "--set", "train.max_consecutive_skips=100"}),
                          &out, (tmp.path / "skip.log").string());
     INFO(out);
     REQUIRE(code == 0);
-    const auto rows = read_metrics(run_dir);
+    const auto rows = metrics_of(run_dir);
     REQUIRE(rows.size() == 12);
     CHECK(rows.back()["skipped_steps"].get<int64_t>() > 0);
     bool saw_unapplied = false;
@@ -282,13 +254,13 @@ TEST_CASE("train e2e: a non-finite step never reaches the weights", "[train][e2e
 
 TEST_CASE("train e2e: a teacher with another vocabulary is refused before step 0", "[train][e2e][kd]") {
   TempDir tmp("vocab");
-  const std::string shard = synthetic_shard(tmp.path, "train.bin", 5000, 9);
+  const std::string shard = text_shard(tmp.path, "train.bin", 5000, 9);
   const std::string teacher = (tmp.path / "teacher").string();
   std::string out;
   REQUIRE(run({KDTRAIN_BINARY, "init", "--preset", "tiny-qwen", "--set", "model.vocab_size=300", "--out", teacher},
               &out, (tmp.path / "init.log").string()) == 0);
   const fs::path run_dir = tmp.path / "run";
-  const int code = run(with(base_args(shard, run_dir.string()), {"--set", "kd.teacher=" + teacher}), &out,
+  const int code = run(plus(base_args(shard, run_dir.string()), {"--set", "kd.teacher=" + teacher}), &out,
                        (tmp.path / "train.log").string());
   INFO(out);
   CHECK(code != 0);
@@ -299,11 +271,11 @@ TEST_CASE("train e2e: a teacher with another vocabulary is refused before step 0
 
 TEST_CASE("train e2e: resume refuses changed data or architecture", "[train][e2e][resume]") {
   TempDir tmp("refuse");
-  const std::string shard = synthetic_shard(tmp.path, "train.bin", 20000, 10);
-  const std::string other = synthetic_shard(tmp.path, "other.bin", 20000, 11);
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 10);
+  const std::string other = text_shard(tmp.path, "other.bin", 20000, 11);
   const fs::path run_dir = tmp.path / "run";
   std::string out;
-  REQUIRE(run(with(base_args(shard, run_dir.string()), {"--set", "train.steps=3", "--set", "schedule.warmup=1"}),
+  REQUIRE(run(plus(base_args(shard, run_dir.string()), {"--set", "train.steps=3", "--set", "schedule.warmup=1"}),
               &out, (tmp.path / "a.log").string()) == 0);
   SECTION("different data") {
     const int code = run({KDTRAIN_BINARY, "train", "--resume", run_dir.string(), "--set", "data.train=" + other},

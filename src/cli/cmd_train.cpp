@@ -20,6 +20,8 @@ struct TrainFlags {
   std::string run_dir;
   std::string resume;
   TrainObserver* observer = nullptr;
+  bool allow_config_change = false;
+  bool rewind = false;
 };
 
 std::string default_run_dir(const Config& config, const std::string& config_path) {
@@ -33,6 +35,10 @@ void run_train(const TrainFlags& flags) {
   options.resume = flags.resume;
   options.config_path = flags.common.config_path;
   options.observer = flags.observer;
+  options.allow_config_change = flags.allow_config_change;
+  options.rewind = flags.rewind;
+  KD_CHECK(!flags.resume.empty() || !(flags.allow_config_change || flags.rewind),
+           "--allow-config-change and --rewind go with --resume");
   std::string config_path = flags.common.config_path;
   if (!flags.resume.empty()) {
     // A resumed run reads its own resolved config unless one is given.
@@ -68,6 +74,12 @@ void register_train(CLI::App& app, TrainObserver* observer) {
                       "run directory (default runs/<config or preset>-<variant>)");
   command->add_option("--resume", flags->resume,
                       "continue a run: its directory or one of its checkpoint directories");
+  command->add_flag("--allow-config-change", flags->allow_config_change,
+                    "with --resume: continue even though keys that change the trajectory (optimizer, "
+                    "schedule, batch, seed, model, teacher, ...) differ from the checkpoint's");
+  command->add_flag("--rewind", flags->rewind,
+                    "with --resume of a checkpoint older than the run's latest: continue from it, "
+                    "deleting the run's newer checkpoints and metrics");
   command->footer(config_sections_text());
   command->callback([flags] { run_train(*flags); });
 }

@@ -32,5 +32,6 @@ void register_analyze(CLI::App& app);
 void register_export(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_config(CLI::App& app);
+void register_verify(CLI::App& app);
 
 }  // namespace kdtrain::cli

@@ -78,6 +78,7 @@ const std::vector<HelpLine>& config_keys() {
       {"train.seed", "seed of initialisation and data order"},
       {"train.device", "cpu or cuda"},
       {"train.on_nonfinite", "stop or skip a step with a NaN/inf loss or gradient"},
+      {"train.max_consecutive_skips", "with on_nonfinite=skip: skipped steps in a row that stop the run"},
       {"train.threads", "CPU threads (0 = all cores)"},
       {"checkpoint.interval", "steps between checkpoints (0 = only at the end)"},
       {"checkpoint.keep", "most recent checkpoints kept"},

@@ -1,7 +1,10 @@
 // kdtrain: the command-line entry point. Errors reach stderr with exit code 1.
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,7 @@ int main(int argc, char** argv) {
   kdtrain::cli::register_export(app);
   kdtrain::cli::register_bench(app);
   kdtrain::cli::register_config(app);
+  kdtrain::cli::register_verify(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -36,8 +40,16 @@ int main(int argc, char** argv) {
       return e.get_exit_code();
     }
     return app.exit(e);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "kdtrain: error: out of memory\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kdtrain: error: %s\n", e.what());
+    return 1;
+  }
+  // Output that never reached its file is a failure (`kdtrain info > f` on a full disk).
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "kdtrain: error: standard output: write failed: %s\n", std::strerror(errno));
     return 1;
   }
   return 0;

@@ -120,6 +120,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   std::string device = "cpu";  // "cpu" or "cuda"
   NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
+  int64_t max_consecutive_skips = 10;  // on_nonfinite=skip: this many skipped steps in a row stop the run
   int64_t threads = 0;  // CPU threads, 0 = all cores
 };
 

@@ -11,6 +11,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "io/json_parse.h"
 
 namespace kdtrain {
 
@@ -272,6 +273,7 @@ void read_train(TrainConfig& t, const json& v, const std::string& source) {
   s.unsigned_integer("seed", t.seed);
   s.string("device", t.device, {"cpu", "cuda"});
   s.enumeration("on_nonfinite", t.on_nonfinite, &parse_nonfinite_policy);
+  s.integer("max_consecutive_skips", t.max_consecutive_skips, 1);
   s.integer("threads", t.threads, 0);
   s.finish();
 }
@@ -394,6 +396,7 @@ json to_json(const Config& c) {
                   {"seed", t.seed},
                   {"device", t.device},
                   {"on_nonfinite", to_string(t.on_nonfinite)},
+                  {"max_consecutive_skips", t.max_consecutive_skips},
                   {"threads", t.threads}};
   doc["checkpoint"] = {{"interval", c.checkpoint.interval}, {"keep", c.checkpoint.keep}};
   doc["log"] = {{"interval", c.log.interval}};
@@ -423,8 +426,12 @@ void apply_override(Config& c, const std::string& assignment) {
     fail(source, ": ", key, ": expected section.key=value (the key needs a section, e.g. optimizer.lr)");
   for (const std::string& p : parts)
     if (p.empty()) fail(source, ": ", key, ": empty component in the key path");
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = text;  // not JSON: take it as a string
+  json value;
+  std::string why;
+  const io::JsonProblem problem = io::try_parse_json(text, &value, &why);
+  // Text that is not JSON is taken as a string; a JSON object with a repeated key is a mistake.
+  if (problem == io::JsonProblem::syntax) value = text;
+  else if (problem != io::JsonProblem::none) fail(source, ": ", why);
   // Build {"section": {"key": value}} (or deeper) and apply it like a file.
   json doc = value;
   for (auto it = parts.rbegin(); it != parts.rend(); ++it) doc = json{{*it, doc}};

@@ -2,13 +2,13 @@
 // and the cross-field checks no single key can make on its own.
 #include <spdlog/spdlog.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "config/limits.h"
 #include "core/error.h"
+#include "io/file_util.h"
 
 namespace kdtrain {
 
@@ -24,6 +24,7 @@ void validate(const Config& c, int world_size) {
   KD_CHECK(m.num_key_value_heads > 0, "model.num_key_value_heads is not set", hint);
   KD_CHECK(m.head_dim > 0, "model.head_dim is not set", hint);
   KD_CHECK(m.vocab_size > 0, "model.vocab_size is not set", hint);
+  check_run_limits(c);
   KD_CHECK(m.num_attention_heads % m.num_key_value_heads == 0,
            "model.num_attention_heads (", m.num_attention_heads,
            ") must be a multiple of model.num_key_value_heads (", m.num_key_value_heads, ")");
@@ -45,6 +46,9 @@ void validate(const Config& c, int world_size) {
   KD_CHECK(t.steps >= 1, "train.steps must be >= 1, got ", t.steps);
   KD_CHECK(t.micro_batch >= 1, "train.micro_batch must be >= 1, got ", t.micro_batch);
   KD_CHECK(t.seq_len >= 1, "train.seq_len must be >= 1, got ", t.seq_len);
+  KD_CHECK(t.seq_len <= m.max_position_embeddings, "train.seq_len (", t.seq_len,
+           ") exceeds model.max_position_embeddings (", m.max_position_embeddings,
+           "): the model has no positions beyond it");
   const int64_t per_step = t.micro_batch * world_size;
   KD_CHECK(t.global_batch % per_step == 0, "train.global_batch (", t.global_batch,
            ") must be a multiple of train.micro_batch (", t.micro_batch, ") x world size (",
@@ -70,22 +74,6 @@ std::string clamp_warmup(Config& c) {
          " steps; pass --set schedule.warmup=N (N <= " + std::to_string(steps) + ") to choose it";
 }
 
-namespace {
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  KD_CHECK(in.good(), path, ": cannot open config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    fail(path, ": invalid JSON: ", e.what());  // nlohmann names line and column
-  }
-}
-
-}  // namespace
-
 Config load_config(const std::string& config_path, const std::string& preset,
                    const std::string& attention, const std::vector<std::string>& overrides) {
   Config c;
@@ -97,7 +85,7 @@ Config load_config(const std::string& config_path, const std::string& preset,
     }
   }
   if (!config_path.empty()) {
-    json doc = read_json_file(config_path);
+    json doc = io::read_json_file(config_path);
     // --preset wins over the file's model.preset; the file's other model keys still apply.
     // The file's preset is still checked, so a typo there is reported even when overridden.
     if (!preset.empty() && doc.is_object() && doc.contains("model") && doc["model"].is_object()) {

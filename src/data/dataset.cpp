@@ -3,11 +3,46 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/file_util.h"
 
 namespace kdtrain::data {
+
+namespace {
+
+// glob()'s error callback has no user pointer: the first failing directory and
+// its errno go here (one glob at a time per thread).
+thread_local std::string glob_error_path;
+thread_local int glob_error_errno = 0;
+
+int record_glob_error(const char* path, int error) {
+  if (glob_error_path.empty()) {
+    glob_error_path = path;
+    glob_error_errno = error;
+  }
+  return 1;  // stop: an unreadable directory must not silently shrink the data set
+}
+
+// Why `pattern` matched nothing or failed, naming the directory at fault.
+std::string explain_glob_failure(const std::string& pattern, int rc) {
+  // The directory part before the first wildcard is what must exist.
+  const size_t wildcard = pattern.find_first_of("*?[");
+  const size_t slash = pattern.rfind('/', wildcard == std::string::npos ? std::string::npos : wildcard);
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : pattern.substr(0, slash);
+  const std::string why = io::not_a_regular_file(dir);
+  if (why == "no such file or directory") return "directory " + dir + " does not exist";
+  if (!why.empty() && why.rfind("is a directory", 0) != 0) return dir + " " + why;
+  if (why.empty()) return dir + " is a file, not a directory";
+  if (rc == GLOB_ABORTED && !glob_error_path.empty())
+    return "cannot read directory " + glob_error_path + ": " + std::strerror(glob_error_errno);
+  if (rc == GLOB_NOSPACE) return "out of memory while expanding it";
+  return "matches no files";
+}
+
+}  // namespace
 
 std::vector<std::string> expand_shard_patterns(const std::vector<std::string>& patterns) {
   KD_CHECK(!patterns.empty(), "no data shards given (empty list of paths / globs)");
@@ -16,14 +51,13 @@ std::vector<std::string> expand_shard_patterns(const std::vector<std::string>& p
     glob_t g{};
     // GLOB_NOCHECK is not used: a pattern (or plain path) matching nothing must
     // be an error, not a literal filename that fails later with a vaguer message.
-    int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
-    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+    glob_error_path.clear();
+    int rc = ::glob(pattern.c_str(), GLOB_ERR, &record_glob_error, &g);
+    if (rc != 0 || g.gl_pathc == 0) {
       ::globfree(&g);
-      fail("data pattern '", pattern, "' matches no files");
-    }
-    if (rc != 0) {
-      ::globfree(&g);
-      fail("data pattern '", pattern, "': glob failed (", rc == GLOB_ABORTED ? "read error" : "out of memory", ")");
+      const std::string why = explain_glob_failure(pattern, rc);
+      if (why == "matches no files") fail("data pattern '", pattern, "' matches no files");
+      fail("data pattern '", pattern, "': ", why);
     }
     for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
     ::globfree(&g);

@@ -1,7 +1,6 @@
 #include "data/shard_manifest.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -20,10 +19,13 @@ std::vector<std::string> check_manifest_vocab(const std::vector<std::string>& pa
     if (fs::exists(manifest)) manifests.insert(manifest.string());
   }
   for (const std::string& path : manifests) {
-    std::ifstream in(path);
-    KD_CHECK(in, key, ": cannot read ", path);
-    nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-    KD_CHECK(!doc.is_discarded() && doc.is_object(), key, ": ", path, " is not a JSON object");
+    nlohmann::json doc;
+    try {
+      doc = io::read_json_file(path);
+    } catch (const Error& e) {
+      fail(key, ": ", e.what());
+    }
+    KD_CHECK(doc.is_object(), key, ": ", path, " is not a JSON object");
     KD_CHECK(doc.contains("vocab_size") && doc["vocab_size"].is_number_integer(), key, ": ", path,
              " has no integer vocab_size (a manifest from scripts/prepare_fineweb_edu.py has one)");
     const int64_t vocab = doc["vocab_size"].get<int64_t>();

@@ -29,6 +29,7 @@ namespace kdtrain {
 class Model;
 class Backend;
 class FusedLoss;
+struct LoadedModel;
 struct LossSettings;
 struct LossSums;
 }  // namespace kdtrain
@@ -156,6 +157,10 @@ struct TeacherCacheOptions {
   int64_t threads = 0;
   bool progress = true;
 };
+// The teacher's fingerprint as a cache records it (CacheHeader::teacher_hash): a
+// hash of its config and weights. Training records it too (trainer_state.json).
+uint64_t teacher_hash(const LoadedModel& teacher);
+
 // Runs the teacher over every window and writes the cache; returns its header.
 CacheHeader build_teacher_cache(const TeacherCacheOptions& options);
 

@@ -1,6 +1,7 @@
 #include "io/checkpoint_format.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -8,8 +9,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include "config/limits.h"
 #include "core/error.h"
 #include "io/atomic_dir.h"
+#include "io/checksums.h"
 #include "io/file_util.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_modeling_sources.h"
@@ -88,7 +91,13 @@ std::vector<std::string> weight_files(const std::string& dir) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     KD_CHECK(it.value().is_string(), index.string(), ": weight_map entry '", it.key(),
              "' must be a file name");
-    files.push_back((fs::path(dir) / it.value().get<std::string>()).string());
+    const std::string name = it.value().get<std::string>();
+    // Shards live next to the index: a path could make a checkpoint read any file.
+    KD_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+                 name.find('\\') == std::string::npos,
+             index.string(), ": weight_map entry '", it.key(), "' names '", name,
+             "', which is not a file name in the checkpoint directory (no paths allowed)");
+    files.push_back((fs::path(dir) / name).string());
   }
   std::sort(files.begin(), files.end());
   files.erase(std::unique(files.begin(), files.end()), files.end());
@@ -101,7 +110,15 @@ struct WeightSet {
   std::map<std::string, const SafetensorsFile*> owner;
 
   explicit WeightSet(const std::string& dir) {
-    for (const std::string& path : weight_files(dir)) {
+    const std::vector<std::string> paths = weight_files(dir);
+    // A kdtrain checkpoint lists its files' checksums: verify what is read here.
+    if (has_checksums(dir)) {
+      std::vector<std::string> names = {kConfigFile};
+      for (const std::string& path : paths) names.push_back(fs::path(path).filename().string());
+      if (fs::exists(fs::path(dir) / kWeightsIndex)) names.push_back(kWeightsIndex);
+      verify_checksums(dir, names);
+    }
+    for (const std::string& path : paths) {
       files.push_back(std::make_unique<SafetensorsFile>(path));
       const SafetensorsFile* f = files.back().get();
       for (const std::string& name : f->names()) {
@@ -170,6 +187,11 @@ json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
 void parse_hf_config(const json& doc, const std::string& source, ModelConfig* model,
                      AttentionConfig* attention) {
   KD_CHECK(doc.is_object(), source, ": config must be a JSON object");
+  // A run directory's config.json is kdtrain's run config, not a model's.
+  KD_CHECK(doc.contains("model_type") || !(doc.contains("model") && doc.contains("train")), source,
+           ": this is the run configuration of a training run directory, not a model checkpoint's "
+           "config.json; pass one of its checkpoints (RUN/checkpoints/step_<N>, or the one "
+           "RUN/checkpoints/latest names)");
   ModelConfig m;
   AttentionConfig a;
   // model_type "kdtrain" is what `kdtrain export` writes for non-baseline variants;
@@ -250,12 +272,20 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
         parse_alpha_activation(get_string(doc["alpha_activation"], "alpha_activation", source));
   if (optional("alpha_momentum"))
     a.alpha_momentum = get_number(doc["alpha_momentum"], "alpha_momentum", source);
+  check_model_limits(m, source, "");
   check_hf_supported(doc, m, source);
   *model = m;
   *attention = a;
 }
 
 void read_hf_config(const std::string& config_path, ModelConfig* model, AttentionConfig* attention) {
+  const fs::path dir = fs::path(config_path).parent_path();
+  if (fs::is_regular_file(dir / "checkpoints" / "latest")) {
+    std::string latest = read_text_file((dir / "checkpoints" / "latest").string(), 4096);
+    while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) latest.pop_back();
+    fail(dir.string(), ": is a training run directory, not a model checkpoint; pass one of its "
+         "checkpoints, e.g. the latest: ", (dir / "checkpoints" / latest).string());
+  }
   parse_hf_config(read_json_file(config_path), config_path, model, attention);
 }
 
@@ -284,6 +314,7 @@ void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
                             const AttentionConfig& attention, const std::vector<TensorRef>& tensors) {
   StagedDir stage(dir);
   write_model_files(stage.staging_path(), model, attention, tensors);
+  write_checksums(stage.staging_path());
   stage.commit();
 }
 
@@ -305,6 +336,7 @@ ModelCheckpoint read_model_checkpoint(const std::string& dir) {
   read_hf_config((fs::path(dir) / kConfigFile).string(), &ckpt.model, &ckpt.attention);
   WeightSet weights(dir);
   for (const auto& [name, file] : weights.owner) {
+    file->require_finite(name);
     LoadedTensor& t = ckpt.tensors[name];
     t.shape = file->tensor(name).shape;
     t.values = file->read_f32(name);
@@ -366,6 +398,7 @@ void load_model_weights(const std::string& dir, const ParamLayout& layout, float
   const WeightsSummary summary = check_weights(weights, dir, layout);
   for (const ParamSpec& s : layout.specs) {
     const SafetensorsFile* file = weights.owner.at(s.name);
+    file->require_finite(s.name);
     std::vector<float> values = file->read_f32(s.name);
     std::copy(values.begin(), values.end(), arena + s.offset);
   }

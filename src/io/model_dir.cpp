@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
+#include "config/limits.h"
 #include "core/error.h"
 #include "io/checkpoint_format.h"
 #include "io/file_util.h"
@@ -18,7 +17,9 @@ LoadedModel load_model_dir(const std::string& dir) {
   LoadedModel loaded;
   io::read_hf_config((fs::path(dir) / "config.json").string(), &loaded.model, &loaded.attention);
   const ParamLayout layout = make_param_layout(loaded.model, loaded.attention);
-  loaded.params.assign(layout.total, 0.f);
+  loaded.params = allocate_or_name(
+      "the parameters of " + dir, 4.0 * double(layout.total), model_size_keys(loaded.model),
+      [&] { return std::vector<float>(static_cast<size_t>(layout.total), 0.f); });
   io::load_model_weights(dir, layout, loaded.params.data());
   return loaded;
 }
@@ -29,16 +30,30 @@ std::vector<float> params_for(const LoadedModel& loaded, const Model& target,
   return loaded.params;
 }
 
+bool parse_step_name(const std::string& name, int64_t* step) {
+  const std::string digits = name.rfind("step_", 0) == 0 ? name.substr(5) : "";
+  if (digits.size() < 8 || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  *step = std::stoll(digits);
+  return true;
+}
+
 std::string latest_checkpoint(const std::string& run_dir) {
-  const fs::path latest = fs::path(run_dir) / "checkpoints" / kLatestCheckpointFile;
+  const fs::path checkpoints = fs::path(run_dir) / "checkpoints";
+  const fs::path latest = checkpoints / kLatestCheckpointFile;
   KD_CHECK(fs::exists(latest), run_dir, ": not a run directory (no checkpoints/", kLatestCheckpointFile, ")");
-  std::ifstream in(latest, std::ios::binary);
-  KD_CHECK(in.good(), latest.string(), ": cannot read: ", io::errno_text());
-  std::string name((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string name = io::read_text_file(latest.string(), 4096);
   name.erase(std::remove_if(name.begin(), name.end(),
                             [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
              name.end());
-  const fs::path dir = fs::path(run_dir) / "checkpoints" / name;
+  // `latest` names a checkpoint of this run, nothing else: no path, no link out.
+  int64_t step = 0;
+  KD_CHECK(parse_step_name(name, &step), latest.string(), " names '", name,
+           "', which is not a checkpoint of this run (it must hold the name of a step_<N> directory in ",
+           checkpoints.string(), ")");
+  const fs::path dir = checkpoints / name;
+  KD_CHECK(!fs::is_symlink(dir) && fs::is_directory(dir), latest.string(), " names ", name,
+           ", which is not a checkpoint directory in ", checkpoints.string());
   KD_CHECK(fs::exists(dir / "model.safetensors"), latest.string(), " names ", name,
            ", which holds no model.safetensors");
   return dir.string();

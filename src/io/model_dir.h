@@ -25,8 +25,12 @@ std::vector<float> params_for(const LoadedModel& loaded, const Model& target,
 
 // <run>/checkpoints/latest holds the name of the newest complete checkpoint.
 inline constexpr const char* kLatestCheckpointFile = "latest";
-// The checkpoint directory <run>/checkpoints/latest names; throws unless it holds a model.
+// The checkpoint directory <run>/checkpoints/latest names; throws unless it is a
+// step_<N> directory of this run (no path, no link out) holding a model.
 std::string latest_checkpoint(const std::string& run_dir);
+// The step of a checkpoint directory name "step_<at least 8 digits>"; false for
+// any other name (staging and moved-aside leftovers, links, paths).
+bool parse_step_name(const std::string& name, int64_t* step);
 
 // Compares the architecture keys of two configs (as config.json spells them);
 // throws naming the first difference and `source`.

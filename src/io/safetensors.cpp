@@ -7,6 +7,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "io/json_parse.h"
 
 namespace kdtrain::io {
 
@@ -111,9 +112,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   KD_CHECK(header_len <= file_size - 8, path, ": header length ", header_len,
            " runs past the end of the file (", file_size, " bytes): truncated or corrupt");
   const char* header_begin = reinterpret_cast<const char*>(file_.data() + 8);
-  nlohmann::json header = nlohmann::json::parse(header_begin, header_begin + header_len, nullptr,
-                                                /*allow_exceptions=*/false);
-  KD_CHECK(!header.is_discarded(), path, ": header is not valid JSON");
+  // Strict parse: a tensor named twice would otherwise silently resolve to one entry.
+  nlohmann::json header;
+  std::string why;
+  KD_CHECK(try_parse_json(std::string_view(header_begin, header_len), &header, &why) == JsonProblem::none,
+           path, ": header is not valid JSON: ", why);
   KD_CHECK(header.is_object(), path, ": header JSON must be an object, got ", header.type_name());
 
   const uint8_t* buffer = file_.data() + 8 + header_len;
@@ -201,6 +204,43 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   KD_CHECK(cursor == buffer_size, path, ": ", buffer_size - cursor,
            " trailing bytes after the last tensor (data buffer is ", buffer_size,
            " bytes, tensors cover ", cursor, ")");
+}
+
+int64_t first_non_finite(const float* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i])) return i;
+  return -1;
+}
+
+int64_t first_non_finite(const TensorView& t) {
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    bool finite = true;
+    if (t.dtype == Dtype::F32) {
+      float x;
+      std::memcpy(&x, t.data + 4 * i, 4);
+      finite = std::isfinite(x);
+    } else if (t.dtype == Dtype::BF16 || t.dtype == Dtype::F16) {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      // All-ones exponent means inf or NaN in both half formats.
+      finite = t.dtype == Dtype::BF16 ? (h & 0x7f80u) != 0x7f80u : (h & 0x7c00u) != 0x7c00u;
+    } else if (t.dtype == Dtype::F64) {
+      double x;
+      std::memcpy(&x, t.data + 8 * i, 8);
+      finite = std::isfinite(x);
+    } else {
+      return -1;
+    }
+    if (!finite) return i;
+  }
+  return -1;
+}
+
+void SafetensorsFile::require_finite(const std::string& name) const {
+  const int64_t bad = first_non_finite(tensor(name));
+  KD_CHECK(bad < 0, path(), ": tensor '", name, "' holds a non-finite value (NaN or infinity) at element ", bad,
+           "; refusing to load it");
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

@@ -37,6 +37,12 @@ struct TensorView {
   int64_t numel() const;
 };
 
+// Index of the first NaN or infinity among a floating-point tensor's elements,
+// read straight from the mapping; -1 when there is none (and for integer dtypes).
+int64_t first_non_finite(const TensorView& t);
+// The same for values in memory.
+int64_t first_non_finite(const float* values, int64_t n);
+
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);  // maps and validates; throws naming file/tensor
@@ -48,6 +54,8 @@ class SafetensorsFile {
   // Any F32 / BF16 / F16 / F64 tensor converted to fp32.
   std::vector<float> read_f32(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Throws naming the file, the tensor and the element when it holds a NaN or infinity.
+  void require_finite(const std::string& name) const;
 
  private:
   MappedFile file_;

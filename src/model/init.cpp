@@ -2,13 +2,16 @@
 
 #include <algorithm>
 
+#include "config/limits.h"
 #include "core/rng.h"
 
 namespace kdtrain {
 
 std::vector<float> init_params(const ParamLayout& layout, const ModelConfig& model,
                                const AttentionConfig& attention, uint64_t seed) {
-  std::vector<float> params(layout.total, 0.f);
+  std::vector<float> params = allocate_or_name(
+      "the parameter arena", 4.0 * double(layout.total), model_size_keys(model),
+      [&] { return std::vector<float>(static_cast<size_t>(layout.total), 0.f); });
   for (const ParamSpec& spec : layout.specs) {
     float* p = params.data() + spec.offset;
     const int64_t n = spec.numel();

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/host_dtype.h"
+#include "config/limits.h"
 #include "core/error.h"
 #include "model/activations.h"
 #include "model/rope.h"
@@ -37,16 +38,22 @@ Model::Model(const ModelConfig& model, const AttentionConfig& attention, Backend
       backend_(backend), use_(use),
       layout_(make_param_layout(model, attention)) {
   const size_t n = static_cast<size_t>(layout_.total);
+  const std::string keys = model_size_keys(model_);
+  // The arenas that scale with the model: a failure names the keys that sized them.
+  auto arena = [&](const char* what, size_t bytes) {
+    return allocate_or_name(what, double(bytes), keys, [&] { return backend_.alloc(bytes); });
+  };
   const int64_t LH = model_.num_hidden_layers * model_.num_attention_heads;
   const bool fp32_compute = backend_.act_dtype() == DType::f32;
+  const size_t compute_bytes = n * dtype_size(backend_.act_dtype());
   if (use_ == ModelUse::teacher && !fp32_compute) {
-    weights_ = backend_.alloc(n * dtype_size(backend_.act_dtype()));
+    weights_ = arena("the compute copy of the parameters", compute_bytes);
     side_ = static_cast<float*>(backend_.alloc(2 * LH * sizeof(float)));
   } else {
-    master_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
-    weights_ = fp32_compute ? master_ : backend_.alloc(n * dtype_size(backend_.act_dtype()));
+    master_ = static_cast<float*>(arena("the fp32 parameter arena", n * sizeof(float)));
+    weights_ = fp32_compute ? master_ : arena("the compute copy of the parameters", compute_bytes);
   }
-  if (use_ == ModelUse::train) grads_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
+  if (use_ == ModelUse::train) grads_ = static_cast<float*>(arena("the gradient arena", n * sizeof(float)));
   alpha_sums_ = static_cast<float*>(backend_.alloc(LH * sizeof(float)));
   sinks_view_ = static_cast<float*>(backend_.alloc(LH * sizeof(float)));
   if (features_.affine) alpha_ma_host_.assign(static_cast<size_t>(LH), 0.f);
@@ -143,7 +150,11 @@ void Model::ensure_activations(int64_t B, int64_t T) {
   acts_.T = T;
   const DType act = backend_.act_dtype();
   arena_bytes_ = lay_out_activations(acts_, nullptr, model_, features_, act, use_);
-  arena_ = backend_.alloc(arena_bytes_);
+  arena_ = allocate_or_name(
+      "activations for " + std::to_string(B) + " x " + std::to_string(T) + " tokens", double(arena_bytes_),
+      "the micro-batch and sequence length (train.micro_batch, train.seq_len; --batch-size, --seq-len) and " +
+          model_size_keys(model_),
+      [&] { return backend_.alloc(arena_bytes_); });
   lay_out_activations(acts_, static_cast<char*>(arena_), model_, features_, act, use_);
 
   std::vector<float> cos, sin;

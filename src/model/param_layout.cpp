@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "config/limits.h"
 #include "core/error.h"
 
 namespace kdtrain {
@@ -32,8 +33,16 @@ class LayoutBuilder {
   explicit LayoutBuilder(ParamLayout& layout) : layout_(layout) {}
   int64_t add(std::string name, std::vector<int64_t> shape, ParamRole role,
               ParamComponent component, int64_t layer) {
-    ParamSpec spec{std::move(name), std::move(shape), role, component, layer, layout_.total};
-    layout_.total += spec.numel();
+    // Checked, though the size limits keep every real layout far below int64: a
+    // wrapped count would size a small arena that is then written past its end.
+    int64_t numel = 1;
+    for (int64_t d : shape)
+      KD_CHECK(!__builtin_mul_overflow(numel, d, &numel), "model: tensor '", name,
+               "' has more elements than int64 holds");
+    const int64_t offset = layout_.total;
+    KD_CHECK(!__builtin_add_overflow(offset, numel, &layout_.total),
+             "model: the parameter count overflows int64 at tensor '", name, "'");
+    ParamSpec spec{std::move(name), std::move(shape), role, component, layer, offset};
     layout_.specs.push_back(std::move(spec));
     return layout_.specs.back().offset;
   }
@@ -49,6 +58,7 @@ ParamLayout make_param_layout(const ModelConfig& m, const AttentionConfig& atten
                m.num_key_value_heads > 0 && m.head_dim > 0 && m.vocab_size > 0 &&
                m.intermediate_size > 0,
            "model: every size must be positive");
+  check_model_limits(m, "", "model.");
   const int64_t C = m.hidden_size, H = m.num_attention_heads, Hkv = m.num_key_value_heads,
                 D = m.head_dim, F = m.intermediate_size, V = m.vocab_size;
   const AttentionFeatures f = features_of(attention.variant);

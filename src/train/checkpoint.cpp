@@ -7,12 +7,15 @@
 #include <fstream>
 #include <memory>
 
+#include "config/limits.h"
 #include "core/error.h"
 #include "io/atomic_dir.h"
+#include "io/checksums.h"
 #include "io/checkpoint_format.h"
 #include "io/file_util.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "train/trainer_state.h"
 
 namespace kdtrain {
 
@@ -22,7 +25,7 @@ namespace {
 
 constexpr const char* kLatest = kLatestCheckpointFile;
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
-constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kStateFile = kTrainerStateFile;
 constexpr const char* kRunConfigFile = "run_config.json";
 
 void write_text_atomically(const std::string& path, const std::string& text) {
@@ -37,24 +40,37 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
-// Checkpoint directories under <run>/checkpoints, oldest first; staging leftovers
-// ("*.tmp.<pid>") of a killed writer are not checkpoints.
-std::vector<fs::path> list_checkpoints(const fs::path& root) {
-  std::vector<fs::path> dirs;
+// Checkpoint directories under <run>/checkpoints, oldest first. Only real
+// directories named step_<digits> count: staging ("*.tmp.<pid>") and moved-aside
+// ("*.old.<pid>") leftovers of a killed writer, and links, are not checkpoints.
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> dirs;
   if (!fs::exists(root)) return dirs;
   for (const auto& entry : fs::directory_iterator(root)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step_", 0) == 0 && name.find(".tmp.") == std::string::npos)
-      dirs.push_back(entry.path());
+    int64_t step = 0;
+    if (entry.is_directory() && !entry.is_symlink() && parse_step_name(entry.path().filename().string(), &step))
+      dirs.emplace_back(step, entry.path());
   }
   std::sort(dirs.begin(), dirs.end());
   return dirs;
 }
 
+// Leftovers of a writer killed mid-checkpoint. The run lock guarantees no other
+// process is writing here, so every one of them is stale.
 void remove_stale_staging(const fs::path& root) {
-  for (const auto& entry : fs::directory_iterator(root))
-    if (entry.path().filename().string().find(".tmp.") != std::string::npos)
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".tmp.") != std::string::npos || name.find(".old.") != std::string::npos)
       fs::remove_all(entry.path());
+  }
+}
+
+// The step `latest` names now, 0 when there is none yet.
+int64_t latest_step(const fs::path& root) {
+  if (!fs::exists(root / kLatest)) return 0;
+  int64_t step = 0;
+  parse_step_name(fs::path(latest_checkpoint(root.parent_path().string())).filename().string(), &step);
+  return step;
 }
 
 fs::path resolve_checkpoint(const std::string& path) {
@@ -77,6 +93,13 @@ std::string shard_file_name(int rank, int world) {
   return "optimizer.rank" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
 }
 
+// A checkpoint never holds a NaN: such weights would resume into garbage.
+void require_finite(const std::vector<float>& values, const char* what, const fs::path& where) {
+  const int64_t bad = io::first_non_finite(values.data(), static_cast<int64_t>(values.size()));
+  KD_CHECK(bad < 0, "checkpoint ", where.string(), ": ", what, " hold a non-finite value at element ", bad,
+           "; not writing it");
+}
+
 // Rank 0's part of a save: the staging directory with model, state and config.
 std::unique_ptr<io::StagedDir> stage_checkpoint(const fs::path& root, const fs::path& final_dir,
                                                 const Config& config, Model& model,
@@ -85,15 +108,10 @@ std::unique_ptr<io::StagedDir> stage_checkpoint(const fs::path& root, const fs::
   remove_stale_staging(root);
   auto stage = std::make_unique<io::StagedDir>(final_dir.string());
   const std::vector<float> params = model.get_params();
+  require_finite(params, "the parameters", final_dir);
   io::write_model_files(stage->staging_path(), model.config(), model.attention(),
                         io::layout_tensors(model.layout(), params.data()));
-  nlohmann::json trainer;
-  trainer["step"] = state.step;
-  trainer["skipped_steps"] = state.skipped_steps;
-  trainer["sampler"] = state.sampler;
-  trainer["data_fingerprint"] = std::to_string(state.data_fingerprint);
-  trainer["world_size"] = world;
-  write_text_atomically(stage->file(kStateFile), trainer.dump(2) + "\n");
+  write_text_atomically(stage->file(kStateFile), trainer_state_json(state, world).dump(2) + "\n");
   write_text_atomically(stage->file(kRunConfigFile), to_json(config).dump(2) + "\n");
   return stage;
 }
@@ -107,6 +125,8 @@ void write_optimizer_shard(const std::string& staging, const TrainingState& stat
            " holds moments [", state.moments_begin, ", ", have_end, ") but must write [", part.begin,
            ", ", part.end, ")");
   const int64_t n = part.size(), skip = part.begin - state.moments_begin;
+  require_finite(state.adam_m, "the optimizer's first moment", staging);
+  require_finite(state.adam_v, "the optimizer's second moment", staging);
   io::SafetensorsWriter optimizer;
   optimizer.add_f32("exp_avg", {n}, state.adam_m.data() + skip);
   optimizer.add_f32("exp_avg_sq", {n}, state.adam_v.data() + skip);
@@ -157,12 +177,19 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
   }
   if (rank == 0) {
     try {
+      // Checksums of every file, written before the directory goes live...
+      io::write_checksums(stage->staging_path());
+      const int64_t previous = latest_step(root);
+      KD_CHECK(state.step > previous, "checkpoint ", final_dir.string(), ": `latest` names step ", previous,
+               ", not older than this one; it only moves forward");
       stage->commit();
+      // ...and `latest` moves only to a checkpoint that verifies against them.
+      io::verify_checksums(final_dir.string());
       write_text_atomically((root / kLatest).string(), final_dir.filename().string() + "\n");
-      std::vector<fs::path> all = list_checkpoints(root);
+      const auto all = list_checkpoints(root);
       const size_t keep_n = static_cast<size_t>(std::max<int64_t>(keep, 1));
       for (size_t i = 0; i + keep_n < all.size(); ++i)
-        if (all[i] != final_dir) fs::remove_all(all[i]);
+        if (all[i].second != final_dir) fs::remove_all(all[i].second);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -224,6 +251,19 @@ std::vector<MomentFile> list_moment_files(const fs::path& dir, int64_t total) {
   return files;
 }
 
+// One optimizer file's moments: of this step, of the size of its range, finite.
+void check_moment_file(const io::SafetensorsFile& file, const MomentFile& f, int64_t step) {
+  if (file.metadata().count("steps"))
+    KD_CHECK(metadata_int(file, "steps") == step, f.path, ": optimizer state of step ",
+             metadata_int(file, "steps"), " in a checkpoint of step ", step, " (a file from another checkpoint)");
+  for (const char* name : {"exp_avg", "exp_avg_sq"}) {
+    const io::TensorView& t = file.tensor(name);
+    KD_CHECK(t.numel() == f.end - f.begin, f.path, ": tensor '", name, "' holds ", t.numel(),
+             " values for the range [", f.begin, ", ", f.end, ")");
+    file.require_finite(name);
+  }
+}
+
 // Moments for arena range `want`, assembled from the overlapping files.
 void read_moments(const fs::path& dir, int64_t total, dist::Range want, TrainingState& state) {
   state.moments_begin = want.begin;
@@ -232,11 +272,10 @@ void read_moments(const fs::path& dir, int64_t total, dist::Range want, Training
   for (const MomentFile& f : list_moment_files(dir, total)) {
     const int64_t b = std::max(f.begin, want.begin), e = std::min(f.end, want.end);
     if (b >= e) continue;
+    io::verify_checksums(dir.string(), {fs::path(f.path).filename().string()});
     const io::SafetensorsFile file(f.path);
+    check_moment_file(file, f, state.step);
     const std::vector<float> m = file.read_f32("exp_avg"), v = file.read_f32("exp_avg_sq");
-    KD_CHECK(static_cast<int64_t>(m.size()) == f.end - f.begin && m.size() == v.size(), f.path,
-             ": optimizer moments hold ", m.size(), " and ", v.size(), " values for the range [",
-             f.begin, ", ", f.end, ")");
     std::copy(m.begin() + (b - f.begin), m.begin() + (e - f.begin), state.adam_m.begin() + (b - want.begin));
     std::copy(v.begin() + (b - f.begin), v.begin() + (e - f.begin), state.adam_v.begin() + (b - want.begin));
   }
@@ -244,24 +283,25 @@ void read_moments(const fs::path& dir, int64_t total, dist::Range want, Training
 
 }  // namespace
 
+void verify_moments(const std::string& dir, int64_t total, int64_t step) {
+  for (const MomentFile& f : list_moment_files(dir, total)) check_moment_file(io::SafetensorsFile(f.path), f, step);
+}
+
 TrainingState load_training_checkpoint(const std::string& path, const Config& config, Model& model,
                                        dist::Range moments) {
   const fs::path dir = resolve_checkpoint(path);
+  // Every file is checked against checksums.json before it is read (the weights by
+  // load_model_dir, the optimizer files by read_moments): nothing corrupt or swapped in is read.
+  io::verify_checksums(dir.string(), {kStateFile, kRunConfigFile});
   TrainingState state;
   state.directory = dir.string();
+  const std::string state_path = (dir / kStateFile).string();
+  parse_trainer_state(io::read_json_file(state_path), state_path, &state);
+  int64_t dir_step = 0;
+  KD_CHECK(parse_step_name(dir.filename().string(), &dir_step) && dir_step == state.step, state_path,
+           ": step ", state.step, " does not match its checkpoint directory ", dir.filename().string());
   const LoadedModel loaded = load_model_dir(dir.string());
   model.set_params(params_for(loaded, model, dir.string()));
-
-  const std::string state_path = (dir / kStateFile).string();
-  const nlohmann::json trainer = io::read_json_file(state_path);
-  KD_CHECK(trainer.is_object(), state_path, ": not valid JSON");
-  for (const char* key : {"step", "skipped_steps", "sampler", "data_fingerprint"})
-    KD_CHECK(trainer.contains(key), state_path, ": missing key '", key, "'");
-  state.step = trainer["step"].get<int64_t>();
-  state.skipped_steps = trainer["skipped_steps"].get<int64_t>();
-  state.sampler = trainer["sampler"];
-  state.data_fingerprint = std::stoull(trainer["data_fingerprint"].get<std::string>());
-  state.world_size = trainer.value("world_size", int64_t{1});
 
   const int64_t total = model.layout().total;
   if (moments.end < 0) moments = {0, total};

@@ -36,12 +36,19 @@ namespace kdtrain {
 struct TrainingState {
   int64_t step = 0;           // optimizer steps completed
   int64_t skipped_steps = 0;  // non-finite steps skipped so far
+  int64_t consecutive_skips = 0;  // of which in a row, up to this step
   // AdamW moments over arena elements [moments_begin, moments_begin + adam_m.size()).
   int64_t moments_begin = 0;
   std::vector<float> adam_m, adam_v;
   int64_t world_size = 1;     // ranks of the run that wrote it (informational)
   nlohmann::json sampler;
   uint64_t data_fingerprint = 0;
+  // What the run distils from, fixed at its start: "model:<hash>" (kd.teacher),
+  // "cache:<hash>" (kd.teacher_cache) or "" (no teacher). A resume compares it.
+  std::string teacher_fingerprint;
+  // Metrics records of steps <= step that could not be written to metrics.jsonl
+  // (a full disk); a resume appends them (train/metrics.h).
+  nlohmann::json pending_metrics = nlohmann::json::array();
   std::string directory;      // where it was read from
 };
 
@@ -58,6 +65,10 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
 // (default: the whole arena) from the checkpoint's optimizer file(s).
 TrainingState load_training_checkpoint(const std::string& path, const Config& config, Model& model,
                                        dist::Range moments = {0, -1});
+// The optimizer files of checkpoint `dir` (model of `total` parameters, `step`):
+// they tile the arena, belong to this step and hold finite moments. Reads no
+// tensor into memory (for `kdtrain verify`).
+void verify_moments(const std::string& dir, int64_t total, int64_t step);
 // The run directory a --resume path belongs to.
 std::string run_dir_of(const std::string& resume_path);
 // <run>/config.json: the resolved config, written atomically.

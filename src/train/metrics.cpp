@@ -1,46 +1,104 @@
 #include "train/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
-#include <fstream>
 #include <sstream>
-#include <vector>
 
 #include "core/error.h"
 #include "io/file_util.h"
 
 namespace kdtrain {
 
-MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) {
-  if (resume_step > 0) {
-    std::vector<std::string> kept;
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
-      // A torn last line (kill -9 mid-write) is not valid JSON: drop it too.
-      if (record.is_discarded() || !record.contains("step")) continue;
-      if (record["step"].get<int64_t>() <= resume_step) kept.push_back(line);
+namespace {
+
+// The records to keep when resuming at `resume_step`; true when any line was dropped.
+bool keep_records(const std::string& text, int64_t resume_step, std::string* kept, int64_t* last_step) {
+  bool dropped = false;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    if (end == std::string::npos) return true;  // torn last line: a kill mid-write
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    const bool has_step = record.is_object() && record.contains("step") && record["step"].is_number_integer();
+    if (has_step && record["step"].get<int64_t>() > resume_step) {
+      dropped = true;
+      continue;
     }
-    io::AtomicFileWriter rewrite(path);
-    for (const std::string& l : kept) {
-      rewrite.write(l.data(), l.size());
-      rewrite.write("\n", 1);
-    }
-    rewrite.commit();
+    if (has_step) *last_step = record["step"].get<int64_t>();
+    *kept += line + "\n";  // including lines that are not records: not ours to drop
   }
-  file_ = std::fopen(path.c_str(), resume_step > 0 ? "a" : "w");
-  KD_CHECK(file_ != nullptr, path, ": cannot open metrics file: ", io::errno_text());
+  return dropped;
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, int64_t resume_step, const nlohmann::json& pending)
+    : path_(path) {
+  KD_CHECK(resume_step >= 0, path, ": cannot resume metrics at step ", resume_step);
+  int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC;
+  if (resume_step > 0) {
+    std::string text, kept;
+    if (::access(path.c_str(), F_OK) == 0) text = io::read_text_file(path, std::string::npos);
+    int64_t last_step = 0;
+    bool rewrite = keep_records(text, resume_step, &kept, &last_step);
+    if (pending.is_array())
+      for (const nlohmann::json& record : pending)
+        if (record.value("step", int64_t{0}) > last_step && record.value("step", int64_t{0}) <= resume_step) {
+          kept += record.dump() + "\n";
+          rewrite = true;
+        }
+    if (rewrite) {
+      io::AtomicFileWriter out(path);
+      out.write(kept.data(), kept.size());
+      out.commit();
+    }
+  } else {
+    flags |= O_TRUNC;
+  }
+  fd_ = ::open(path.c_str(), flags, 0644);
+  KD_CHECK(fd_ >= 0, path, ": cannot open metrics file: ", io::errno_text());
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
+  size_ = end > 0 ? static_cast<int64_t>(end) : 0;
 }
 
 MetricsLog::~MetricsLog() {
-  if (file_) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
+  KD_CHECK(fd_ >= 0, path_, ": metrics file is closed");
   const std::string line = record.dump() + "\n";
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n == 0 ? "wrote nothing" : io::errno_text();
+      // No torn record: cut back to the last whole one (best effort: the error below is what counts).
+      const int cut = done > 0 ? ::ftruncate(fd_, static_cast<off_t>(size_)) : 0;
+      (void)cut;
+      fail(path_, ": cannot write the metrics record of step ", record.value("step", int64_t{-1}), ": ", why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  size_ += static_cast<int64_t>(line.size());
+}
+
+void MetricsLog::sync() {
+  KD_CHECK(fd_ >= 0, path_, ": metrics file is closed");
+  KD_CHECK(::fsync(fd_) == 0, path_, ": fsync failed: ", io::errno_text());
+}
+
+void MetricsLog::close() {
+  if (fd_ < 0) return;
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  KD_CHECK(rc == 0, path_, ": close failed: ", io::errno_text());
 }
 
 std::string format_duration(double seconds) {

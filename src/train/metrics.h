@@ -3,7 +3,6 @@
 // console that stays readable in a log file (no carriage returns).
 #pragma once
 #include <cstdint>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -13,17 +12,30 @@ namespace kdtrain {
 class MetricsLog {
  public:
   // Steps are 1-based: record "step" S is the S-th optimizer step. When resuming
-  // from a checkpoint taken after `resume_step` steps, lines with step > resume_step
-  // (written by the interrupted run after that checkpoint) are dropped first, so
-  // the file reads as one uninterrupted run.
-  MetricsLog(const std::string& path, int64_t resume_step);
-  ~MetricsLog();
+  // from a checkpoint taken after `resume_step` steps, records with step >
+  // resume_step (written by the interrupted run after that checkpoint) and a torn
+  // last line (a kill mid-write) are dropped, so the file reads as one
+  // uninterrupted run; nothing else is ever removed. `pending` are records the
+  // checkpoint carries because writing them failed (see write()); those of steps
+  // <= resume_step missing from the file are appended.
+  MetricsLog(const std::string& path, int64_t resume_step, const nlohmann::json& pending = nullptr);
+  ~MetricsLog();  // closes; errors there go unreported, so call close()
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
+
+  // Appends one record with one write(2). Any failure (a full disk, EIO) throws
+  // naming the file, after cutting the file back to its last whole record.
   void write(const nlohmann::json& record);
+  // fsync: called before each checkpoint, so a checkpoint is never durable
+  // ahead of the metrics it follows.
+  void sync();
+  void close();  // checked
+  const std::string& path() const { return path_; }
 
  private:
-  std::FILE* file_ = nullptr;
+  std::string path_;
+  int fd_ = -1;
+  int64_t size_ = 0;  // bytes of whole records
 };
 
 // The last lines of a run: where it stopped, what it cost, the final losses and

@@ -18,6 +18,8 @@
 #include "data/teacher_cache.h"
 #include "dist/communicator.h"
 #include "dist/grad_reducer.h"
+#include "io/checksums.h"
+#include "io/file_util.h"
 #include "io/model_dir.h"
 #include "model/attention_readback.h"
 #include "model/init.h"
@@ -27,6 +29,8 @@
 #include "train/metrics.h"
 #include "train/observer.h"
 #include "train/optimizer.h"
+#include "train/resume_checks.h"
+#include "train/run_lock.h"
 #include "train/schedule.h"
 #include "train/signals.h"
 
@@ -59,9 +63,10 @@ class Trainer {
       return;
     }
     // Only rank 0 writes metrics; the others compute the same reduced values.
-    std::unique_ptr<MetricsLog> metrics;
     if (is_root())
-      metrics = std::make_unique<MetricsLog>((fs::path(options_.run_dir) / "metrics.jsonl").string(), step_);
+      metrics_ = std::make_unique<MetricsLog>((fs::path(options_.run_dir) / "metrics.jsonl").string(), step_,
+                                              pending_records_);
+    pending_records_ = nlohmann::json::array();
     const auto started = Clock::now();
     const int64_t first_step = step_;
     if (observer_) observer_->on_start(comm_.rank(), comm_.world());
@@ -71,12 +76,14 @@ class Trainer {
       ++step_;
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       if (observer_) observe_step_end(r);
-      // A signal may reach the ranks at different steps: stop together.
-      const bool stop = comm_.any(stop_requested());
-      if (metrics) report_step(*metrics, r, seconds, started, first_step);
+      const std::string write_error =
+          metrics_ ? report_step(*metrics_, r, seconds, started, first_step) : std::string();
+      // A signal, or rank 0 failing to write its logs, may come at different steps
+      // on different ranks: stop together, after a checkpoint.
+      const bool stop = comm_.any(stop_requested() || !write_error.empty());
       const bool interval_hit =
           config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0;
-      if (interval_hit || step_ == total || stop) save();
+      if (interval_hit || step_ == total || stop) save_or_fail(write_error);
       if (stop) {
         if (stop_signal() != 0)
           spdlog::warn("signal {} received: checkpoint written at step {}, exiting", stop_signal(),
@@ -88,15 +95,17 @@ class Trainer {
         return;
       }
     }
+    if (metrics_) metrics_->close();
     log_summary(started, first_step, false);
   }
 
  private:
   // Rank 0: the metrics record (with validation where due) and the progress line,
   // which also comes every kProgressSeconds so a slow run with a long
-  // log.interval still shows it is alive.
-  void report_step(MetricsLog& metrics, const StepResult& r, double seconds, Clock::time_point started,
-                   int64_t first_step) {
+  // log.interval still shows it is alive. Returns "" or what failed to be written
+  // (the run then stops after a checkpoint, which keeps the unwritten record).
+  std::string report_step(MetricsLog& metrics, const StepResult& r, double seconds, Clock::time_point started,
+                          int64_t first_step) {
     const int64_t total = config_.train.steps;
     const bool progress_due = step_ % config_.log.interval == 0 || step_ == total ||
                               step_ == first_step + 1 || Clock::now() - last_progress_ > kProgressSeconds;
@@ -107,7 +116,12 @@ class Trainer {
     if (progress_due) record["attn_logit_mean_abs"] = probe_mean_abs_attention_logit(*student_, 128);
     if ((config_.eval.interval > 0 && step_ % config_.eval.interval == 0) || step_ == total)
       add_validation(record);
-    metrics.write(record);
+    try {
+      metrics.write(record);
+    } catch (const Error& e) {
+      pending_records_.push_back(record);
+      return e.what();
+    }
     last_record_ = record;
     if (progress_due) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
@@ -120,6 +134,10 @@ class Trainer {
       spdlog::info("{}", validation_line(record, total, teacher_ != nullptr));
     }
     if (step_ == first_step + 1 || step_ == total) log_backend_report();
+    // The console is a log too: when it goes to a file on a full disk, say so.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      return "standard output (the console log): write failed: " + io::errno_text();
+    return "";
   }
 
   void setup() {
@@ -160,12 +178,16 @@ class Trainer {
       teacher_ = std::make_unique<Model>(teacher.model, teacher.attention, *backend_,
                                          ModelUse::teacher);
       teacher_->set_params(teacher.params);
+      teacher_fingerprint_ = "model:" + io::hex64(data::teacher_hash(teacher));
     }
     // A cached teacher (kd.teacher_cache) replaces the online one.
     if (!config_.kd.teacher_cache.empty()) {
       cache_ = std::make_unique<data::TeacherCache>(config_.kd.teacher_cache);
       cache_->require_match(*train_data_, m.vocab_size, "kd.teacher_cache");
       cache_tail_ = data::parse_cache_tail(config_.kd.cache_tail);
+      const data::CacheHeader& h = cache_->header();
+      teacher_fingerprint_ = "cache:" + io::hex64(h.teacher_hash) + ",top_k=" + std::to_string(h.K) +
+                             (h.value_type == data::CacheValueType::bf16 ? ",bf16" : ",f32");
       data::check_cached_loss_kind(config_.kd.loss, cache_tail_);
     }
 
@@ -180,8 +202,9 @@ class Trainer {
       }
       optimizer_ = std::make_unique<AdamW>(*student_, config_.optimizer, opt_range_.begin,
                                            opt_range_.end);
+      // Everything above is checked before the run directory is created.
       if (is_root()) {
-        fs::create_directories(options_.run_dir);
+        lock_ = std::make_unique<RunLock>(options_.run_dir);
         write_resolved_config(config_, options_.run_dir);
       }
     }
@@ -189,6 +212,9 @@ class Trainer {
   }
 
   void resume() {
+    // An existing run directory is locked before reading, so no other process
+    // writes the checkpoints being read; a new one is created only once they check out.
+    if (is_root() && fs::exists(options_.run_dir)) lock_ = std::make_unique<RunLock>(options_.run_dir);
     TrainingState state = load_training_checkpoint(options_.resume, config_, *student_, opt_range_);
     optimizer_ = std::make_unique<AdamW>(*student_, config_.optimizer, opt_range_.begin,
                                          opt_range_.end);
@@ -196,9 +222,15 @@ class Trainer {
     KD_CHECK(state.data_fingerprint == train_data_->fingerprint(), "--resume ", options_.resume,
              ": the training data differs from the checkpoint's (fingerprint ",
              state.data_fingerprint, " vs ", train_data_->fingerprint(), ")");
+    if (is_root() && !lock_) lock_ = std::make_unique<RunLock>(options_.run_dir);
+    ResumeContext ctx{state.directory, options_.run_dir, train_data_->num_windows(), teacher_fingerprint_,
+                      options_.allow_config_change, options_.rewind, is_root()};
+    check_resume(config_, state, ctx);
     sampler_->from_json(state.sampler, state.directory);
     step_ = state.step;
     skipped_ = state.skipped_steps;
+    consecutive_skips_ = state.consecutive_skips;
+    pending_records_ = state.pending_metrics;
     // The config the run now goes on with (a new run directory, or train.steps extended).
     if (is_root()) write_resolved_config(config_, options_.run_dir);
     spdlog::info("resumed from {} at step {} (written by {} rank(s), now {})", state.directory,
@@ -342,8 +374,16 @@ class Trainer {
              "); the update was not applied and the last checkpoint is intact. Set "
              "train.on_nonfinite=skip to skip such steps.");
       ++skipped_;
+      ++consecutive_skips_;
+      // Skipping forever is a diverged run reported as a success.
+      KD_CHECK(consecutive_skips_ < config_.train.max_consecutive_skips, "step ", step_ + 1, ": ",
+               consecutive_skips_, " steps in a row had a non-finite loss or gradient norm (loss ", loss,
+               ", grad norm ", r.grad_norm, ") and were skipped; stopping at train.max_consecutive_skips = ",
+               config_.train.max_consecutive_skips, ". The run is diverging: lower optimizer.lr or clip "
+               "gradients (optimizer.grad_clip), then resume from the last checkpoint.");
       return r;
     }
+    consecutive_skips_ = 0;
     optimizer_->step(static_cast<float>(r.lr), clip_scale(r.grad_norm, config_.optimizer.grad_clip));
     if (zero1()) {
       // Every rank updated its shard of the master weights; share them.
@@ -500,10 +540,38 @@ class Trainer {
     record["val_loss"] = total.mixed(static_cast<float>(config_.kd.weight), teacher_ != nullptr);
   }
 
+  // A checkpoint, after the metrics are fsynced (a checkpoint is never durable
+  // ahead of them). When rank 0 failed to write its logs (`failure`), the run
+  // ends with that error, saying whether the checkpoint made it.
+  void save_or_fail(std::string failure) {
+    if (metrics_ && failure.empty()) {
+      try {
+        metrics_->sync();
+      } catch (const Error& e) {
+        failure = e.what();
+      }
+    }
+    if (failure.empty()) {
+      save();
+      return;
+    }
+    try {
+      save();
+    } catch (const std::exception& e) {
+      fail(failure, "; the checkpoint attempted after it failed too (", e.what(),
+           "); the last checkpoint written before is intact");
+    }
+    fail(failure, "; stopped after writing a checkpoint at step ", step_, " (it keeps the unwritten record); "
+         "free space or fix the file, then resume with --resume ", options_.run_dir);
+  }
+
   void save() {
     TrainingState state;
+    state.pending_metrics = pending_records_;
     state.step = step_;
     state.skipped_steps = skipped_;
+    state.consecutive_skips = consecutive_skips_;
+    state.teacher_fingerprint = teacher_fingerprint_;
     state.moments_begin = opt_range_.begin;
     state.adam_m = optimizer_->first_moment();
     state.adam_v = optimizer_->second_moment();
@@ -517,6 +585,9 @@ class Trainer {
 
   Config config_;
   TrainOptions options_;
+  std::unique_ptr<RunLock> lock_;  // rank 0: this process owns the run directory
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0
+  nlohmann::json pending_records_ = nlohmann::json::array();  // records a failed write lost
   dist::Communicator& comm_;
   dist::Range opt_range_;
   TrainObserver* observer_;             // null in production
@@ -537,6 +608,8 @@ class Trainer {
   std::string last_checkpoint_;
   Clock::time_point last_progress_ = Clock::now();
   static constexpr std::chrono::seconds kProgressSeconds{30};
+  int64_t consecutive_skips_ = 0;  // skipped steps since the last applied one
+  std::string teacher_fingerprint_;  // TrainingState::teacher_fingerprint
 };
 
 }  // namespace

@@ -22,6 +22,8 @@ struct TrainOptions {
   std::string resume;       // run dir or checkpoint dir to continue from ("" = fresh)
   std::string config_path;  // for messages only
   TrainObserver* observer = nullptr;  // tests and diagnostics only (train/observer.h)
+  bool allow_config_change = false;  // resume even when trajectory-changing keys changed
+  bool rewind = false;  // resume a checkpoint older than the run's latest, deleting the newer ones
 };
 
 // Runs training to train.steps (or until SIGINT/SIGTERM, which checkpoint and

@@ -1,0 +1,104 @@
+#include "train/checkpoint_verify.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "io/checkpoint_format.h"
+#include "io/checksums.h"
+#include "io/file_util.h"
+#include "io/model_dir.h"
+#include "io/safetensors.h"
+#include "model/param_layout.h"
+#include "train/checkpoint.h"
+#include "train/trainer_state.h"
+
+namespace kdtrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// config.json and the weights: shapes against the layout, every value finite.
+int64_t verify_weights(const std::string& dir, int64_t* total) {
+  ModelConfig model;
+  AttentionConfig attention;
+  io::read_hf_config((fs::path(dir) / "config.json").string(), &model, &attention);
+  const ParamLayout layout = make_param_layout(model, attention);
+  *total = layout.total;
+  const io::WeightsSummary summary = io::check_model_weights(dir, layout);
+  int64_t tensors = 0;
+  for (const std::string& path : summary.files) {
+    const io::SafetensorsFile file(path);
+    for (const std::string& name : file.names()) {
+      file.require_finite(name);
+      ++tensors;
+    }
+  }
+  return tensors;
+}
+
+}  // namespace
+
+VerifiedCheckpoint verify_checkpoint(const std::string& dir) {
+  const std::string why = io::not_a_regular_file(dir);
+  KD_CHECK(why.rfind("is a directory", 0) == 0, dir, ": ", why.empty() ? "is a file, not a checkpoint directory" : why);
+  VerifiedCheckpoint v;
+  v.dir = dir;
+  v.training = fs::exists(fs::path(dir) / kTrainerStateFile);
+  v.checksummed = io::has_checksums(dir);
+  // A training checkpoint always carries its checksums; a model may (kdtrain init) or not (Hugging Face).
+  if (v.training || v.checksummed) {
+    const io::ChecksumReport sums = io::verify_checksums(dir);
+    v.files = sums.files;
+    v.bytes = sums.bytes;
+  }
+  int64_t total = 0;
+  v.tensors = verify_weights(dir, &total);
+  if (!v.training) return v;
+  const std::string state_path = (fs::path(dir) / kTrainerStateFile).string();
+  TrainingState state;
+  parse_trainer_state(io::read_json_file(state_path), state_path, &state);
+  int64_t dir_step = 0;
+  KD_CHECK(parse_step_name(fs::path(dir).filename().string(), &dir_step) && dir_step == state.step, state_path,
+           ": step ", state.step, " does not match its checkpoint directory ", fs::path(dir).filename().string());
+  v.step = state.step;
+  const std::string run_config = (fs::path(dir) / "run_config.json").string();
+  Config config;
+  apply_json(config, io::read_json_file(run_config), run_config);
+  verify_moments(dir, total, state.step);
+  return v;
+}
+
+RunVerification verify_run(const std::string& run_dir) {
+  RunVerification r;
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  KD_CHECK(fs::is_directory(root), run_dir, ": not a run directory (no checkpoints/)");
+  std::vector<std::pair<int64_t, std::string>> dirs;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    int64_t step = 0;
+    if (entry.is_directory() && parse_step_name(entry.path().filename().string(), &step))
+      dirs.emplace_back(step, entry.path().string());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  for (const auto& [step, dir] : dirs) {
+    try {
+      r.good.push_back(verify_checkpoint(dir));
+    } catch (const std::exception& e) {
+      r.bad.emplace_back(dir, e.what());
+    }
+  }
+  try {
+    const std::string latest = latest_checkpoint(run_dir);
+    bool good = false;
+    for (const VerifiedCheckpoint& v : r.good) good = good || fs::equivalent(v.dir, latest);
+    if (good) r.latest = latest;
+    else r.latest_error = "checkpoints/latest names " + latest + ", which did not verify";
+  } catch (const std::exception& e) {
+    r.latest_error = e.what();
+  }
+  return r;
+}
+
+}  // namespace kdtrain

@@ -1,0 +1,39 @@
+// `kdtrain verify`: everything a load would check, on demand, without loading
+// the model into a backend or the tensors into memory (files are mapped and
+// scanned), so a 3B checkpoint verifies on a machine that could not train it.
+//   training checkpoint  checksums.json (every file, size and xxh64), no
+//                        unlisted file, trainer_state.json ranges and step =
+//                        directory name, run_config.json, config.json, every
+//                        weight tensor's shape and finite values, optimizer
+//                        files tiling the arena with this step's finite moments
+//   model checkpoint     (kdtrain init / export, Hugging Face) checksums when
+//                        listed, config.json, weight shapes and finite values
+//   run directory        every checkpoint under checkpoints/, and `latest`
+//                        naming one of them
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kdtrain {
+
+struct VerifiedCheckpoint {
+  std::string dir;
+  bool training = false;     // trainer_state.json present
+  bool checksummed = false;  // checksums.json present (and verified)
+  int64_t step = 0;          // training checkpoints
+  int64_t files = 0, bytes = 0, tensors = 0;
+};
+
+// Throws naming the file and what is wrong.
+VerifiedCheckpoint verify_checkpoint(const std::string& dir);
+
+struct RunVerification {
+  std::vector<VerifiedCheckpoint> good;
+  std::vector<std::pair<std::string, std::string>> bad;  // directory, error
+  std::string latest;  // what `latest` names ("" when it does not name a good checkpoint)
+  std::string latest_error;
+};
+RunVerification verify_run(const std::string& run_dir);
+
+}  // namespace kdtrain

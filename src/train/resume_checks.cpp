@@ -1,0 +1,129 @@
+#include "train/resume_checks.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "io/file_util.h"
+#include "io/model_dir.h"
+
+namespace kdtrain {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Keys a resume may change freely: how often things are logged or saved, where
+// the work runs, and paths whose content is checked by fingerprint instead.
+const std::set<std::string> kOperationalKeys = {
+    "checkpoint.interval", "checkpoint.keep", "log.interval", "eval.interval", "eval.batches",
+    "data.train",  // content: the data fingerprint
+    "data.val", "train.threads", "train.micro_batch", "train.on_nonfinite", "train.max_consecutive_skips",
+    "dist.timeout_s", "dist.zero1",
+    "kd.teacher", "kd.teacher_cache",  // content: the teacher fingerprint
+    "kd.chunk_tokens", "model.init", "model.preset",
+    // Extending a finished run is how a run goes on (docs/training.md): the --set
+    // asks for it, and the schedule is recomputed for the new length.
+    "train.steps",
+};
+
+void flatten(const json& value, const std::string& path, std::map<std::string, json>* out) {
+  if (!value.is_object()) {
+    (*out)[path] = value;
+    return;
+  }
+  for (auto it = value.begin(); it != value.end(); ++it)
+    flatten(it.value(), path.empty() ? it.key() : path + "." + it.key(), out);
+}
+
+std::string checkpoint_name(const std::string& dir) { return fs::path(dir).filename().string(); }
+
+// Rewinding: the run's newer checkpoints are dropped and `latest` names the
+// resumed one (or, when that lives in another run, names nothing until the next save).
+void rewind_to(const fs::path& checkpoints, const std::string& checkpoint_dir, int64_t step) {
+  for (const auto& entry : fs::directory_iterator(checkpoints)) {
+    int64_t s = 0;
+    if (parse_step_name(entry.path().filename().string(), &s) && s > step) fs::remove_all(entry.path());
+  }
+  const std::string name = checkpoint_name(checkpoint_dir);
+  if (!fs::exists(checkpoints / name)) {
+    fs::remove(checkpoints / "latest");
+    return;
+  }
+  io::AtomicFileWriter latest((checkpoints / "latest").string());
+  const std::string text = name + "\n";
+  latest.write(text.data(), text.size());
+  latest.commit();
+}
+
+}  // namespace
+
+std::vector<std::string> trajectory_changes(const Config& before, const Config& now) {
+  std::map<std::string, json> a, b;
+  flatten(to_json(before), "", &a);
+  flatten(to_json(now), "", &b);
+  std::vector<std::string> changes;
+  for (const auto& [key, value] : b) {
+    if (kOperationalKeys.count(key)) continue;
+    const auto it = a.find(key);
+    const json old = it == a.end() ? json() : it->second;
+    if (old != value) changes.push_back(key + ": " + old.dump() + " -> " + value.dump());
+  }
+  return changes;
+}
+
+void check_resume(const Config& now, const TrainingState& state, const ResumeContext& ctx) {
+  const std::string where = "--resume " + ctx.checkpoint_dir;
+  const fs::path run_config = fs::path(ctx.checkpoint_dir) / "run_config.json";
+  Config before;
+  apply_json(before, io::read_json_file(run_config.string()), run_config.string());
+
+  // The sampler has drawn exactly step x global_batch windows of this data.
+  const json& s = state.sampler;
+  for (const char* key : {"epoch", "index", "num_windows"})
+    KD_CHECK(s.contains(key) && s[key].is_number_integer() && s[key].get<int64_t>() >= 0, where,
+             ": trainer_state.json: sampler key '", key, "' missing or not a non-negative integer");
+  const int64_t n = s["num_windows"].get<int64_t>(), epoch = s["epoch"].get<int64_t>(),
+                index = s["index"].get<int64_t>();
+  KD_CHECK(n == ctx.num_windows, where, ": trainer_state.json: the sampler ran over ", n,
+           " windows but data.train now has ", ctx.num_windows);
+  KD_CHECK(index <= n && epoch <= state.step * before.train.global_batch / n + 1 &&
+               epoch * n + index == state.step * before.train.global_batch,
+           where, ": trainer_state.json: the sampler has drawn ", epoch, " epochs + ", index,
+           " windows, but step ", state.step, " x train.global_batch ", before.train.global_batch,
+           " means ", state.step * before.train.global_batch, " windows; the state does not belong to this checkpoint");
+
+  std::vector<std::string> changes = trajectory_changes(before, now);
+  if (state.teacher_fingerprint != ctx.teacher_fingerprint)
+    changes.push_back("the teacher (fingerprint " + (state.teacher_fingerprint.empty() ? "none" : state.teacher_fingerprint) +
+                      " -> " + (ctx.teacher_fingerprint.empty() ? "none" : ctx.teacher_fingerprint) + ")");
+  if (!changes.empty()) {
+    std::string list;
+    for (const std::string& c : changes) list += "\n  " + c;
+    KD_CHECK(ctx.allow_config_change, where, ": the resumed run would not continue the same trajectory; "
+             "changed since the checkpoint (", run_config.string(), "):", list,
+             "\nPass --allow-config-change to resume with these changes on purpose.");
+    spdlog::warn("{}: resuming with changes (--allow-config-change):{}", where, list);
+  }
+  KD_CHECK(state.step <= now.train.steps, where, ": the checkpoint is at step ", state.step,
+           ", beyond train.steps = ", now.train.steps);
+
+  // A checkpoint older than the run directory's `latest` would rewind the run.
+  const fs::path checkpoints = fs::path(ctx.run_dir) / "checkpoints";
+  if (!ctx.owns_run_dir || !fs::exists(checkpoints / "latest")) return;
+  const std::string latest = latest_checkpoint(ctx.run_dir);
+  int64_t latest_step = 0;
+  parse_step_name(checkpoint_name(latest), &latest_step);
+  if (latest_step <= state.step) return;
+  KD_CHECK(ctx.rewind, where, ": ", ctx.run_dir, " has a newer checkpoint (", checkpoint_name(latest),
+           "); resuming step ", state.step, " there would rewind the run, deleting the checkpoints and metrics "
+           "after it. Pass --rewind to do that, or --run-dir NEW to branch into a new run directory.");
+  spdlog::warn("--rewind: deleting the checkpoints of {} after step {}", ctx.run_dir, state.step);
+  rewind_to(checkpoints, ctx.checkpoint_dir, state.step);
+}
+
+}  // namespace kdtrain

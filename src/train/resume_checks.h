@@ -1,0 +1,42 @@
+// What a resume checks before it continues a run (issue 14 item 5), beyond what
+// loading the checkpoint checks (checksums, field ranges, shapes, finite values):
+//   - the state agrees with the run it came from: the sampler has drawn exactly
+//     step x global_batch windows of this data;
+//   - nothing that changes the trajectory changed since the checkpoint (its
+//     run_config.json): the optimizer, schedule, batch, seed, model,
+//     attention, distillation settings, device — and the teacher's weights, by
+//     fingerprint. Operational keys (checkpoint/log/eval intervals, threads,
+//     validation data, timeouts, paths whose content is fingerprinted) and
+//     train.steps (extending a run) may change.
+//     --allow-config-change lets the listed changes through, on purpose;
+//   - a checkpoint older than the run's `latest` is not resumed into the same run
+//     directory (that would rewind the run and leave `latest` ahead of it)
+//     unless --rewind asks for exactly that.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "train/checkpoint.h"
+
+namespace kdtrain {
+
+// Keys of `before` and `now` that differ and change the trajectory, as
+// "train.global_batch: 8 -> 16"; empty when the resume continues the same run.
+std::vector<std::string> trajectory_changes(const Config& before, const Config& now);
+
+struct ResumeContext {
+  std::string checkpoint_dir;   // the checkpoint being resumed
+  std::string run_dir;          // where the resumed run writes
+  int64_t num_windows = 0;      // of data.train now
+  std::string teacher_fingerprint;  // of the teacher now ("" without one)
+  bool allow_config_change = false;
+  bool rewind = false;
+  bool owns_run_dir = true;  // rank 0: the one process that checks and moves `latest`
+};
+
+// Throws naming the checkpoint and what differs. With ctx.rewind, moves
+// `latest` back to the checkpoint and deletes the newer checkpoints.
+void check_resume(const Config& now, const TrainingState& state, const ResumeContext& ctx);
+
+}  // namespace kdtrain
