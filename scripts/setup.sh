@@ -34,7 +34,8 @@ log() { echo "[setup] $*"; }
 
 # --- system packages ---------------------------------------------------------
 APT_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libspdlog-dev
-              catch2 libopenblas-dev libopenmpi-dev openmpi-bin libxxhash-dev)
+              catch2 libopenblas-dev libopenmpi-dev openmpi-bin libxxhash-dev
+              clang libclang-rt-dev)  # clang + libFuzzer: the fuzz targets (scripts/fuzz.sh)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

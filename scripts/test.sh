@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: the C++ tests (ctest) and the Python tests (pytest).
+# Runs the whole test suite: the C++ tests (ctest), the Python tests (pytest) and
+# every fuzz target for a fixed budget (scripts/fuzz.sh, 15 s each, under 2 minutes).
 # Builds first when there is no build yet (via scripts/setup.sh), otherwise brings
-# the existing build up to date. Both runners always run; the exit status is
-# non-zero when either failed.
+# the existing build up to date. All three always run; the exit status is
+# non-zero when any failed.
 #
 #   scripts/test.sh [--no-build] [extra pytest arguments...]
 #
 # Environment: KDTRAIN_TEST_JOBS (parallel ctest jobs, default nproc),
+#              KDTRAIN_FUZZ_SECONDS (per fuzz target, default 15; 0 skips fuzzing),
 #              KDTRAIN_BUILD_DIR (default build), KDTRAIN_BUILD_JOBS (default nproc).
 set -euo pipefail
 
@@ -41,6 +43,14 @@ ctest_rc=${PIPESTATUS[0]}
 echo "=== pytest (scripts/tests) ==="
 python3 -m pytest -q -rs scripts/tests "$@" 2>&1 | tee "$LOG_DIR/pytest.log"
 pytest_rc=${PIPESTATUS[0]}
+
+FUZZ_SECONDS="${KDTRAIN_FUZZ_SECONDS:-15}"
+fuzz_rc=0
+if ((FUZZ_SECONDS > 0)); then
+  echo "=== fuzz (scripts/fuzz.sh, ${FUZZ_SECONDS}s per target) ==="
+  scripts/fuzz.sh --seconds "$FUZZ_SECONDS" 2>&1 | tee "$LOG_DIR/fuzz.log"
+  fuzz_rc=${PIPESTATUS[0]}
+fi
 set -e
 # Exit 5 means "no tests collected": not a failure of the code under test.
 if ((pytest_rc == 5)); then pytest_rc=0; fi
@@ -54,7 +64,9 @@ skipped_cuda="$(grep -c "SKIPPED: no CUDA device" "$BUILD_DIR/Testing/Temporary/
 echo "ctest:  rc=$ctest_rc  ${ctest_summary:-(no summary)}"
 if ((${skipped_cuda:-0} > 0)); then echo "        CUDA test cases skipped (no device): $skipped_cuda"; fi
 echo "pytest: rc=$pytest_rc  ${pytest_summary:-(no summary)}"
-if ((ctest_rc != 0 || pytest_rc != 0)); then
+fuzz_summary="$(grep -E "^fuzz: (all|FAILED|SKIPPED)" "$LOG_DIR/fuzz.log" 2>/dev/null | tail -1 || true)"
+echo "fuzz:   rc=$fuzz_rc  ${fuzz_summary:-(not run: KDTRAIN_FUZZ_SECONDS=0)}"
+if ((ctest_rc != 0 || pytest_rc != 0 || fuzz_rc != 0)); then
   echo "FAILED"
   exit 1
 fi
