@@ -31,6 +31,7 @@
 #include "train/optimizer.h"
 #include "train/resume_checks.h"
 #include "train/run_lock.h"
+#include "train/run_report.h"
 #include "train/schedule.h"
 #include "train/signals.h"
 
@@ -278,7 +279,7 @@ class Trainer {
     spdlog::info("data: {} train windows of {} tokens; global batch {} = {} rank(s) x {} micro-batches of {}",
                  train_data_->num_windows(), config_.train.seq_len, config_.train.global_batch,
                  comm_.world(), accumulation_steps(), config_.train.micro_batch);
-    log_validation_plan();
+    log_validation_plan(config_, val_data_.get());
     const double mib = 1024.0 * 1024.0;
     spdlog::info("data parallel: {} rank(s) over {}, {}; optimizer state per rank {:.1f} MiB "
                  "(AdamW moments for {} of {} parameters)",
@@ -289,25 +290,6 @@ class Trainer {
                    reducer_->buckets().size(), config_.dist.bucket_mb,
                    config_.dist.overlap ? "overlapped with the backward" : "after the backward",
                    to_string(config_.dist.reduce_dtype));
-  }
-
-  void log_validation_plan() const {
-    const int64_t b = config_.train.micro_batch;
-    if (!val_data_) {
-      spdlog::info("validation: off (data.val is empty)");
-      return;
-    }
-    const int64_t batches = std::min<int64_t>(config_.eval.batches, val_data_->num_windows() / b);
-    if (batches <= 0) {
-      spdlog::warn("validation: off: data.val holds {} windows of {} tokens, fewer than one "
-                   "micro-batch ({})", val_data_->num_windows(), config_.train.seq_len + 1, b);
-      return;
-    }
-    const std::string when = config_.eval.interval > 0
-                                 ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
-                                 : std::string("at the end");
-    spdlog::info("validation: {}, on the first {} windows of data.val (eval.interval, eval.batches; "
-                 "--set data.val=[] turns it off)", when, batches * b);
   }
 
   // Which attention implementation ran each distinct shape, and the peak memory.
@@ -490,30 +472,7 @@ class Trainer {
     rec["applied"] = r.applied;
     rec["skipped_steps"] = skipped_;
     rec["peak_memory_bytes"] = backend_->memory_stats().peak_bytes;  // device on GPU, host on CPU
-    const int64_t L = config_.model.num_hidden_layers, H = config_.model.num_attention_heads;
-    if (student_->features().affine) {
-      std::vector<float> ma = student_->alpha_ma();
-      nlohmann::json mean = nlohmann::json::array(), ma_json = nlohmann::json::array();
-      for (int64_t l = 0; l < L; ++l) {
-        double layer_mean = 0.0;
-        nlohmann::json heads = nlohmann::json::array();
-        for (int64_t h = 0; h < H; ++h) {
-          if (!r.alpha_mean.empty()) layer_mean += r.alpha_mean[l * H + h] / H;
-          heads.push_back(ma[l * H + h]);
-        }
-        mean.push_back(layer_mean);
-        ma_json.push_back(heads);
-      }
-      rec["alpha_mean"] = mean;
-      rec["alpha_ma"] = ma_json;
-    }
-    if (student_->features().sink) {
-      const std::vector<float> all = student_->sinks();  // L*H floats, not the whole arena
-      nlohmann::json sinks = nlohmann::json::array();
-      for (int64_t l = 0; l < L; ++l)
-        sinks.push_back(std::vector<float>(all.begin() + l * H, all.begin() + (l + 1) * H));
-      rec["sinks"] = sinks;
-    }
+    add_variant_params(rec, *student_, r.alpha_mean);
     return rec;
   }
 
@@ -521,7 +480,7 @@ class Trainer {
   void add_validation(nlohmann::json& record) {
     if (!val_data_) return;
     const int64_t b = config_.train.micro_batch, T = config_.train.seq_len;
-    const int64_t batches = std::min<int64_t>(config_.eval.batches, val_data_->num_windows() / b);
+    const int64_t batches = validation_batches(config_, *val_data_);
     if (batches <= 0) return;
     std::vector<int32_t> inputs(b * T), targets(b * T);
     LossSums total;
