@@ -7,6 +7,7 @@
 #include "cli/config_help.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
+#include "train/run_lock.h"
 #include "train/trainer.h"
 
 namespace kdtrain::cli {
@@ -55,6 +56,9 @@ void run_train(const TrainFlags& flags) {
                               flags.common.overrides);
   if (flags.resume.empty()) {
     options.run_dir = flags.run_dir.empty() ? default_run_dir(config, config_path) : flags.run_dir;
+    // A run directory another process is using is reported as busy, naming the
+    // holder, before anything else is said about its contents.
+    if (fs::exists(options.run_dir)) RunLock probe(options.run_dir);
     KD_CHECK(!fs::exists(fs::path(options.run_dir) / "checkpoints" / "latest"), "--run-dir ",
              options.run_dir, " already holds a run with checkpoints; pass --resume ",
              options.run_dir, " to continue it or choose another --run-dir");
