@@ -119,6 +119,21 @@ def _redraw_weights(ckpt: Path, seed: int):
     tmp = ckpt / ".model.safetensors.tmp"
     save_file(tensors, str(tmp), metadata=metadata)
     os.replace(tmp, path)
+    _record_checksum(ckpt, "model.safetensors")
+
+
+def _record_checksum(ckpt, name):
+    """The checkpoint lists every file's size and xxh64 (docs/reliability.md); a file
+    rewritten here gets its entry rewritten too, or kdtrain refuses it as corrupt."""
+    import json
+    import xxhash
+    listing = ckpt / "checksums.json"
+    if not listing.exists():
+        return
+    doc = json.loads(listing.read_text())
+    data = (ckpt / name).read_bytes()
+    doc["files"][name] = {"bytes": len(data), "xxh64": xxhash.xxh64(data).hexdigest()}
+    listing.write_text(json.dumps(doc))
 
 
 def _compare(name, got, want, rel_tol):

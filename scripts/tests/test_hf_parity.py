@@ -237,6 +237,21 @@ def make_kdtrain_checkpoint(directory: str, preset: str, variant: str, activatio
             v = rng.standard_normal(t.shape) / t.shape[-1] ** 0.5
         out[name] = v.astype(np.float32)
     safetensors_numpy.save_file(out, path, metadata={"format": "pt"})
+    record_checksum(directory, "model.safetensors")
+
+
+def record_checksum(directory: str, name: str) -> None:
+    """A rewritten file gets its checksums.json entry rewritten (docs/reliability.md),
+    or kdtrain refuses the checkpoint as corrupt."""
+    import xxhash
+    listing = os.path.join(directory, "checksums.json")
+    if not os.path.exists(listing):
+        return
+    doc = json.load(open(listing))
+    data = open(os.path.join(directory, name), "rb").read()
+    doc["files"][name] = {"bytes": len(data), "xxh64": xxhash.xxh64(data).hexdigest()}
+    with open(listing, "w") as f:
+        json.dump(doc, f)
 
 
 def load_exported(hf_dir: str, dtype=torch.float32):
