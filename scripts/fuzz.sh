@@ -77,7 +77,7 @@ for name in sorted(os.listdir(configs)):
 put("config", "sections", json.dumps({"model": {"preset": "tiny-llama", "vocab_size": 300},
     "train": {"steps": 10, "seq_len": 32, "global_batch": 4, "micro_batch": 2, "on_nonfinite": "skip"},
     "optimizer": {"lr": 0.001}, "schedule": {"kind": "cosine", "warmup": 2}, "kd": {"loss": "reverse_kl"},
-    "data": {"train": ["a.bin", "b/*.bin"]}, "attention": {"variant": "affine-gated"}}))
+    "data": {"train": ["a.bin", "b/*.bin"]}, "attention": {"variant": "sink"}}))
 
 def safetensors(tensors, metadata=None):
     header, data = {}, b""
