@@ -113,6 +113,12 @@ TEST_CASE("metrics: the run summary gives losses, tokens, time, rate and the che
   const nlohmann::json val = {{"step", 50}, {"val_loss", 1.0}, {"val_kd", 0.5}, {"val_ce", 1.5}};
   CHECK(validation_line(val, 100, true) == "step 50/100 | val loss 1.0000 | val kd 0.5000 | val ce 1.5000");
   CHECK(validation_line(val, 100, false) == "step 50/100 | val loss 1.0000 (ce)");
+  const nlohmann::json rec = {{"step", 50}, {"loss", 2.5}, {"kd", 2.0}, {"ce", 3.0}, {"lr", 1e-3},
+                              {"grad_norm", 0.5}, {"tokens_per_s", 41200.0}};
+  CHECK(progress_line(rec, 100, 90, true) ==
+        "step 50/100 | loss 2.5000 | kd 2.0000 | ce 3.0000 | lr 1.00e-03 | gnorm 0.500 | 41.2k tok/s | eta 1m30s");
+  CHECK(progress_line(rec, 100, 90, false) ==
+        "step 50/100 | loss 2.5000 | lr 1.00e-03 | gnorm 0.500 | 41.2k tok/s | eta 1m30s");  // no teacher: no kd
 }
 
 TEST_CASE("config --list: every key the config writes has a meaning, and docs/config.md documents it",

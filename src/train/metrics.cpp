@@ -114,14 +114,18 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-std::string progress_line(const nlohmann::json& r, int64_t total_steps, double eta_seconds) {
+std::string progress_line(const nlohmann::json& r, int64_t total_steps, double eta_seconds,
+                          bool has_teacher) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | kd %.4f | ce %.4f | lr %.2e | gnorm %.3f",
-                static_cast<long long>(r["step"].get<int64_t>()),
-                static_cast<long long>(total_steps), r["loss"].get<double>(),
-                r["kd"].get<double>(), r["ce"].get<double>(), r["lr"].get<double>(),
-                r["grad_norm"].get<double>());
   std::ostringstream out;
+  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f", static_cast<long long>(r["step"].get<int64_t>()),
+                static_cast<long long>(total_steps), r["loss"].get<double>());
+  out << buf;
+  if (has_teacher) {
+    std::snprintf(buf, sizeof buf, " | kd %.4f | ce %.4f", r["kd"].get<double>(), r["ce"].get<double>());
+    out << buf;
+  }
+  std::snprintf(buf, sizeof buf, " | lr %.2e | gnorm %.3f", r["lr"].get<double>(), r["grad_norm"].get<double>());
   out << buf;
   const double tps = r["tokens_per_s"].get<double>();
   char rate[64];

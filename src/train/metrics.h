@@ -57,7 +57,9 @@ std::vector<std::string> summary_lines(const RunSummary& s);
 std::string validation_line(const nlohmann::json& record, int64_t total_steps, bool has_teacher);
 
 // "step 120/9000 | loss 3.2145 | kd 2.9012 | ce 3.5120 | lr 1.00e-03 | gnorm 0.812 | 41.2k tok/s | eta 1h02m"
-std::string progress_line(const nlohmann::json& record, int64_t total_steps, double eta_seconds);
+// (kd and ce only with a teacher: without one the loss is the CE)
+std::string progress_line(const nlohmann::json& record, int64_t total_steps, double eta_seconds,
+                          bool has_teacher);
 std::string format_duration(double seconds);
 
 }  // namespace kdtrain

@@ -127,7 +127,7 @@ class Trainer {
     if (progress_due) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
       const double eta = elapsed / (step_ - first_step) * (total - step_);
-      spdlog::info("{}", progress_line(record, total, eta));
+      spdlog::info("{}", progress_line(record, total, eta, has_teacher()));
       last_progress_ = Clock::now();
     }
     if (record.contains("val_loss")) {
