@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "config/presets.h"
 #include "core/error.h"
 #include "io/checkpoint_format.h"
 #include "model/param_layout.h"
@@ -23,22 +24,9 @@ namespace {
 using kdtrain::testing::TempDir;
 
 ModelConfig tiny_model() {
-  ModelConfig m;
-  m.family = "llama";
-  m.hidden_size = 16;
-  m.intermediate_size = 24;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 4;
-  m.vocab_size = 32;
-  m.max_position_embeddings = 64;
-  m.rms_norm_eps = 1e-6;
-  m.rope_theta = 500000.0;
-  m.rope_scaling.type = "llama3";
-  m.rope_scaling.factor = 32.0;
-  m.tie_word_embeddings = true;
-  return m;
+  return make_model({"llama", /*vocab=*/32, /*max_pos=*/64, 1e-6, /*theta=*/500000.0, {"llama3", 32.0},
+                     /*tied=*/true, /*bias=*/false},
+                    {16, 24, 2, 4, 2, 4});
 }
 
 std::vector<float> arena_for(const ParamLayout& layout) {

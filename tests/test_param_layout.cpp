@@ -1,21 +1,16 @@
 #include <catch2/catch.hpp>
 
+#include "config/presets.h"
 #include "model/param_layout.h"
 
 using namespace kdtrain;
 
 namespace {
 ModelConfig small_model() {
-  ModelConfig m;
-  m.hidden_size = 24;
-  m.intermediate_size = 40;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 6;
-  m.num_key_value_heads = 2;
-  m.head_dim = 4;
-  m.vocab_size = 50;
-  m.tie_word_embeddings = true;
-  return m;
+  const ModelConfig d;  // family, context, norms and RoPE at their defaults
+  return make_model({d.family, /*vocab=*/50, d.max_position_embeddings, d.rms_norm_eps, d.rope_theta, d.rope_scaling,
+                     /*tied=*/true, /*bias=*/false},
+                    {24, 40, 2, 6, 2, 4});
 }
 }  // namespace
 

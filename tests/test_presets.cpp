@@ -3,10 +3,12 @@
 // from the parameter table.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "config/config.h"
+#include "config/presets.h"
 #include "core/error.h"
 #include "model/param_layout.h"
 
@@ -135,4 +137,24 @@ TEST_CASE("presets: unknown name lists the known ones", "[presets]") {
     CHECK(msg.find("llama-9000") != std::string::npos);
     for (const std::string& name : preset_names()) CHECK(msg.find(name) != std::string::npos);
   }
+}
+
+TEST_CASE("presets: a misspelled name suggests the nearest preset", "[presets]") {
+  CHECK_THROWS_WITH(model_preset("llama3.2-1B"), Catch::Matchers::Contains("did you mean 'llama3.2-1b'?"));
+  CHECK_THROWS_WITH(model_preset("llama-9000"), !Catch::Matchers::Contains("did you mean"));
+}
+
+TEST_CASE("presets: the table names each preset once, and each builds a valid model", "[presets]") {
+  std::vector<std::string> names;
+  for (const Preset& p : presets()) {
+    INFO(p.name);
+    CHECK(!p.about.empty());
+    CHECK(std::find(names.begin(), names.end(), p.name) == names.end());
+    names.push_back(p.name);
+    Config c;
+    c.model = model_preset(p.name);
+    CHECK(c.model.preset == p.name);
+    CHECK_NOTHROW(validate(c));
+  }
+  CHECK(names == preset_names());
 }

@@ -67,6 +67,18 @@ def test_typos_name_the_nearest_command_and_flag():
     assert r.returncode != 0 and "did you mean '--config'?" in r.stderr
     r = kdtrain("config", "--lsit")
     assert r.returncode != 0 and "did you mean '--list'?" in r.stderr
+    r = kdtrain("config", "--dump", "--preset", "llama3.2-1B")
+    assert r.returncode != 0 and "did you mean 'llama3.2-1b'?" in r.stderr
+
+
+def test_info_lists_the_presets_from_the_one_table():
+    listed = json.loads(kdtrain("info", "--presets", "--json").stdout)
+    assert [p["name"] for p in listed][:5] == ["qwen1.5-0.5b", "qwen1.5-1.8b", "llama3.2-1b", "llama3.2-3b",
+                                               "llama3.1-8b"]
+    by_name = {p["name"]: p for p in listed}
+    assert by_name["llama3.2-1b"]["total_params"] == 1235814400  # as `kdtrain info --preset` counts it
+    for p in listed:  # every listed name resolves
+        assert kdtrain("config", "--dump", "--preset", p["name"]).returncode == 0, p["name"]
 
 
 def test_missing_paths_say_so(tmp_path):

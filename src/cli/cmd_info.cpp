@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "dist/communicator.h"
 #include "config/config.h"
+#include "config/presets.h"
 #include "core/error.h"
 #include "io/checkpoint_format.h"
 #include "io/file_util.h"
@@ -36,6 +37,7 @@ struct InfoOptions {
   double device_gib = 80;   // device capacity the auto loss chunk is sized against
   bool json = false;
   bool variants = false;    // list the attention variants and their features instead
+  bool presets = false;     // list the model presets instead
 };
 
 // Millions with one decimal, as the paper prints ΔParams.
@@ -157,8 +159,30 @@ void print_variants(bool json) {
   if (json) std::cout << list.dump(2) << "\n";
 }
 
+// The preset table (config/presets.h): name, family, layer shape, vocabulary,
+// baseline parameters, and where the preset comes from.
+void print_presets(bool json) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Preset& p : presets()) {
+    const ModelConfig m = model_preset(p.name);
+    const int64_t params = count_params(make_param_layout(m, AttentionConfig{})).total;
+    if (json) {
+      list.push_back({{"name", p.name}, {"family", m.family}, {"hidden_size", m.hidden_size},
+                      {"num_hidden_layers", m.num_hidden_layers}, {"num_attention_heads", m.num_attention_heads},
+                      {"num_key_value_heads", m.num_key_value_heads}, {"vocab_size", m.vocab_size},
+                      {"total_params", params}, {"about", p.about}});
+    } else {
+      std::printf("%-13s %-6s %5lld x %-5lld %6.1fM params  %s\n", p.name.c_str(), m.family.c_str(),
+                  static_cast<long long>(m.num_hidden_layers), static_cast<long long>(m.hidden_size),
+                  double(params) / 1e6, p.about.c_str());
+    }
+  }
+  if (json) std::cout << list.dump(2) << "\n";
+}
+
 void run_info(const InfoOptions& o) {
   if (o.variants) return print_variants(o.json);
+  if (o.presets) return print_presets(o.json);
   const CommonOptions& co = o.common;
   CheckpointFacts facts;
   const Config c = o.checkpoint.empty()
@@ -346,6 +370,8 @@ void register_info(CLI::App& app) {
   command->add_flag("--json", options->json, "print JSON instead of text");
   command->add_flag("--variants", options->variants,
                     "list the attention variants and the features each switches on");
+  command->add_flag("--presets", options->presets,
+                    "list the model presets: family, layers x hidden, parameters, source");
   command->callback([options] { run_info(*options); });
 }
 

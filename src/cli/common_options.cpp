@@ -15,7 +15,7 @@ std::string variant_help() {
 
 void add_common_options(CLI::App& command, CommonOptions& options) {
   command.add_option("--config", options.config_path, "JSON config file");
-  command.add_option("--preset", options.preset, "model preset (model.preset)");
+  command.add_option("--preset", options.preset, "model preset (model.preset; kdtrain info --presets lists them)");
   command.add_option("--attention", options.attention, variant_help());
   command.add_option("--set", options.overrides, "override a config key: section.key=value")
       ->take_all()

@@ -6,15 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "core/nearest.h"
+
 namespace kdtrain::cli {
 
-// Edit distance counting insertions, deletions, substitutions and swaps of two
-// adjacent characters (optimal string alignment).
-int edit_distance(const std::string& a, const std::string& b);
-
-// The candidate closest to `word` when it is close enough to be a typo (at most
-// a third of the word's length, at least 1, at most 3 edits), else "".
-std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+using kdtrain::edit_distance;  // core/nearest.h
+using kdtrain::nearest;
 
 // Walks argv against the app's subcommands and options: for the first unknown
 // subcommand or --flag, the error to print instead of CLI11's (naming the
