@@ -14,14 +14,14 @@ namespace kdtrain::testing {
 // GQA, tied head, llama3 RoPE scaling with a short original context so the
 // scaling changes frequencies, no bias; sizes deliberately not multiples of 8.
 inline ModelConfig llama_like() {
-  return make_model({"llama", /*vocab=*/61, /*max_pos=*/64, 1e-5, /*theta=*/500.0, {"llama3", 4.0, 1.0, 4.0, 16},
+  return make_model({ModelFamily::llama, /*vocab=*/61, /*max_pos=*/64, 1e-5, /*theta=*/500.0, {RopeScalingType::llama3, 4.0, 1.0, 4.0, 16},
                      /*tied=*/true, /*bias=*/false},
                     {36, 52, 2, 6, 2, 6});
 }
 
 // MHA, q/k/v bias, untied head.
 inline ModelConfig qwen_like() {
-  return make_model({"qwen2", /*vocab=*/53, /*max_pos=*/64, 1e-6, /*theta=*/1e6, RopeScaling{}, /*tied=*/false,
+  return make_model({ModelFamily::qwen2, /*vocab=*/53, /*max_pos=*/64, 1e-6, /*theta=*/1e6, RopeScaling{}, /*tied=*/false,
                      /*bias=*/true},
                     {30, 44, 2, 3, 3, 10});
 }

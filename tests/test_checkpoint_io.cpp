@@ -1,5 +1,5 @@
 // Checkpoint directories. The config.json round trip spells the attention
-// variant through to_string/parse_attention_variant (src/config/enums.cpp).
+// variant through to_string/parse_attention_variant (src/config/choices.h).
 #include <unistd.h>
 
 #include <atomic>
@@ -24,7 +24,7 @@ namespace {
 using kdtrain::testing::TempDir;
 
 ModelConfig tiny_model() {
-  return make_model({"llama", /*vocab=*/32, /*max_pos=*/64, 1e-6, /*theta=*/500000.0, {"llama3", 32.0},
+  return make_model({ModelFamily::llama, /*vocab=*/32, /*max_pos=*/64, 1e-6, /*theta=*/500000.0, {RopeScalingType::llama3, 32.0},
                      /*tied=*/true, /*bias=*/false},
                     {16, 24, 2, 4, 2, 4});
 }
@@ -50,12 +50,12 @@ TEST_CASE("checkpoint: config.json and weights round trip", "[checkpoint]") {
   write_model_checkpoint(dir, m, a, layout, arena.data());
 
   ModelCheckpoint c = read_model_checkpoint(dir);
-  REQUIRE(c.model.family == "llama");
+  REQUIRE(c.model.family == ModelFamily::llama);
   REQUIRE(c.model.hidden_size == 16);
   REQUIRE(c.model.num_key_value_heads == 2);
   REQUIRE(c.model.head_dim == 4);
   REQUIRE(c.model.rope_theta == 500000.0);
-  REQUIRE(c.model.rope_scaling.type == "llama3");
+  REQUIRE(c.model.rope_scaling.type == RopeScalingType::llama3);
   REQUIRE(c.model.rope_scaling.factor == 32.0);
   REQUIRE(c.model.tie_word_embeddings);
   REQUIRE_FALSE(c.model.attention_bias);
@@ -85,8 +85,8 @@ TEST_CASE("checkpoint: config.json and weights round trip", "[checkpoint]") {
   REQUIRE(config["attention_variant"] == "affine");
 
   // Rewriting replaces the directory and leaves no staging copies.
-  m.family = "qwen2";
-  m.rope_scaling.type = "default";
+  m.family = ModelFamily::qwen2;
+  m.rope_scaling.type = RopeScalingType::none;
   a.variant = AttentionVariant::baseline;
   write_model_checkpoint(dir, m, a, make_param_layout(m, a), arena.data());
   config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
@@ -143,12 +143,12 @@ TEST_CASE("checkpoint: config.json errors and Hugging Face defaults", "[checkpoi
                          {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-6},
                          {"rope_theta", 1000000}};
   parse_hf_config(qwen, "q/config.json", &m, &a);
-  REQUIRE(m.family == "qwen2");
+  REQUIRE(m.family == ModelFamily::qwen2);
   REQUIRE(m.head_dim == 8);               // hidden / heads
   REQUIRE(m.num_key_value_heads == 4);    // = heads
   REQUIRE(m.attention_bias);              // Qwen2 always has q/k/v bias
   REQUIRE_FALSE(m.tie_word_embeddings);   // transformers' default
-  REQUIRE(m.rope_scaling.type == "default");
+  REQUIRE(m.rope_scaling.type == RopeScalingType::none);
   REQUIRE(a.variant == AttentionVariant::baseline);
 
   nlohmann::json missing = qwen;

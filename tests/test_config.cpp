@@ -129,7 +129,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
   c.attention.alpha_activation = AlphaActivation::sigmoid;
   c.attention.alpha_momentum = 0.873;
   c.kd.teacher_cache = "cache/";
-  c.kd.cache_tail = "bucket";
+  c.kd.cache_tail = CacheTail::bucket;
   c.kd.loss = KdLoss::reverse_kl;
   c.kd.temperature = 2.5;
   c.kd.weight = 0.3;
@@ -140,7 +140,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
   c.data.train = {"a.bin", "b.bin"};
   c.data.val = {"v.bin"};
   c.train.seed = 12345678901234567890ull;
-  c.train.device = "cuda";
+  c.train.device = Device::cuda;
   c.train.on_nonfinite = NonFinitePolicy::skip;
   c.train.max_consecutive_skips = 3;
   c.checkpoint.interval = 250;

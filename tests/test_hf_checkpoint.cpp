@@ -129,9 +129,9 @@ TEST_CASE("hf import: a transformers-style LLaMA directory loads (sharded, bf16)
   ModelConfig m;
   AttentionConfig a;
   parse_hf_config(llama_hf_config(), "config.json", &m, &a);
-  REQUIRE(m.family == "llama");
+  REQUIRE(m.family == ModelFamily::llama);
   REQUIRE(m.head_dim == 4);  // hidden / heads
-  REQUIRE(m.rope_scaling.type == "llama3");
+  REQUIRE(m.rope_scaling.type == RopeScalingType::llama3);
   REQUIRE(m.rope_scaling.original_max_position_embeddings == 16);
   REQUIRE(a.variant == AttentionVariant::baseline);
   const ParamLayout layout = make_param_layout(m, a);
@@ -172,10 +172,10 @@ TEST_CASE("hf import: Qwen2 config implies q/k/v bias; tie defaults to false", "
   ModelConfig m;
   AttentionConfig a;
   parse_hf_config(q, "q/config.json", &m, &a);
-  REQUIRE(m.family == "qwen2");
+  REQUIRE(m.family == ModelFamily::qwen2);
   REQUIRE(m.attention_bias);
   REQUIRE_FALSE(m.tie_word_embeddings);
-  REQUIRE(m.rope_scaling.type == "default");
+  REQUIRE(m.rope_scaling.type == RopeScalingType::none);
 }
 
 TEST_CASE("hf import: unsupported configs are refused naming the key and file", "[hf]") {
@@ -308,7 +308,7 @@ TEST_CASE("hf export: config.json per variant and family", "[hf]") {
   parse_hf_config(variant, "export/config.json", &m2, &a2);
   REQUIRE(a2.variant == AttentionVariant::affine_gated);
   REQUIRE(a2.alpha_activation == AlphaActivation::sigmoid);
-  REQUIRE(m2.family == "llama");
+  REQUIRE(m2.family == ModelFamily::llama);
   REQUIRE(m2.head_dim == m.head_dim);
 }
 
@@ -317,7 +317,7 @@ TEST_CASE("hf export: writes the directory, bf16 by round to nearest even, reloa
   ModelConfig m;
   AttentionConfig a;
   parse_hf_config(llama_hf_config(), "config.json", &m, &a);
-  m.family = "qwen2";
+  m.family = ModelFamily::qwen2;
   m.attention_bias = true;
   m.tie_word_embeddings = false;
   a.variant = AttentionVariant::sink;
@@ -391,7 +391,7 @@ TEST_CASE("hf import: the real Qwen2-1.5B-Instruct config.json in shared/data", 
   ModelConfig m;
   AttentionConfig a;
   read_hf_config(path, &m, &a);
-  REQUIRE(m.family == "qwen2");
+  REQUIRE(m.family == ModelFamily::qwen2);
   REQUIRE(m.hidden_size == 1536);
   REQUIRE(m.num_hidden_layers == 28);
   REQUIRE(m.num_key_value_heads == 2);

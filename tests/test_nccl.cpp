@@ -41,7 +41,7 @@ float contribution(int rank, int64_t i) {
 
 TEST_CASE("nccl: gradient buckets, all-gather and host values at any world size", "[.nccl]") {
   KD_REQUIRE_NCCL_OR_SKIP();
-  auto comm = dist::make_communicator(DistBackend::nccl, "cuda", 60.0);
+  auto comm = dist::make_communicator(DistBackend::nccl, Device::cuda, 60.0);
   std::unique_ptr<Backend> backend = make_backend("cuda", 0);
   const int W = comm->world(), R = comm->rank();
   REQUIRE(comm->name() == "nccl");
@@ -111,7 +111,7 @@ TEST_CASE("nccl: gradient buckets, all-gather and host values at any world size"
 // the process (exit code 124) with its message. Run alone, in its own process.
 TEST_CASE("nccl: the watchdog ends a reduction that does not complete", "[.nccl-watchdog]") {
   KD_REQUIRE_NCCL_OR_SKIP();
-  auto comm = dist::make_communicator(DistBackend::nccl, "cuda", 2.0);
+  auto comm = dist::make_communicator(DistBackend::nccl, Device::cuda, 2.0);
   std::unique_ptr<Backend> backend = make_backend("cuda", 0);
   float* grads = static_cast<float*>(backend->alloc(4096 * sizeof(float)));
   dist::GradReducer reducer(*comm, grads, 4096, {}, backend->native_stream());

@@ -54,7 +54,7 @@ TEST_CASE("presets: values match the Hugging Face configs", "[presets]") {
     INFO(e.name);
     const ModelConfig m = model_preset(e.name);
     CHECK(m.preset == e.name);
-    CHECK(m.family == e.family);
+    CHECK(std::string(to_string(m.family)) == e.family);
     CHECK(m.hidden_size == e.hidden);
     CHECK(m.intermediate_size == e.intermediate);
     CHECK(m.num_hidden_layers == e.layers);
@@ -65,7 +65,7 @@ TEST_CASE("presets: values match the Hugging Face configs", "[presets]") {
     CHECK(m.max_position_embeddings == e.max_pos);
     CHECK(m.rms_norm_eps == e.rms_eps);
     CHECK(m.rope_theta == e.theta);
-    CHECK(m.rope_scaling.type == e.rope_type);
+    CHECK(std::string(to_string(m.rope_scaling.type)) == e.rope_type);
     if (std::string(e.rope_type) == "llama3") {
       CHECK(m.rope_scaling.factor == e.rope_factor);
       CHECK(m.rope_scaling.low_freq_factor == 1.0);
@@ -114,7 +114,7 @@ TEST_CASE("presets: tiny presets are small, vocab 256, and exercise their featur
   CHECK(llama.num_key_value_heads < llama.num_attention_heads);  // GQA
   CHECK(llama.tie_word_embeddings);
   CHECK_FALSE(llama.attention_bias);
-  CHECK(llama.rope_scaling.type == "llama3");
+  CHECK(llama.rope_scaling.type == RopeScalingType::llama3);
   // Scaling must change some frequencies: the longest rotary wavelength
   // 2*pi*theta^((D-2)/D) exceeds original_max / low_freq_factor.
   CHECK(llama.rope_scaling.original_max_position_embeddings < 100);
@@ -124,7 +124,7 @@ TEST_CASE("presets: tiny presets are small, vocab 256, and exercise their featur
   CHECK(qwen.attention_bias);
   CHECK_FALSE(qwen.tie_word_embeddings);
   CHECK(qwen.rope_theta == 1e6);
-  CHECK(qwen.family == "qwen2");
+  CHECK(qwen.family == ModelFamily::qwen2);
   CHECK(qwen.hidden_size % 32 != 0);
 }
 

@@ -94,7 +94,7 @@ struct SparseProblem {
   std::vector<double> t = random_vec(kRows * kV, 12, -4.0, 4.0);
   std::vector<int32_t> ids, targets{3, 0, 16, 7, 7};
   std::vector<float> logp, tail;
-  data::CacheTail mode = data::CacheTail::bucket;
+  CacheTail mode = CacheTail::bucket;
   KdLoss kind = KdLoss::forward_kl;
   double tau = 1.0;
 
@@ -112,7 +112,7 @@ struct SparseProblem {
     data::dense_cached_teacher<double>(ids.data(), logp.data(), tail.data(), kRows, K, kV, mode,
                                        tau, s.data(), dense.data());
     // As run_cached_loss: bucket soft_ce = bucket forward_kl + tau^2 H(bucket teacher).
-    const bool soft_bucket = mode == data::CacheTail::bucket && kind == KdLoss::soft_ce;
+    const bool soft_bucket = mode == CacheTail::bucket && kind == KdLoss::soft_ce;
     if (soft_bucket) data::bucket_teacher_entropy(logp.data(), tail.data(), kRows, K, tau, h.data());
     cpu::loss_chunk<double>(logits.data(), dense.data(), targets.data(), ce.data(), kd.data(),
                             kRows, kV, soft_bucket ? KdLoss::forward_kl : kind, tau, 1.0, 1.0,
@@ -198,7 +198,7 @@ TEST_CASE("teacher cache: renormalize loss equals the formula of docs/distillati
           "[teacher_cache]") {
   for (double tau : {1.0, 2.0}) {
     SparseProblem p(4);
-    p.mode = data::CacheTail::renormalize;
+    p.mode = CacheTail::renormalize;
     p.tau = tau;
     std::vector<double> kd;
     p.run(nullptr, &kd);
@@ -220,19 +220,19 @@ TEST_CASE("teacher cache: renormalize loss equals the formula of docs/distillati
 TEST_CASE("teacher cache: cached-loss gradients by finite differences in double",
           "[teacher_cache]") {
   struct Case {
-    data::CacheTail mode;
+    CacheTail mode;
     KdLoss kind;
     double tau;
     int64_t K;
   };
   const Case cases[] = {
-      {data::CacheTail::renormalize, KdLoss::forward_kl, 1.0, 4},
-      {data::CacheTail::renormalize, KdLoss::soft_ce, 2.0, 3},
-      {data::CacheTail::bucket, KdLoss::forward_kl, 1.0, 4},
-      {data::CacheTail::bucket, KdLoss::forward_kl, 2.0, 1},
-      {data::CacheTail::bucket, KdLoss::reverse_kl, 1.5, 4},
-      {data::CacheTail::bucket, KdLoss::soft_ce, 1.0, 6},
-      {data::CacheTail::bucket, KdLoss::forward_kl, 1.0, kV},
+      {CacheTail::renormalize, KdLoss::forward_kl, 1.0, 4},
+      {CacheTail::renormalize, KdLoss::soft_ce, 2.0, 3},
+      {CacheTail::bucket, KdLoss::forward_kl, 1.0, 4},
+      {CacheTail::bucket, KdLoss::forward_kl, 2.0, 1},
+      {CacheTail::bucket, KdLoss::reverse_kl, 1.5, 4},
+      {CacheTail::bucket, KdLoss::soft_ce, 1.0, 6},
+      {CacheTail::bucket, KdLoss::forward_kl, 1.0, kV},
   };
   for (const Case& c : cases) {
     SparseProblem p(c.K);
@@ -263,7 +263,7 @@ TEST_CASE("teacher cache: renormalize refuses reverse_kl", "[teacher_cache]") {
   LossSettings settings;
   settings.kd_loss = KdLoss::reverse_kl;
   settings.kd_weight = 1.f;
-  CHECK_THROWS_WITH(data::run_cached_loss(loss, student, rows, data::CacheTail::renormalize,
+  CHECK_THROWS_WITH(data::run_cached_loss(loss, student, rows, CacheTail::renormalize,
                                           tokens.data() + 1, settings, 1.f, false),
                     Contains("kd.cache_tail=bucket"));
 }
@@ -307,7 +307,7 @@ TEST_CASE("teacher cache: K = V equals the online teacher (loss and gradients)",
 
       data::CachedRows rows;
       for (int64_t w : windows) cache.append_window(w, rows);
-      for (data::CacheTail mode : {data::CacheTail::renormalize, data::CacheTail::bucket}) {
+      for (CacheTail mode : {CacheTail::renormalize, CacheTail::bucket}) {
         student.zero_grads();
         student.forward(inputs.data(), B, T, false);
         const LossSums cached =
@@ -384,7 +384,7 @@ TEST_CASE("teacher cache: the trainer trains from a cache", "[teacher_cache][tra
   Config c;
   c.model = f.student_cfg;
   c.kd.teacher_cache = f.dir.file("cache");
-  c.kd.cache_tail = "bucket";
+  c.kd.cache_tail = CacheTail::bucket;
   c.data.train = {f.shard};
   c.train.seq_len = f.T;
   c.train.steps = 3;

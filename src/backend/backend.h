@@ -244,7 +244,9 @@ class Backend {
   BackendCounters counters_;  // kept by each implementation
 };
 
-// "cpu" or "cuda"; throws when the backend is not built or no device exists.
+// Throws when the backend is not built or no device exists. The string form
+// parses a --device flag ("cpu" or "cuda").
+std::unique_ptr<Backend> make_backend(Device device, int64_t threads = 0);
 std::unique_ptr<Backend> make_backend(const std::string& device, int64_t threads = 0);
 bool cuda_available();
 

@@ -20,22 +20,23 @@ bool cuda_available() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int64_t threads) {
-  if (device == "cpu") return make_cpu_backend(threads);
-  if (device == "cuda") {
+std::unique_ptr<Backend> make_backend(Device device, int64_t threads) {
+  if (device == Device::cpu) return make_cpu_backend(threads);
 #ifdef KDTRAIN_HAVE_CUDA
-    KD_CHECK(cuda::device_present(), "train.device=cuda: no CUDA device is visible");
+  KD_CHECK(cuda::device_present(), "train.device=cuda: no CUDA device is visible");
 #ifdef KDTRAIN_HAVE_CUDA_BACKEND
-    return make_cuda_backend();
+  return make_cuda_backend();
 #else
-    fail("train.device=cuda: the CUDA training backend is not part of this build yet; "
-         "only the CUDA kernels compiled so far are (use train.device=cpu)");
+  fail("train.device=cuda: the CUDA training backend is not part of this build yet; "
+       "only the CUDA kernels compiled so far are (use train.device=cpu)");
 #endif
 #else
-    fail("train.device=cuda: this kdtrain was built without CUDA (configure with -DKDTRAIN_CUDA=ON)");
+  fail("train.device=cuda: this kdtrain was built without CUDA (configure with -DKDTRAIN_CUDA=ON)");
 #endif
-  }
-  fail("train.device: unknown device '", device, "' (expected cpu or cuda)");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int64_t threads) {
+  return make_backend(parse_choice<Device>(device), threads);
 }
 
 }  // namespace kdtrain

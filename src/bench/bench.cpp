@@ -120,8 +120,7 @@ nlohmann::json run_bench(const BenchOptions& o) {
   KD_CHECK(o.warmup >= 0, "--warmup must be >= 0, got ", o.warmup);
   KD_CHECK(T <= c.model.max_position_embeddings, "--seq-len ", T,
            " exceeds model.max_position_embeddings ", c.model.max_position_embeddings);
-  const std::string device = o.device.empty() ? c.train.device : o.device;
-  KD_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda, got ", device);
+  const Device device = o.device.empty() ? c.train.device : parse_choice<Device>(o.device);
 
   std::unique_ptr<Backend> backend = make_backend(device, c.train.threads);
   Model student(c.model, c.attention, *backend, true);
@@ -205,7 +204,7 @@ nlohmann::json run_bench(const BenchOptions& o) {
                                                       teacher.model->attention(), T)
                     : 0.0;
   const double flops_per_token = student_flops + teacher_flops;
-  const double peak = o.peak_tflops > 0 ? o.peak_tflops : (device == "cuda" ? 989.0 : 0.0);
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : (device == Device::cuda ? 989.0 : 0.0);
   const double achieved_tflops = flops_per_token * tokens_per_s / 1e12;
 
   const ParamLayout& layout = student.layout();
@@ -226,7 +225,7 @@ nlohmann::json run_bench(const BenchOptions& o) {
                      : 0.0},
   };
   mem.update(measured_memory_json(*backend));
-  if (device == "cpu") mem["peak_rss_bytes"] = peak_rss_bytes();
+  if (device == Device::cpu) mem["peak_rss_bytes"] = peak_rss_bytes();
 
   nlohmann::json r;
   r["preset"] = c.model.preset;
@@ -367,7 +366,7 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   const int64_t T = o.seq_len > 0 ? o.seq_len : c.train.seq_len;
   KD_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
   KD_CHECK(o.warmup >= 0, "--warmup must be >= 0, got ", o.warmup);
-  const std::string device = o.device.empty() ? c.train.device : o.device;
+  const Device device = o.device.empty() ? c.train.device : parse_choice<Device>(o.device);
   const int64_t H0 = c.model.num_attention_heads, D0 = c.model.head_dim;
   const int64_t group = H0 / c.model.num_key_value_heads;
   const int64_t D = o.head_dim > 0 ? o.head_dim : D0;

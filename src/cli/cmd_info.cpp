@@ -167,12 +167,12 @@ void print_presets(bool json) {
     const ModelConfig m = model_preset(p.name);
     const int64_t params = count_params(make_param_layout(m, AttentionConfig{})).total;
     if (json) {
-      list.push_back({{"name", p.name}, {"family", m.family}, {"hidden_size", m.hidden_size},
+      list.push_back({{"name", p.name}, {"family", to_string(m.family)}, {"hidden_size", m.hidden_size},
                       {"num_hidden_layers", m.num_hidden_layers}, {"num_attention_heads", m.num_attention_heads},
                       {"num_key_value_heads", m.num_key_value_heads}, {"vocab_size", m.vocab_size},
                       {"total_params", params}, {"about", p.about}});
     } else {
-      std::printf("%-13s %-6s %5lld x %-5lld %6.1fM params  %s\n", p.name.c_str(), m.family.c_str(),
+      std::printf("%-13s %-6s %5lld x %-5lld %6.1fM params  %s\n", p.name.c_str(), to_string(m.family),
                   static_cast<long long>(m.num_hidden_layers), static_cast<long long>(m.hidden_size),
                   double(params) / 1e6, p.about.c_str());
     }
@@ -269,15 +269,15 @@ void run_info(const InfoOptions& o) {
   }
 
   const ModelConfig& m = c.model;
-  std::printf("model %s (%s), attention %s\n", name.c_str(), m.family.c_str(),
+  std::printf("model %s (%s), attention %s\n", name.c_str(), to_string(m.family),
               to_string(c.attention.variant));
   std::printf("  hidden %lld, layers %lld, heads %lld, kv heads %lld, head dim %lld, MLP %lld\n",
               (long long)m.hidden_size, (long long)m.num_hidden_layers,
               (long long)m.num_attention_heads, (long long)m.num_key_value_heads,
               (long long)m.head_dim, (long long)m.intermediate_size);
   std::printf("  vocab %lld, max positions %lld, rope theta %g, rope scaling %s", (long long)m.vocab_size,
-              (long long)m.max_position_embeddings, m.rope_theta, m.rope_scaling.type.c_str());
-  if (m.rope_scaling.type == "llama3")
+              (long long)m.max_position_embeddings, m.rope_theta, to_string(m.rope_scaling.type));
+  if (m.rope_scaling.type == RopeScalingType::llama3)
     std::printf(" (factor %g, low %g, high %g, original %lld)", m.rope_scaling.factor,
                 m.rope_scaling.low_freq_factor, m.rope_scaling.high_freq_factor,
                 (long long)m.rope_scaling.original_max_position_embeddings);

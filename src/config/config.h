@@ -1,42 +1,18 @@
 // The run configuration: one struct per JSON section, fields named as the keys.
 // Precedence is CLI (--set, --attention, --preset) > config file > preset > defaults.
-// Parsing rejects unknown keys, wrong types and out-of-range values, naming the
-// key path (e.g. "optimizer.lr") and the file.
+// Each key's type, accepted values and meaning are spelled once, beside the
+// visit of its section (config_fields.h); parsing rejects unknown keys, wrong
+// types and out-of-range values, naming the key path (e.g. "optimizer.lr") and
+// the file. Every closed choice is an enum (choices.h).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "config/attention_variant.h"
+#include "config/choices.h"
 
 namespace kdtrain {
-
-enum class AlphaActivation { linear_clip, sigmoid };
-enum class KdLoss { forward_kl, reverse_kl, soft_ce };
-enum class ScheduleKind { wsd, cosine, constant };
-enum class DecayShape { linear, cosine, one_minus_sqrt };
-enum class NonFinitePolicy { stop, skip };
-enum class DistBackend { auto_select, single, mpi, nccl };
-enum class ReduceDtype { fp32, bf16 };
-
-// CLI / JSON spellings: "baseline", "sink", "affine", "gated", "affine-gated".
-const char* to_string(AttentionVariant v);
-AttentionVariant parse_attention_variant(const std::string& name);  // throws naming the choices
-const char* to_string(AlphaActivation a);
-AlphaActivation parse_alpha_activation(const std::string& name);
-const char* to_string(KdLoss k);
-KdLoss parse_kd_loss(const std::string& name);
-const char* to_string(ScheduleKind s);
-ScheduleKind parse_schedule_kind(const std::string& name);
-const char* to_string(DecayShape s);
-DecayShape parse_decay_shape(const std::string& name);
-const char* to_string(NonFinitePolicy p);
-NonFinitePolicy parse_nonfinite_policy(const std::string& name);
-const char* to_string(DistBackend b);  // "auto", "single", "mpi", "nccl"
-DistBackend parse_dist_backend(const std::string& name);
-const char* to_string(ReduceDtype d);  // "fp32", "bf16"
-ReduceDtype parse_reduce_dtype(const std::string& name);
 
 // Transitional: callers not yet holding AttentionFeatures. New code resolves
 // features_of(variant) once and reads its fields.
@@ -45,7 +21,7 @@ inline bool has_affine(AttentionVariant v) { return features_of(v).affine; }
 inline bool has_gate(AttentionVariant v) { return features_of(v).gate; }
 
 struct RopeScaling {
-  std::string type = "default";  // "default" (none) or "llama3"
+  RopeScalingType type = RopeScalingType::none;
   double factor = 8.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -56,7 +32,7 @@ struct RopeScaling {
 struct ModelConfig {
   std::string preset;        // preset the fields came from ("" when given field by field)
   std::string init;          // checkpoint directory to initialise from ("" = random init)
-  std::string family = "llama";  // "llama" or "qwen2": which HF architecture exports it
+  ModelFamily family = ModelFamily::llama;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
@@ -83,7 +59,7 @@ struct AttentionConfig {
 struct KdConfig {
   std::string teacher;  // checkpoint directory; "" = no teacher (CE only)
   std::string teacher_cache;  // precomputed top-k teacher logits directory ("" = none)
-  std::string cache_tail = "renormalize";  // "renormalize" | "bucket"
+  CacheTail cache_tail = CacheTail::renormalize;
   KdLoss loss = KdLoss::forward_kl;
   double temperature = 1.0;
   double weight = 1.0;  // loss = weight*KD + (1-weight)*CE
@@ -118,7 +94,7 @@ struct TrainConfig {
   int64_t micro_batch = 8;   // sequences per forward/backward on one rank
   int64_t seq_len = 128;
   uint64_t seed = 1234;
-  std::string device = "cpu";  // "cpu" or "cuda"
+  Device device = Device::cpu;
   NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
   int64_t max_consecutive_skips = 10;  // on_nonfinite=skip: this many skipped steps in a row stop the run
   int64_t threads = 0;  // CPU threads, 0 = all cores
@@ -178,6 +154,23 @@ nlohmann::json to_json(const Config& config);
 // of a long config needs no schedule override. Returns the notice to log ("" when
 // nothing changed).
 std::string clamp_warmup(Config& config);
+
+// One key of the config, for listings (`kdtrain config --list`).
+struct ConfigKey {
+  std::string path;            // "optimizer.lr"
+  std::string type;            // integer, number, boolean, string, choice, string list
+  std::string accepts;         // "(0, inf)", ">= 1", "wsd, cosine, constant", ...
+  nlohmann::json default_value;  // the value in a default Config
+  std::string meaning;         // one line
+};
+std::vector<ConfigKey> describe_config_keys();
+
+// The model keys a Hugging Face config.json shares with ModelConfig (every
+// integer, number and boolean key of the model section): read from `doc` where
+// present, with the config reader's type and range checks, every other key of
+// `doc` ignored; and written the same way.
+void apply_model_keys(ModelConfig& model, const nlohmann::json& doc, const std::string& source);
+nlohmann::json model_keys_json(const ModelConfig& model);
 
 // Resolves the final config: defaults, then model.preset (from the file or `preset`),
 // then the file, then overrides; then clamp_warmup (its notice is logged).

@@ -1,15 +1,15 @@
-// JSON <-> Config. Every key is read by one line below that states its type and
-// range; anything else in the document (unknown section or key, wrong type,
-// value out of range) is an error naming "<source>: <section.key>".
-#include <cmath>
-#include <fstream>
+// JSON <-> Config through the visitors of config_fields.h: JsonReader checks each
+// key's type and range as it reads it; anything else in the document (unknown
+// section or key, wrong type, value out of range) is an error naming
+// "<source>: <section.key>". JsonWriter writes every key; KeyLister lists them.
+#include <algorithm>
 #include <functional>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "config/config_fields.h"
 #include "core/error.h"
 #include "io/json_parse.h"
 
@@ -29,36 +29,59 @@ const char* type_name(const json& v) {
   return "null";
 }
 
-// Reads the keys of one JSON object. Each handler consumes its key; after all
-// handlers ran, any key left over is unknown.
-class Section {
+std::string range_text(const Range& r) {
+  std::ostringstream out;
+  out << (r.lo_open ? "(" : "[") << r.lo << ", " << r.hi << (r.hi_open ? ")" : "]");
+  return out.str();
+}
+
+bool in_range(double x, const Range& r) {
+  const bool below = r.lo_open ? !(x > r.lo) : !(x >= r.lo);
+  const bool above = r.hi_open ? !(x < r.hi) : !(x <= r.hi);
+  return std::isfinite(x) && !below && !above;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string list;
+  for (const std::string& k : items) list += (list.empty() ? "" : ", ") + k;
+  return list;
+}
+
+// The keys a section declares, in order.
+struct KeyNames {
+  std::vector<std::string> keys;
+  void integer(const char* key, int64_t&, int64_t, const char*) { keys.emplace_back(key); }
+  void seed(const char* key, uint64_t&, const char*) { keys.emplace_back(key); }
+  void number(const char* key, double&, Range, const char*) { keys.emplace_back(key); }
+  void boolean(const char* key, bool&, const char*) { keys.emplace_back(key); }
+  void text(const char* key, std::string&, const char*) { keys.emplace_back(key); }
+  template <typename E>
+  void choice(const char* key, E&, const char*) { keys.emplace_back(key); }
+  void text_list(const char* key, std::vector<std::string>&, const char*) { keys.emplace_back(key); }
+  template <typename S>
+  void section(const char* key, S&, const char*) { keys.emplace_back(key); }
+  void preset(const char* key, ModelConfig&, const char*) { keys.emplace_back(key); }
+};
+
+template <typename S>
+std::vector<std::string> keys_of(S& section) {
+  KeyNames names;
+  visit(names, section);
+  return names.keys;
+}
+
+// Reads the keys of one JSON object into a section: each key present is checked
+// and stored; after the visit, finish() refuses any key the section lacks.
+class JsonReader {
  public:
-  Section(const json& object, std::string path, std::string source)
-      : object_(object), path_(std::move(path)), source_(std::move(source)) {
+  // quote_keys: errors say "key 'name': ..." as the other config.json readers do.
+  JsonReader(const json& object, std::string path, std::string source, bool quote_keys = false)
+      : object_(object), path_(std::move(path)), source_(std::move(source)), quote_keys_(quote_keys) {
     if (!object_.is_object())
       fail(source_, ": ", path_, ": expected an object, got ", type_name(object_));
   }
 
-  [[noreturn]] void error(const std::string& key, const std::string& what) const {
-    fail(source_, ": ", path_, ".", key, ": ", what);
-  }
-
-  // Calls `handle` with the value when `key` is present.
-  void on(const std::string& key, const std::function<void(const json&)>& handle) {
-    known_.push_back(key);
-    auto it = object_.find(key);
-    if (it == object_.end()) return;
-    try {
-      handle(*it);
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      // Messages from nested readers already carry the source; others get it here.
-      if (msg.rfind(source_ + ": ", 0) == 0) throw;
-      error(key, msg);
-    }
-  }
-
-  void integer(const std::string& key, int64_t& out, int64_t min_value) {
+  void integer(const char* key, int64_t& out, int64_t min_value, const char*) {
     on(key, [&](const json& v) {
       if (!v.is_number_integer()) error(key, std::string("expected an integer, got ") + type_name(v));
       if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
@@ -69,68 +92,35 @@ class Section {
       out = x;
     });
   }
-
-  void unsigned_integer(const std::string& key, uint64_t& out) {
+  void seed(const char* key, uint64_t& out, const char*) {
     on(key, [&](const json& v) {
       if (!v.is_number_integer()) error(key, std::string("expected an integer, got ") + type_name(v));
       if (!v.is_number_unsigned()) error(key, "must be >= 0, got " + v.dump());
       out = v.get<uint64_t>();
     });
   }
-
-  // `lo`/`hi` bound the value; `lo_open`/`hi_open` exclude the bound itself.
-  void number(const std::string& key, double& out, double lo, bool lo_open, double hi,
-              bool hi_open) {
+  void number(const char* key, double& out, Range range, const char*) {
     on(key, [&](const json& v) {
       if (!v.is_number()) error(key, std::string("expected a number, got ") + type_name(v));
       const double x = v.get<double>();
-      const bool below = lo_open ? !(x > lo) : !(x >= lo);
-      const bool above = hi_open ? !(x < hi) : !(x <= hi);
-      if (!std::isfinite(x) || below || above) {
-        std::ostringstream range;
-        range << (lo_open ? "(" : "[") << lo << ", " << hi << (hi_open ? ")" : "]");
-        error(key, "must be in " + range.str() + ", got " + v.dump());
-      }
+      if (!in_range(x, range)) error(key, "must be in " + range_text(range) + ", got " + v.dump());
       out = x;
     });
   }
-
-  void boolean(const std::string& key, bool& out) {
+  void boolean(const char* key, bool& out, const char*) {
     on(key, [&](const json& v) {
       if (!v.is_boolean()) error(key, std::string("expected true or false, got ") + type_name(v));
       out = v.get<bool>();
     });
   }
-
-  // A string; `choices` (when not empty) lists the accepted values.
-  void string(const std::string& key, std::string& out, const std::vector<std::string>& choices = {}) {
-    on(key, [&](const json& v) {
-      if (!v.is_string()) error(key, std::string("expected a string, got ") + type_name(v));
-      const std::string s = v.get<std::string>();
-      if (!choices.empty()) {
-        bool ok = false;
-        std::string list;
-        for (const std::string& c : choices) {
-          ok = ok || s == c;
-          list += (list.empty() ? "" : ", ") + c;
-        }
-        if (!ok) error(key, "unknown value '" + s + "' (choices: " + list + ")");
-      }
-      out = s;
-    });
+  void text(const char* key, std::string& out, const char*) {
+    on(key, [&](const json& v) { out = string_of(key, v); });
   }
-
-  // An enum spelled as a string, parsed by `parse` (which names the choices).
   template <typename E>
-  void enumeration(const std::string& key, E& out, E (*parse)(const std::string&)) {
-    on(key, [&](const json& v) {
-      if (!v.is_string()) error(key, std::string("expected a string, got ") + type_name(v));
-      out = parse(v.get<std::string>());
-    });
+  void choice(const char* key, E& out, const char*) {
+    on(key, [&](const json& v) { out = parse_choice<E>(string_of(key, v)); });
   }
-
-  // A string or a list of strings.
-  void string_list(const std::string& key, std::vector<std::string>& out) {
+  void text_list(const char* key, std::vector<std::string>& out, const char*) {
     on(key, [&](const json& v) {
       std::vector<std::string> items;
       if (v.is_string()) {
@@ -148,263 +138,188 @@ class Section {
       out = std::move(items);
     });
   }
+  template <typename S>
+  void section(const char* key, S& out, const char*) {
+    on(key, [&](const json& v) {
+      JsonReader inner(v, path_of(key), source_);
+      visit(inner, out);
+      inner.finish(keys_of(out));
+    });
+  }
+  // An empty name keeps the model as it is.
+  void preset(const char* key, ModelConfig& m, const char*) {
+    on(key, [&](const json& v) {
+      const std::string name = string_of(key, v);
+      if (name.empty()) return;
+      const std::string init = m.init;
+      m = model_preset(name);
+      m.init = init;
+    });
+  }
 
-  // Throws on the first key no handler claimed.
-  void finish() const {
-    for (auto it = object_.begin(); it != object_.end(); ++it) {
-      bool known = false;
-      for (const std::string& k : known_) known = known || k == it.key();
-      if (!known) {
-        std::string list;
-        for (const std::string& k : known_) list += (list.empty() ? "" : ", ") + k;
-        fail(source_, ": ", path_, ".", it.key(), ": unknown key (known keys of ", path_, ": ",
-             list, ")");
-      }
+  // Throws on the first key of the object that is not in `known`.
+  void finish(const std::vector<std::string>& known) const {
+    for (auto it = object_.begin(); it != object_.end(); ++it)
+      if (std::find(known.begin(), known.end(), it.key()) == known.end())
+        fail(source_, ": ", path_of(it.key()), ": unknown key (known keys of ", path_, ": ",
+             joined(known), ")");
+  }
+
+ private:
+  [[noreturn]] void error(const std::string& key, const std::string& what) const {
+    if (quote_keys_) fail(source_, ": key '", path_of(key), "': ", what);
+    fail(source_, ": ", path_of(key), ": ", what);
+  }
+  std::string path_of(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string string_of(const std::string& key, const json& v) const {
+    if (!v.is_string()) error(key, std::string("expected a string, got ") + type_name(v));
+    return v.get<std::string>();
+  }
+  // Calls `handle` with the value when `key` is present.
+  void on(const std::string& key, const std::function<void(const json&)>& handle) {
+    auto it = object_.find(key);
+    if (it == object_.end()) return;
+    try {
+      handle(*it);
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      // Messages from nested readers already carry the source; others get it here.
+      if (msg.rfind(source_ + ": ", 0) == 0) throw;
+      error(key, msg);
     }
   }
 
-  const std::string& source() const { return source_; }
-  const std::string& path() const { return path_; }
-
- private:
   const json& object_;
   std::string path_;
   std::string source_;
-  std::vector<std::string> known_;
+  bool quote_keys_;
 };
 
-constexpr double kInf = HUGE_VAL;
+// Writes every key of a section.
+class JsonWriter {
+ public:
+  json out = json::object();
+  void integer(const char* key, int64_t& v, int64_t, const char*) { out[key] = v; }
+  void seed(const char* key, uint64_t& v, const char*) { out[key] = v; }
+  void number(const char* key, double& v, Range, const char*) { out[key] = v; }
+  void boolean(const char* key, bool& v, const char*) { out[key] = v; }
+  void text(const char* key, std::string& v, const char*) { out[key] = v; }
+  template <typename E>
+  void choice(const char* key, E& v, const char*) { out[key] = to_string(v); }
+  void text_list(const char* key, std::vector<std::string>& v, const char*) { out[key] = v; }
+  template <typename S>
+  void section(const char* key, S& v, const char*) {
+    JsonWriter inner;
+    visit(inner, v);
+    out[key] = std::move(inner.out);
+  }
+  void preset(const char* key, ModelConfig& m, const char*) { out[key] = m.preset; }
+};
 
-void read_rope_scaling(RopeScaling& r, const json& v, const std::string& source) {
-  Section s(v, "model.rope_scaling", source);
-  s.string("type", r.type, {"default", "llama3"});
-  s.number("factor", r.factor, 0.0, true, kInf, true);
-  s.number("low_freq_factor", r.low_freq_factor, 0.0, true, kInf, true);
-  s.number("high_freq_factor", r.high_freq_factor, 0.0, true, kInf, true);
-  s.integer("original_max_position_embeddings", r.original_max_position_embeddings, 1);
-  s.finish();
-}
+// Lists every key with its default (the value in the visited config).
+class KeyLister {
+ public:
+  std::vector<ConfigKey> keys;
+  void integer(const char* key, int64_t& v, int64_t min, const char* meaning) {
+    add(key, "integer", ">= " + std::to_string(min), v, meaning);
+  }
+  void seed(const char* key, uint64_t& v, const char* meaning) { add(key, "integer", ">= 0", v, meaning); }
+  void number(const char* key, double& v, Range r, const char* meaning) {
+    add(key, "number", range_text(r), v, meaning);
+  }
+  void boolean(const char* key, bool& v, const char* meaning) {
+    add(key, "boolean", "true, false", v, meaning);
+  }
+  void text(const char* key, std::string& v, const char* meaning) { add(key, "string", "", v, meaning); }
+  template <typename E>
+  void choice(const char* key, E& v, const char* meaning) {
+    add(key, "choice", joined(choice_names<E>()), to_string(v), meaning);
+  }
+  void text_list(const char* key, std::vector<std::string>& v, const char* meaning) {
+    add(key, "string list", "a string or a list of strings", v, meaning);
+  }
+  template <typename S>
+  void section(const char* key, S& v, const char*) {
+    const std::string outer = prefix_;
+    prefix_ = outer + key + ".";
+    visit(*this, v);
+    prefix_ = outer;
+  }
+  void preset(const char* key, ModelConfig& m, const char* meaning) {
+    add(key, "choice", joined(preset_names()), m.preset, meaning);
+  }
 
-void read_model(ModelConfig& m, const json& v, const std::string& source) {
-  Section s(v, "model", source);
-  // The preset comes first so the file's other model keys override it.
-  s.on("preset", [&](const json& p) {
-    if (!p.is_string()) s.error("preset", std::string("expected a string, got ") + type_name(p));
-    const std::string name = p.get<std::string>();
-    if (name.empty()) return;
-    const std::string init = m.init;
-    m = model_preset(name);
-    m.init = init;
-  });
-  s.string("init", m.init);
-  s.string("family", m.family, {"llama", "qwen2"});
-  s.integer("hidden_size", m.hidden_size, 1);
-  s.integer("intermediate_size", m.intermediate_size, 1);
-  s.integer("num_hidden_layers", m.num_hidden_layers, 1);
-  s.integer("num_attention_heads", m.num_attention_heads, 1);
-  s.integer("num_key_value_heads", m.num_key_value_heads, 1);
-  s.integer("head_dim", m.head_dim, 1);
-  s.integer("vocab_size", m.vocab_size, 1);
-  s.integer("max_position_embeddings", m.max_position_embeddings, 1);
-  s.number("rms_norm_eps", m.rms_norm_eps, 0.0, true, 1.0, true);
-  s.number("rope_theta", m.rope_theta, 0.0, true, kInf, true);
-  s.on("rope_scaling", [&](const json& r) { read_rope_scaling(m.rope_scaling, r, source); });
-  s.boolean("tie_word_embeddings", m.tie_word_embeddings);
-  s.boolean("attention_bias", m.attention_bias);
-  s.number("initializer_range", m.initializer_range, 0.0, true, kInf, true);
-  s.finish();
-}
+ private:
+  void add(const char* key, const char* type, std::string accepts, json value, const char* meaning) {
+    keys.push_back({prefix_ + key, type, std::move(accepts), std::move(value), meaning});
+  }
+  std::string prefix_;
+};
 
-void read_attention(AttentionConfig& a, const json& v, const std::string& source) {
-  Section s(v, "attention", source);
-  s.enumeration("variant", a.variant, &parse_attention_variant);
-  s.enumeration("alpha_activation", a.alpha_activation, &parse_alpha_activation);
-  s.number("alpha_momentum", a.alpha_momentum, 0.0, false, 1.0, true);
-  s.number("sink_init_std", a.sink_init_std, 0.0, false, kInf, true);
-  s.finish();
-}
+// Forwards the integer, number and boolean keys to `inner` and skips the rest:
+// the model keys a Hugging Face config.json shares with ModelConfig.
+template <typename V>
+class SharedModelKeys {
+ public:
+  explicit SharedModelKeys(V& inner) : inner_(inner) {}
+  void integer(const char* key, int64_t& v, int64_t min, const char* m) { inner_.integer(key, v, min, m); }
+  void number(const char* key, double& v, Range r, const char* m) { inner_.number(key, v, r, m); }
+  void boolean(const char* key, bool& v, const char* m) { inner_.boolean(key, v, m); }
+  void text(const char*, std::string&, const char*) {}
+  template <typename E>
+  void choice(const char*, E&, const char*) {}
+  template <typename S>
+  void section(const char*, S&, const char*) {}
+  void preset(const char*, ModelConfig&, const char*) {}
 
-void read_kd(KdConfig& k, const json& v, const std::string& source) {
-  Section s(v, "kd", source);
-  s.string("teacher", k.teacher);
-  s.string("teacher_cache", k.teacher_cache);
-  s.string("cache_tail", k.cache_tail, {"renormalize", "bucket"});
-  s.enumeration("loss", k.loss, &parse_kd_loss);
-  s.number("temperature", k.temperature, 0.0, true, kInf, true);
-  s.number("weight", k.weight, 0.0, false, 1.0, false);
-  s.integer("chunk_tokens", k.chunk_tokens, 0);
-  s.finish();
-}
-
-void read_optimizer(OptimizerConfig& o, const json& v, const std::string& source) {
-  Section s(v, "optimizer", source);
-  s.number("lr", o.lr, 0.0, true, kInf, true);
-  s.number("beta1", o.beta1, 0.0, false, 1.0, true);
-  s.number("beta2", o.beta2, 0.0, false, 1.0, true);
-  s.number("eps", o.eps, 0.0, true, kInf, true);
-  s.number("weight_decay", o.weight_decay, 0.0, false, kInf, true);
-  s.number("grad_clip", o.grad_clip, -kInf, true, kInf, true);  // <= 0 disables
-  s.finish();
-}
-
-void read_schedule(ScheduleConfig& c, const json& v, const std::string& source) {
-  Section s(v, "schedule", source);
-  s.enumeration("kind", c.kind, &parse_schedule_kind);
-  s.integer("warmup", c.warmup, 0);
-  s.number("decay_fraction", c.decay_fraction, 0.0, false, 1.0, false);
-  s.enumeration("decay_shape", c.decay_shape, &parse_decay_shape);
-  s.number("min_lr_ratio", c.min_lr_ratio, 0.0, false, 1.0, false);
-  s.finish();
-}
-
-void read_data(DataConfig& d, const json& v, const std::string& source) {
-  Section s(v, "data", source);
-  s.string_list("train", d.train);
-  s.string_list("val", d.val);
-  s.finish();
-}
-
-void read_train(TrainConfig& t, const json& v, const std::string& source) {
-  Section s(v, "train", source);
-  s.integer("steps", t.steps, 1);
-  s.integer("global_batch", t.global_batch, 1);
-  s.integer("micro_batch", t.micro_batch, 1);
-  s.integer("seq_len", t.seq_len, 1);
-  s.unsigned_integer("seed", t.seed);
-  s.string("device", t.device, {"cpu", "cuda"});
-  s.enumeration("on_nonfinite", t.on_nonfinite, &parse_nonfinite_policy);
-  s.integer("max_consecutive_skips", t.max_consecutive_skips, 1);
-  s.integer("threads", t.threads, 0);
-  s.finish();
-}
-
-void read_checkpoint(CheckpointConfig& c, const json& v, const std::string& source) {
-  Section s(v, "checkpoint", source);
-  s.integer("interval", c.interval, 0);
-  s.integer("keep", c.keep, 1);
-  s.finish();
-}
-
-void read_log(LogConfig& c, const json& v, const std::string& source) {
-  Section s(v, "log", source);
-  s.integer("interval", c.interval, 1);
-  s.finish();
-}
-
-void read_eval(EvalConfig& c, const json& v, const std::string& source) {
-  Section s(v, "eval", source);
-  s.integer("interval", c.interval, 0);
-  s.integer("batches", c.batches, 1);
-  s.finish();
-}
-
-void read_dist(DistConfig& c, const json& v, const std::string& source) {
-  Section s(v, "dist", source);
-  s.enumeration("backend", c.backend, &parse_dist_backend);
-  s.boolean("zero1", c.zero1);
-  s.number("timeout_s", c.timeout_s, 0.0, true, kInf, true);
-  s.number("bucket_mb", c.bucket_mb, 0.0, true, 4096.0, true);
-  s.boolean("overlap", c.overlap);
-  s.enumeration("reduce_dtype", c.reduce_dtype, &parse_reduce_dtype);
-  s.finish();
-}
+ private:
+  V& inner_;
+};
 
 }  // namespace
 
 void apply_json(Config& c, const json& doc, const std::string& source) {
   if (!doc.is_object()) fail(source, ": expected a JSON object at the top level, got ", type_name(doc));
-  const std::map<std::string, std::function<void(const json&)>> sections = {
-      {"model", [&](const json& v) { read_model(c.model, v, source); }},
-      {"attention", [&](const json& v) { read_attention(c.attention, v, source); }},
-      {"kd", [&](const json& v) { read_kd(c.kd, v, source); }},
-      {"optimizer", [&](const json& v) { read_optimizer(c.optimizer, v, source); }},
-      {"schedule", [&](const json& v) { read_schedule(c.schedule, v, source); }},
-      {"data", [&](const json& v) { read_data(c.data, v, source); }},
-      {"train", [&](const json& v) { read_train(c.train, v, source); }},
-      {"checkpoint", [&](const json& v) { read_checkpoint(c.checkpoint, v, source); }},
-      {"log", [&](const json& v) { read_log(c.log, v, source); }},
-      {"eval", [&](const json& v) { read_eval(c.eval, v, source); }},
-      {"dist", [&](const json& v) { read_dist(c.dist, v, source); }},
-  };
+  std::vector<std::string> sections = keys_of(c);
   for (auto it = doc.begin(); it != doc.end(); ++it) {
-    auto section = sections.find(it.key());
-    if (section == sections.end()) {
-      std::string list;
-      for (const auto& entry : sections) list += (list.empty() ? "" : ", ") + entry.first;
-      fail(source, ": ", it.key(), ": unknown section (known sections: ", list, ")");
-    }
+    if (std::find(sections.begin(), sections.end(), it.key()) != sections.end()) continue;
+    std::sort(sections.begin(), sections.end());
+    fail(source, ": ", it.key(), ": unknown section (known sections: ", joined(sections), ")");
   }
-  // Fixed order (model first) so a preset never overrides another section's keys.
-  for (const char* name : {"model", "attention", "kd", "optimizer", "schedule", "data", "train",
-                           "checkpoint", "log", "eval", "dist"}) {
-    auto it = doc.find(name);
-    if (it != doc.end()) sections.at(name)(*it);
-  }
+  JsonReader reader(doc, "", source);
+  visit(reader, c);
 }
 
 json to_json(const Config& c) {
-  const ModelConfig& m = c.model;
-  json rope = {{"type", m.rope_scaling.type},
-               {"factor", m.rope_scaling.factor},
-               {"low_freq_factor", m.rope_scaling.low_freq_factor},
-               {"high_freq_factor", m.rope_scaling.high_freq_factor},
-               {"original_max_position_embeddings", m.rope_scaling.original_max_position_embeddings}};
-  json doc;
-  doc["model"] = {{"preset", m.preset},
-                  {"init", m.init},
-                  {"family", m.family},
-                  {"hidden_size", m.hidden_size},
-                  {"intermediate_size", m.intermediate_size},
-                  {"num_hidden_layers", m.num_hidden_layers},
-                  {"num_attention_heads", m.num_attention_heads},
-                  {"num_key_value_heads", m.num_key_value_heads},
-                  {"head_dim", m.head_dim},
-                  {"vocab_size", m.vocab_size},
-                  {"max_position_embeddings", m.max_position_embeddings},
-                  {"rms_norm_eps", m.rms_norm_eps},
-                  {"rope_theta", m.rope_theta},
-                  {"rope_scaling", rope},
-                  {"tie_word_embeddings", m.tie_word_embeddings},
-                  {"attention_bias", m.attention_bias},
-                  {"initializer_range", m.initializer_range}};
-  const AttentionConfig& a = c.attention;
-  doc["attention"] = {{"variant", to_string(a.variant)},
-                      {"alpha_activation", to_string(a.alpha_activation)},
-                      {"alpha_momentum", a.alpha_momentum},
-                      {"sink_init_std", a.sink_init_std}};
-  const KdConfig& k = c.kd;
-  doc["kd"] = {{"teacher", k.teacher},         {"teacher_cache", k.teacher_cache},
-               {"cache_tail", k.cache_tail},   {"loss", to_string(k.loss)},
-               {"temperature", k.temperature}, {"weight", k.weight},
-               {"chunk_tokens", k.chunk_tokens}};
-  const OptimizerConfig& o = c.optimizer;
-  doc["optimizer"] = {{"lr", o.lr},   {"beta1", o.beta1},
-                      {"beta2", o.beta2}, {"eps", o.eps},
-                      {"weight_decay", o.weight_decay}, {"grad_clip", o.grad_clip}};
-  const ScheduleConfig& s = c.schedule;
-  doc["schedule"] = {{"kind", to_string(s.kind)},
-                     {"warmup", s.warmup},
-                     {"decay_fraction", s.decay_fraction},
-                     {"decay_shape", to_string(s.decay_shape)},
-                     {"min_lr_ratio", s.min_lr_ratio}};
-  doc["data"] = {{"train", c.data.train}, {"val", c.data.val}};
-  const TrainConfig& t = c.train;
-  doc["train"] = {{"steps", t.steps},
-                  {"global_batch", t.global_batch},
-                  {"micro_batch", t.micro_batch},
-                  {"seq_len", t.seq_len},
-                  {"seed", t.seed},
-                  {"device", t.device},
-                  {"on_nonfinite", to_string(t.on_nonfinite)},
-                  {"max_consecutive_skips", t.max_consecutive_skips},
-                  {"threads", t.threads}};
-  doc["checkpoint"] = {{"interval", c.checkpoint.interval}, {"keep", c.checkpoint.keep}};
-  doc["log"] = {{"interval", c.log.interval}};
-  doc["eval"] = {{"interval", c.eval.interval}, {"batches", c.eval.batches}};
-  doc["dist"] = {{"backend", to_string(c.dist.backend)}, {"zero1", c.dist.zero1},
-                 {"timeout_s", c.dist.timeout_s},        {"bucket_mb", c.dist.bucket_mb},
-                 {"overlap", c.dist.overlap},            {"reduce_dtype", to_string(c.dist.reduce_dtype)}};
-  return doc;
+  Config copy = c;  // the visitors take fields by reference
+  JsonWriter writer;
+  visit(writer, copy);
+  return writer.out;
+}
+
+std::vector<ConfigKey> describe_config_keys() {
+  Config defaults;
+  KeyLister lister;
+  visit(lister, defaults);
+  return lister.keys;
+}
+
+void apply_model_keys(ModelConfig& m, const json& doc, const std::string& source) {
+  if (!doc.is_object()) fail(source, ": expected a JSON object, got ", type_name(doc));
+  json present = json::object();  // null means "not given" in config.json
+  for (auto it = doc.begin(); it != doc.end(); ++it)
+    if (!it.value().is_null()) present[it.key()] = it.value();
+  JsonReader reader(present, "", source, /*quote_keys=*/true);
+  SharedModelKeys<JsonReader> keys(reader);
+  visit(keys, m);
+}
+
+json model_keys_json(const ModelConfig& m) {
+  ModelConfig copy = m;
+  JsonWriter writer;
+  SharedModelKeys<JsonWriter> keys(writer);
+  visit(keys, copy);
+  return writer.out;
 }
 
 void apply_override(Config& c, const std::string& assignment) {

@@ -15,12 +15,13 @@ namespace {
 // Llama 3: 128,256-id vocabulary, 128k context, llama3 RoPE scaling from an
 // original 8k context, no attention bias.
 ModelTraits llama3(double rope_factor, bool tied) {
-  return {"llama", 128256, 131072, 1e-5, 500000.0, {"llama3", rope_factor, 1.0, 4.0, 8192}, tied, false};
+  return {ModelFamily::llama, 128256, 131072, 1e-5, 500000.0, {RopeScalingType::llama3, rope_factor, 1.0, 4.0, 8192},
+          tied, false};
 }
 
 // Qwen1.5 ships as Qwen2ForCausalLM: multi-head attention with q/k/v bias,
 // 32k context, no RoPE scaling.
-ModelTraits qwen15(bool tied) { return {"qwen2", 151936, 32768, 1e-6, 1000000.0, RopeScaling{}, tied, true}; }
+ModelTraits qwen15(bool tied) { return {ModelFamily::qwen2, 151936, 32768, 1e-6, 1000000.0, RopeScaling{}, tied, true}; }
 
 // The tiny test presets read bytes: vocabulary 256, context 512.
 ModelTraits byte_level(ModelTraits t) {

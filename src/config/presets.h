@@ -18,7 +18,7 @@ struct LayerShape {
 
 // What the rest of a model card fixes: tokenizer, context, norms, RoPE, tying, bias.
 struct ModelTraits {
-  std::string family;  // "llama" or "qwen2"
+  ModelFamily family;
   int64_t vocab, max_position_embeddings;
   double rms_norm_eps, rope_theta;
   RopeScaling rope_scaling;

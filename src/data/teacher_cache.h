@@ -42,8 +42,6 @@ constexpr int64_t kCacheHeaderBytes = 256;
 constexpr int64_t kCacheTrailerBytes = 16;
 
 enum class CacheValueType : uint32_t { bf16 = 0, f32 = 1 };
-enum class CacheTail { renormalize, bucket };
-CacheTail parse_cache_tail(const std::string& name);  // "renormalize" | "bucket"
 
 struct CacheHeader {
   CacheValueType value_type = CacheValueType::bf16;

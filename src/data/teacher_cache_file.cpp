@@ -54,12 +54,6 @@ std::vector<uint8_t> encode_header(const CacheHeader& h) {
 
 }  // namespace
 
-CacheTail parse_cache_tail(const std::string& name) {
-  if (name == "renormalize") return CacheTail::renormalize;
-  if (name == "bucket") return CacheTail::bucket;
-  fail("kd.cache_tail: unknown mode '", name, "' (choose renormalize or bucket)");
-}
-
 int64_t CacheHeader::record_bytes() const {
   const int64_t raw = seq_len * K * (4 + value_bytes(value_type)) + seq_len * 4;
   return (raw + 7) / 8 * 8;

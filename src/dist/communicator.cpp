@@ -75,22 +75,22 @@ std::unique_ptr<Communicator> make_single_communicator() {
   return std::make_unique<SingleCommunicator>();
 }
 
-std::unique_ptr<Communicator> make_communicator(DistBackend backend, const std::string& device,
-                                               double timeout_s) {
+std::unique_ptr<Communicator> make_communicator(DistBackend backend, Device device, double timeout_s) {
   const bool launched = launched_by_mpi();
   if (backend == DistBackend::auto_select)
-    backend = !launched ? DistBackend::single : device == "cuda" ? DistBackend::nccl : DistBackend::mpi;
+    backend = !launched ? DistBackend::single : device == Device::cuda ? DistBackend::nccl : DistBackend::mpi;
   switch (backend) {
     case DistBackend::single:
       KD_CHECK(!launched, "dist.backend=single, but an MPI launcher started this process: every rank "
                           "would train alone into the same run directory; use dist.backend=auto");
       return make_single_communicator();
     case DistBackend::mpi:
-      KD_CHECK(device == "cpu", "dist.backend=mpi reduces host memory, so it needs train.device=cpu "
-                                "(train.device=", device, " takes dist.backend=nccl)");
+      KD_CHECK(device == Device::cpu, "dist.backend=mpi reduces host memory, so it needs train.device=cpu "
+                                        "(train.device=", to_string(device), " takes dist.backend=nccl)");
       break;
     case DistBackend::nccl:
-      KD_CHECK(device == "cuda", "dist.backend=nccl needs train.device=cuda (got ", device, ")");
+      KD_CHECK(device == Device::cuda, "dist.backend=nccl needs train.device=cuda (got ", to_string(device),
+               ")");
       break;
     case DistBackend::auto_select:
       break;

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
+#include "config/choices.h"
 
 namespace kdtrain::dist {
 
@@ -90,8 +90,7 @@ bool launched_by_mpi();
 // - nccl (train.device=cuda): NCCL over MPI under a launcher; without one, NCCL
 //   alone at world 1 (no MPI), so one GPU runs every NCCL call.
 // timeout_s <= 0 disables the collective watchdog.
-std::unique_ptr<Communicator> make_communicator(DistBackend backend, const std::string& device,
-                                               double timeout_s);
+std::unique_ptr<Communicator> make_communicator(DistBackend backend, Device device, double timeout_s);
 
 // Always world 1: every collective is the identity.
 std::unique_ptr<Communicator> make_single_communicator();

@@ -45,7 +45,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out.str();
 }
 
-// Typed key lookups that name the file and key on failure.
+// Typed lookups of the keys config.json does not share with ModelConfig.
 const json& require(const json& doc, const char* key, const std::string& source) {
   KD_CHECK(doc.contains(key), source, ": missing key '", key, "'");
   return doc[key];
@@ -59,11 +59,6 @@ int64_t get_int(const json& v, const char* key, const std::string& source) {
 double get_number(const json& v, const char* key, const std::string& source) {
   KD_CHECK(v.is_number(), source, ": key '", key, "' must be a number, got ", v.dump());
   return v.get<double>();
-}
-
-bool get_bool(const json& v, const char* key, const std::string& source) {
-  KD_CHECK(v.is_boolean(), source, ": key '", key, "' must be true or false, got ", v.dump());
-  return v.get<bool>();
 }
 
 std::string get_string(const json& v, const char* key, const std::string& source) {
@@ -132,44 +127,24 @@ struct WeightSet {
 }  // namespace
 
 json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
-  KD_CHECK(m.family == "llama" || m.family == "qwen2", "model.family '", m.family,
-           "' is not exportable (expected llama or qwen2)");
   json rope = nullptr;
-  if (m.rope_scaling.type == "llama3") {
+  if (m.rope_scaling.type == RopeScalingType::llama3)
     rope = {{"rope_type", "llama3"},
             {"factor", m.rope_scaling.factor},
             {"low_freq_factor", m.rope_scaling.low_freq_factor},
             {"high_freq_factor", m.rope_scaling.high_freq_factor},
             {"original_max_position_embeddings", m.rope_scaling.original_max_position_embeddings}};
-  } else {
-    KD_CHECK(m.rope_scaling.type == "default", "model.rope_scaling.type '", m.rope_scaling.type,
-             "' is not supported (expected default or llama3)");
-  }
-  const bool qwen = m.family == "qwen2";
-  json doc = {
-      {"architectures", {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", m.family},
-      {"hidden_size", m.hidden_size},
-      {"intermediate_size", m.intermediate_size},
-      {"num_hidden_layers", m.num_hidden_layers},
-      {"num_attention_heads", m.num_attention_heads},
-      {"num_key_value_heads", m.num_key_value_heads},
-      {"head_dim", m.head_dim},
-      {"vocab_size", m.vocab_size},
-      {"max_position_embeddings", m.max_position_embeddings},
-      {"rms_norm_eps", m.rms_norm_eps},
-      {"rope_theta", m.rope_theta},
-      {"rope_scaling", rope},
-      {"tie_word_embeddings", m.tie_word_embeddings},
-      {"attention_bias", m.attention_bias},
-      {"initializer_range", m.initializer_range},
-      {"hidden_act", "silu"},
-      {"torch_dtype", "float32"},
-      {"attention_variant", to_string(a.variant)},
-      {"alpha_activation", to_string(a.alpha_activation)},
-      {"alpha_momentum", a.alpha_momentum},
-      {"transformers_version", kTransformersVersion},
-  };
+  const bool qwen = m.family == ModelFamily::qwen2;
+  json doc = model_keys_json(m);  // hidden_size ... initializer_range, as ModelConfig spells them
+  doc["architectures"] = {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  doc["model_type"] = to_string(m.family);
+  doc["rope_scaling"] = rope;
+  doc["hidden_act"] = "silu";
+  doc["torch_dtype"] = "float32";
+  doc["attention_variant"] = to_string(a.variant);
+  doc["alpha_activation"] = to_string(a.alpha_activation);
+  doc["alpha_momentum"] = a.alpha_momentum;
+  doc["transformers_version"] = kTransformersVersion;
   if (a.variant != AttentionVariant::baseline) {
     // A variant is not a stock LLaMA / Qwen2: named as one, transformers would load
     // it silently without its extra tensors (sinks, alpha_proj, gate_proj). Its own
@@ -177,7 +152,7 @@ json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
     // puts beside it.
     doc["architectures"] = {kKdtrainClass};
     doc["model_type"] = "kdtrain";
-    doc["base_model_type"] = m.family;
+    doc["base_model_type"] = to_string(m.family);
     doc["auto_map"] = {{"AutoConfig", "configuration_kdtrain.KdtrainConfig"},
                        {"AutoModelForCausalLM", "modeling_kdtrain.KdtrainForCausalLM"}};
   }
@@ -198,45 +173,27 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
   // its base_model_type names the family. Architecture checks: io/hf_checkpoint.h.
   const std::string model_type = get_string(require(doc, "model_type", source), "model_type", source);
   m.family = hf_family_of(doc, model_type, source);
-  m.hidden_size = get_int(require(doc, "hidden_size", source), "hidden_size", source);
-  m.intermediate_size = get_int(require(doc, "intermediate_size", source), "intermediate_size", source);
-  m.num_hidden_layers = get_int(require(doc, "num_hidden_layers", source), "num_hidden_layers", source);
-  m.num_attention_heads =
-      get_int(require(doc, "num_attention_heads", source), "num_attention_heads", source);
-  m.vocab_size = get_int(require(doc, "vocab_size", source), "vocab_size", source);
-  m.max_position_embeddings =
-      get_int(require(doc, "max_position_embeddings", source), "max_position_embeddings", source);
-  m.rms_norm_eps = get_number(require(doc, "rms_norm_eps", source), "rms_norm_eps", source);
-  KD_CHECK(m.hidden_size > 0 && m.num_attention_heads > 0, source,
-           ": hidden_size and num_attention_heads must be positive");
-
-  // Keys HF configs may omit, with the defaults transformers applies.
+  for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                          "vocab_size", "max_position_embeddings", "rms_norm_eps"})
+    require(doc, key, source);
   auto optional = [&](const char* key) -> const json* {
     return doc.contains(key) && !doc[key].is_null() ? &doc[key] : nullptr;
   };
+  // Keys HF configs may omit get the defaults transformers applies (below);
+  // apply_model_keys reads every shared key present, with the config's checks.
+  apply_model_keys(m, doc, source);
   // transformers >= 5 nests rope_theta and the scaling in rope_parameters.
   const json* rope_parameters = optional("rope_parameters");
-  if (optional("rope_theta")) {
-    m.rope_theta = get_number(doc["rope_theta"], "rope_theta", source);
-  } else {
+  if (!optional("rope_theta")) {
     KD_CHECK(rope_parameters && rope_parameters->is_object() && rope_parameters->contains("rope_theta"),
              source, ": missing key 'rope_theta'");
     m.rope_theta = get_number((*rope_parameters)["rope_theta"], "rope_parameters.rope_theta", source);
   }
-  m.num_key_value_heads = optional("num_key_value_heads")
-                              ? get_int(doc["num_key_value_heads"], "num_key_value_heads", source)
-                              : m.num_attention_heads;
-  m.head_dim = optional("head_dim") ? get_int(doc["head_dim"], "head_dim", source)
-                                    : m.hidden_size / m.num_attention_heads;
-  m.tie_word_embeddings = optional("tie_word_embeddings")
-                              ? get_bool(doc["tie_word_embeddings"], "tie_word_embeddings", source)
-                              : false;
+  if (!optional("num_key_value_heads")) m.num_key_value_heads = m.num_attention_heads;
+  if (!optional("head_dim")) m.head_dim = m.hidden_size / m.num_attention_heads;
+  if (!optional("tie_word_embeddings")) m.tie_word_embeddings = false;
   // Qwen2 always has q/k/v biases (its HF config has no key for it).
-  m.attention_bias = optional("attention_bias")
-                         ? get_bool(doc["attention_bias"], "attention_bias", source)
-                         : m.family == "qwen2";
-  if (optional("initializer_range"))
-    m.initializer_range = get_number(doc["initializer_range"], "initializer_range", source);
+  if (!optional("attention_bias")) m.attention_bias = m.family == ModelFamily::qwen2;
   const json* rope = optional("rope_scaling");
   const char* rope_key = "rope_scaling";
   if (!rope && rope_parameters) {
@@ -251,7 +208,7 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
     const std::string where = source + " " + rope_key;
     const std::string type = get_string(require(*rope, type_key, where), type_path.c_str(), source);
     if (type == "llama3") {
-      m.rope_scaling.type = "llama3";
+      m.rope_scaling.type = RopeScalingType::llama3;
       m.rope_scaling.factor = get_number(require(*rope, "factor", where), "rope_scaling.factor", source);
       m.rope_scaling.low_freq_factor = get_number(require(*rope, "low_freq_factor", where),
                                                   "rope_scaling.low_freq_factor", source);

@@ -30,7 +30,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-std::string hf_family_of(const json& doc, const std::string& model_type, const std::string& source) {
+ModelFamily hf_family_of(const json& doc, const std::string& model_type, const std::string& source) {
   const char* expected = class_for(model_type);
   KD_CHECK(expected != nullptr, source, ": key 'model_type' is '", model_type,
            "'; supported: llama (LlamaForCausalLM), qwen2 (Qwen2ForCausalLM), kdtrain (kdtrain export)");
@@ -46,12 +46,12 @@ std::string hf_family_of(const json& doc, const std::string& model_type, const s
                expected, "; supported: LlamaForCausalLM, Qwen2ForCausalLM, KdtrainForCausalLM)");
     }
   }
-  if (model_type != "kdtrain") return model_type;
-  if (!doc.contains("base_model_type") || doc["base_model_type"].is_null()) return "llama";
+  if (model_type != "kdtrain") return parse_choice<ModelFamily>(model_type);
+  if (!doc.contains("base_model_type") || doc["base_model_type"].is_null()) return ModelFamily::llama;
   const json& base = doc["base_model_type"];
   KD_CHECK(base.is_string() && (base == "llama" || base == "qwen2"), source,
            ": key 'base_model_type' must be \"llama\" or \"qwen2\", got ", base.dump());
-  return base.get<std::string>();
+  return parse_choice<ModelFamily>(base.get<std::string>());
 }
 
 void check_hf_supported(const json& doc, const ModelConfig& m, const std::string& source) {
@@ -66,7 +66,7 @@ void check_hf_supported(const json& doc, const ModelConfig& m, const std::string
   // kdtrain's own llama-family checkpoints (they carry attention_variant) mean
   // q/k/v bias only, as their layout says.
   const bool from_transformers = !doc.contains("attention_variant");
-  if (m.family == "llama" && from_transformers && doc.value("model_type", "") == "llama")
+  if (m.family == ModelFamily::llama && from_transformers && doc.value("model_type", "") == "llama")
     KD_CHECK(!m.attention_bias, source,
              ": key 'attention_bias' is true; a LlamaForCausalLM with attention_bias also has an "
              "o_proj bias, which kdtrain does not support (Qwen2-style q/k/v bias is supported)");

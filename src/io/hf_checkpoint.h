@@ -25,10 +25,9 @@
 
 namespace kdtrain::io {
 
-// "llama" or "qwen2" for a config.json, checking model_type against
-// `architectures` (when present) and, for model_type "kdtrain", reading
-// base_model_type.
-std::string hf_family_of(const nlohmann::json& doc, const std::string& model_type,
+// The family of a config.json, checking model_type against `architectures`
+// (when present) and, for model_type "kdtrain", reading base_model_type.
+ModelFamily hf_family_of(const nlohmann::json& doc, const std::string& model_type,
                          const std::string& source);
 
 // Refuses configs whose model kdtrain would compute differently (see above).

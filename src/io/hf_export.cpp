@@ -102,8 +102,7 @@ ExportDtype parse_export_dtype(const std::string& name) {
 std::string hf_export_architecture(const ModelConfig& m, const AttentionConfig& a) {
   if (a.variant != AttentionVariant::baseline) return kKdtrain;
   // Stock LLaMA with attention_bias would also bias o_proj; Qwen2 biases q/k/v only.
-  if (m.family == "qwen2" || m.attention_bias) return kQwen2;
-  KD_CHECK(m.family == "llama", "model.family '", m.family, "' is not exportable (expected llama or qwen2)");
+  if (m.family == ModelFamily::qwen2 || m.attention_bias) return kQwen2;
   return kLlama;
 }
 
@@ -149,7 +148,7 @@ ExportSummary export_hf_checkpoint(const ExportOptions& o) {
   ExportSummary summary;
   summary.architecture = hf_export_architecture(m, a);
   summary.parameters = layout.trainable_count();
-  if (m.family == "llama" && summary.architecture == kQwen2)
+  if (m.family == ModelFamily::llama && summary.architecture == kQwen2)
     summary.notes.push_back("a llama-family model with q/k/v bias exports as Qwen2ForCausalLM "
                             "(stock LlamaForCausalLM's attention_bias also adds an o_proj bias)");
 

@@ -12,9 +12,7 @@ std::vector<double> rope_inverse_frequencies(const ModelConfig& m) {
   for (int64_t i = 0; i < half; ++i)
     inv_freq[i] = 1.0 / std::pow(m.rope_theta, static_cast<double>(2 * i) / m.head_dim);
   const RopeScaling& s = m.rope_scaling;
-  if (s.type == "default") return inv_freq;
-  KD_CHECK(s.type == "llama3", "model.rope_scaling.type: unsupported '", s.type,
-           "' (expected default or llama3)");
+  if (s.type == RopeScalingType::none) return inv_freq;
   const double two_pi = 6.283185307179586;
   const double old_len = static_cast<double>(s.original_max_position_embeddings);
   const double low_freq_wavelen = old_len / s.low_freq_factor;

@@ -185,11 +185,10 @@ class Trainer {
     if (!config_.kd.teacher_cache.empty()) {
       cache_ = std::make_unique<data::TeacherCache>(config_.kd.teacher_cache);
       cache_->require_match(*train_data_, m.vocab_size, "kd.teacher_cache");
-      cache_tail_ = data::parse_cache_tail(config_.kd.cache_tail);
       const data::CacheHeader& h = cache_->header();
       teacher_fingerprint_ = "cache:" + io::hex64(h.teacher_hash) + ",top_k=" + std::to_string(h.K) +
                              (h.value_type == data::CacheValueType::bf16 ? ",bf16" : ",f32");
-      data::check_cached_loss_kind(config_.kd.loss, cache_tail_);
+      data::check_cached_loss_kind(config_.kd.loss, config_.kd.cache_tail);
     }
 
     if (!options_.resume.empty()) {
@@ -274,7 +273,7 @@ class Trainer {
                    config_.kd.temperature, config_.kd.weight);
     if (cache_)
       spdlog::info("teacher cache: {} (top-{}, tail {}), kd.loss {}, tau {}, weight {}; validation is CE only",
-                   cache_->path(), cache_->header().K, config_.kd.cache_tail,
+                   cache_->path(), cache_->header().K, to_string(config_.kd.cache_tail),
                    to_string(config_.kd.loss), config_.kd.temperature, config_.kd.weight);
     spdlog::info("data: {} train windows of {} tokens; global batch {} = {} rank(s) x {} micro-batches of {}",
                  train_data_->num_windows(), config_.train.seq_len, config_.train.global_batch,
@@ -439,7 +438,7 @@ class Trainer {
   LossSums cached_loss(const std::vector<int64_t>& windows, const int32_t* targets, float grad_scale) {
     data::CachedRows rows;
     for (int64_t w : windows) cache_->append_window(w, rows);
-    return data::run_cached_loss(*loss_, *student_, rows, cache_tail_, targets, loss_settings(),
+    return data::run_cached_loss(*loss_, *student_, rows, config_.kd.cache_tail, targets, loss_settings(),
                                  grad_scale, true);
   }
 
@@ -559,7 +558,6 @@ class Trainer {
   std::unique_ptr<data::TokenDataset> train_data_, val_data_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<data::TeacherCache> cache_;
-  data::CacheTail cache_tail_ = data::CacheTail::renormalize;
   int64_t step_ = 0;
   int64_t skipped_ = 0;
   // Rank 0's console state: the last records for the summary, the last progress line.
