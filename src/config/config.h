@@ -155,15 +155,19 @@ nlohmann::json to_json(const Config& config);
 // nothing changed).
 std::string clamp_warmup(Config& config);
 
-// One key of the config, for listings (`kdtrain config --list`).
+// One key of the config, for listings (`kdtrain config --list`), as
+// config_fields.h declares it.
 struct ConfigKey {
   std::string path;            // "optimizer.lr"
-  std::string type;            // integer, number, boolean, string, choice, string list
+  std::string type;            // integer, number, boolean, string, choice, string list (section)
   std::string accepts;         // "(0, inf)", ">= 1", "wsd, cosine, constant", ...
   nlohmann::json default_value;  // the value in a default Config
   std::string meaning;         // one line
 };
+// Every key, nested ones as "model.rope_scaling.factor", in the order of a config file.
 std::vector<ConfigKey> describe_config_keys();
+// The top-level sections ("model", "attention", ...) in the same order, with their meaning.
+std::vector<ConfigKey> describe_config_sections();
 
 // The model keys a Hugging Face config.json shares with ModelConfig (every
 // integer, number and boolean key of the model section): read from `doc` where

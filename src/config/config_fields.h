@@ -1,9 +1,10 @@
 // Every config key, spelled once: visit(v, section) calls the visitor v once per
 // key, with the key, the field, what values it accepts and a one-line meaning.
 // The JSON reader (config_json.cpp), the JSON writer (to_json), the key listing
-// (describe_config_keys) and the checkpoint's config.json reader
-// (io/checkpoint_format.cpp) are visitors, so a key added here is read, written,
-// listed and checked everywhere at once.
+// (describe_config_keys, which `kdtrain config --list` and `train --help` print)
+// and the checkpoint's config.json reader (io/checkpoint_format.cpp) are
+// visitors, so a key added here is read, written, listed and checked everywhere
+// at once. The meaning is what `kdtrain config --list` prints: one line.
 //
 // A visitor provides:
 //   integer(key, int64_t&, min, meaning)      value >= min
@@ -38,10 +39,12 @@ constexpr Range unit_open() { return {0.0, 1.0, true, true}; }                  
 
 template <typename V>
 void visit(V& v, RopeScaling& r) {
-  v.choice("type", r.type, "RoPE frequency scaling: default (none) or llama3");
+  v.choice("type", r.type, "RoPE frequency scaling (default: none)");
   v.number("factor", r.factor, positive(), "llama3: how much the context is stretched");
-  v.number("low_freq_factor", r.low_freq_factor, positive(), "llama3: wavelengths above original/low are scaled");
-  v.number("high_freq_factor", r.high_freq_factor, positive(), "llama3: wavelengths below original/high are kept");
+  v.number("low_freq_factor", r.low_freq_factor, positive(),
+           "llama3: wavelengths above original/low_freq_factor are scaled");
+  v.number("high_freq_factor", r.high_freq_factor, positive(),
+           "llama3: wavelengths below original/high_freq_factor are kept");
   v.integer("original_max_position_embeddings", r.original_max_position_embeddings, 1,
             "llama3: context length the frequencies were trained for");
 }
@@ -49,43 +52,48 @@ void visit(V& v, RopeScaling& r) {
 template <typename V>
 void visit(V& v, ModelConfig& m) {
   // The preset comes first so the section's other keys override it.
-  v.preset("preset", m, "named architecture whose fields the other model keys override");
-  v.text("init", m.init, "checkpoint directory to initialise the weights from (empty: random init)");
-  v.choice("family", m.family, "Hugging Face architecture the model exports as");
-  v.integer("hidden_size", m.hidden_size, 1, "model width C");
-  v.integer("intermediate_size", m.intermediate_size, 1, "MLP width F");
-  v.integer("num_hidden_layers", m.num_hidden_layers, 1, "decoder layers L");
-  v.integer("num_attention_heads", m.num_attention_heads, 1, "query heads H");
-  v.integer("num_key_value_heads", m.num_key_value_heads, 1, "key/value heads (divides H)");
-  v.integer("head_dim", m.head_dim, 1, "dimension D of one head");
-  v.integer("vocab_size", m.vocab_size, 1, "vocabulary size V");
+  v.preset("preset", m, "named architecture filling the model section (\"\" = none)");
+  v.text("init", m.init, "checkpoint directory to initialise the weights from (\"\" = random init)");
+  v.choice("family", m.family, "the Hugging Face architecture used on export");
+  v.integer("hidden_size", m.hidden_size, 1, "width of the residual stream");
+  v.integer("intermediate_size", m.intermediate_size, 1, "width of the SwiGLU MLP");
+  v.integer("num_hidden_layers", m.num_hidden_layers, 1, "decoder layers");
+  v.integer("num_attention_heads", m.num_attention_heads, 1, "query heads");
+  v.integer("num_key_value_heads", m.num_key_value_heads, 1,
+            "key/value heads (grouped-query attention; divides the query heads)");
+  v.integer("head_dim", m.head_dim, 1, "dimension of one head (even)");
+  v.integer("vocab_size", m.vocab_size, 1, "rows of the embedding and the output head");
   v.integer("max_position_embeddings", m.max_position_embeddings, 1, "longest sequence the model accepts");
-  v.number("rms_norm_eps", m.rms_norm_eps, unit_open(), "epsilon inside every RMSNorm");
-  v.number("rope_theta", m.rope_theta, positive(), "RoPE base frequency");
+  v.number("rms_norm_eps", m.rms_norm_eps, unit_open(), "epsilon of RMSNorm");
+  v.number("rope_theta", m.rope_theta, positive(), "RoPE base");
   v.section("rope_scaling", m.rope_scaling, "RoPE frequency scaling (llama3 long context)");
-  v.boolean("tie_word_embeddings", m.tie_word_embeddings, "the LM head shares the embedding matrix");
+  v.boolean("tie_word_embeddings", m.tie_word_embeddings, "the output head shares the embedding matrix");
   v.boolean("attention_bias", m.attention_bias, "bias on the q/k/v projections (Qwen)");
-  v.number("initializer_range", m.initializer_range, positive(), "std of the random initial weights");
+  v.number("initializer_range", m.initializer_range, positive(),
+           "standard deviation of the random initialisation");
 }
 
 template <typename V>
 void visit(V& v, AttentionConfig& a) {
-  v.choice("variant", a.variant, "attention variant (SPEC §2)");
+  v.choice("variant", a.variant, "the attention variant (kdtrain info --variants lists them)");
   v.choice("alpha_activation", a.alpha_activation, "affine variants: how alpha is squashed");
   v.number("alpha_momentum", a.alpha_momentum, unit_right_open(),
            "affine variants: rho of the running mean alpha_ma");
-  v.number("sink_init_std", a.sink_init_std, non_negative(), "sink variant: std of the initial sink logits");
+  v.number("sink_init_std", a.sink_init_std, non_negative(),
+           "sink variant: standard deviation of the initial sinks");
 }
 
 template <typename V>
 void visit(V& v, KdConfig& k) {
-  v.text("teacher", k.teacher, "teacher checkpoint directory (empty: no teacher, CE only)");
-  v.text("teacher_cache", k.teacher_cache, "precomputed top-k teacher logits directory (empty: none)");
-  v.choice("cache_tail", k.cache_tail, "teacher cache: how the mass outside the top K is treated");
-  v.choice("loss", k.loss, "distillation loss");
-  v.number("temperature", k.temperature, positive(), "softmax temperature tau of the KD term");
-  v.number("weight", k.weight, unit_closed(), "loss = weight*KD + (1-weight)*CE");
-  v.integer("chunk_tokens", k.chunk_tokens, 0, "tokens per fused loss chunk (bounds the logits memory; 0: auto)");
+  v.text("teacher", k.teacher, "teacher checkpoint directory (\"\" = no teacher: CE only)");
+  v.text("teacher_cache", k.teacher_cache, "directory of precomputed top-k teacher logits (not with kd.teacher)");
+  v.choice("cache_tail", k.cache_tail, "teacher cache: the teacher mass outside the cached top k");
+  v.choice("loss", k.loss, "the distillation loss");
+  v.number("temperature", k.temperature, positive(),
+           "softmax temperature of teacher and student in the KD term");
+  v.number("weight", k.weight, unit_closed(), "loss = weight * KD + (1 - weight) * CE");
+  v.integer("chunk_tokens", k.chunk_tokens, 0,
+            "rows per fused loss chunk: bounds the logits memory, not the results (0 = auto)");
 }
 
 template <typename V>
@@ -93,62 +101,62 @@ void visit(V& v, OptimizerConfig& o) {
   v.number("lr", o.lr, positive(), "peak learning rate");
   v.number("beta1", o.beta1, unit_right_open(), "AdamW first-moment decay");
   v.number("beta2", o.beta2, unit_right_open(), "AdamW second-moment decay");
-  v.number("eps", o.eps, positive(), "AdamW denominator epsilon");
-  v.number("weight_decay", o.weight_decay, non_negative(), "decoupled weight decay on matrices and embeddings");
-  v.number("grad_clip", o.grad_clip, any_real(), "global gradient-norm clip (<= 0 disables)");
+  v.number("eps", o.eps, positive(), "AdamW epsilon");
+  v.number("weight_decay", o.weight_decay, non_negative(), "decoupled weight decay (matrices only)");
+  v.number("grad_clip", o.grad_clip, any_real(), "global gradient-norm clip (<= 0: none)");
 }
 
 template <typename V>
 void visit(V& v, ScheduleConfig& s) {
-  v.choice("kind", s.kind, "learning-rate schedule");
-  v.integer("warmup", s.warmup, 0, "linear warmup steps");
-  v.number("decay_fraction", s.decay_fraction, unit_closed(), "wsd: fraction of the steps spent decaying");
+  v.choice("kind", s.kind, "the learning-rate schedule after warmup");
+  v.integer("warmup", s.warmup, 0, "linear warmup steps (clamped to train.steps, with a notice)");
+  v.number("decay_fraction", s.decay_fraction, unit_closed(), "wsd: share of the steps spent decaying");
   v.choice("decay_shape", s.decay_shape, "wsd: shape of the decay");
   v.number("min_lr_ratio", s.min_lr_ratio, unit_closed(), "final learning rate as a fraction of optimizer.lr");
 }
 
 template <typename V>
 void visit(V& v, DataConfig& d) {
-  v.text_list("train", d.train, "training shards (paths or globs)");
-  v.text_list("val", d.val, "validation shards (paths or globs)");
+  v.text_list("train", d.train, "training shards: paths or globs");
+  v.text_list("val", d.val, "validation shards: paths or globs ([] = no validation)");
 }
 
 template <typename V>
 void visit(V& v, TrainConfig& t) {
-  v.integer("steps", t.steps, 1, "optimizer steps");
-  v.integer("global_batch", t.global_batch, 1, "sequences per optimizer step, all ranks together");
+  v.integer("steps", t.steps, 1, "optimizer steps of the whole run");
+  v.integer("global_batch", t.global_batch, 1, "sequences per optimizer step (all ranks)");
   v.integer("micro_batch", t.micro_batch, 1, "sequences per forward/backward on one rank");
-  v.integer("seq_len", t.seq_len, 1, "tokens per sequence");
-  v.seed("seed", t.seed, "seed of the initial weights and the data order");
-  v.choice("device", t.device, "backend the run computes on");
-  v.choice("on_nonfinite", t.on_nonfinite, "what a non-finite loss or gradient does: stop or skip the step");
+  v.integer("seq_len", t.seq_len, 1, "tokens per training sequence");
+  v.seed("seed", t.seed, "seed of initialisation and data order");
+  v.choice("device", t.device, "the backend the run computes on");
+  v.choice("on_nonfinite", t.on_nonfinite, "stop, or skip a step with a NaN/inf loss or gradient");
   v.integer("max_consecutive_skips", t.max_consecutive_skips, 1,
             "with on_nonfinite=skip: skipped steps in a row that stop the run");
-  v.integer("threads", t.threads, 0, "CPU threads (0: all cores)");
+  v.integer("threads", t.threads, 0, "CPU threads (0 = all cores)");
 }
 
 template <typename V>
 void visit(V& v, CheckpointConfig& c) {
-  v.integer("interval", c.interval, 0, "steps between checkpoints (0: only at the end)");
-  v.integer("keep", c.keep, 1, "checkpoints kept (the newest)");
+  v.integer("interval", c.interval, 0, "steps between checkpoints (0 = only at the end)");
+  v.integer("keep", c.keep, 1, "most recent checkpoints kept");
 }
 
 template <typename V>
 void visit(V& v, LogConfig& c) {
-  v.integer("interval", c.interval, 1, "steps between log lines");
+  v.integer("interval", c.interval, 1, "steps between progress lines");
 }
 
 template <typename V>
 void visit(V& v, EvalConfig& c) {
-  v.integer("interval", c.interval, 0, "steps between validation passes (0: only at the end)");
+  v.integer("interval", c.interval, 0, "steps between validation passes (0 = only at the end)");
   v.integer("batches", c.batches, 1, "validation micro-batches per pass");
 }
 
 template <typename V>
 void visit(V& v, DistConfig& c) {
-  v.choice("backend", c.backend, "the communicator: auto, single, mpi (cpu) or nccl (cuda)");
-  v.boolean("zero1", c.zero1, "shard the optimizer state across ranks (ZeRO-1)");
-  v.number("timeout_s", c.timeout_s, positive(), "a rank silent this long aborts the job (seconds)");
+  v.choice("backend", c.backend, "the communicator: mpi goes with cpu, nccl with cuda");
+  v.boolean("zero1", c.zero1, "shard the AdamW state across ranks (ZeRO-1)");
+  v.number("timeout_s", c.timeout_s, positive(), "seconds a rank may be silent before the job aborts");
   v.number("bucket_mb", c.bucket_mb, Range{0.0, 4096.0, true, true},
            "MiB of fp32 gradients per reduction bucket");
   v.boolean("overlap", c.overlap, "reduce each bucket during the backward as soon as it is final");
@@ -159,17 +167,17 @@ void visit(V& v, DistConfig& c) {
 // another section's keys.
 template <typename V>
 void visit(V& v, Config& c) {
-  v.section("model", c.model, "architecture (mirrors the Hugging Face config.json)");
-  v.section("attention", c.attention, "attention variant and its settings");
-  v.section("kd", c.kd, "knowledge distillation");
-  v.section("optimizer", c.optimizer, "AdamW");
-  v.section("schedule", c.schedule, "learning-rate schedule");
-  v.section("data", c.data, "token shards");
-  v.section("train", c.train, "the run");
-  v.section("checkpoint", c.checkpoint, "checkpoints");
-  v.section("log", c.log, "logging");
-  v.section("eval", c.eval, "validation during training");
-  v.section("dist", c.dist, "data parallelism");
+  v.section("model", c.model, "the architecture, as in a Hugging Face config.json (usually from model.preset)");
+  v.section("attention", c.attention, "the attention variant and its parameters (alpha, sinks)");
+  v.section("kd", c.kd, "the teacher (online or a top-k cache) and the distillation loss");
+  v.section("optimizer", c.optimizer, "AdamW: learning rate, betas, weight decay, gradient clipping");
+  v.section("schedule", c.schedule, "the learning-rate schedule: warmup, then wsd, cosine or constant");
+  v.section("data", c.data, "training and validation token shards (paths or globs)");
+  v.section("train", c.train, "steps, batch sizes, sequence length, seed, device, non-finite policy");
+  v.section("checkpoint", c.checkpoint, "how often checkpoints are written and how many are kept");
+  v.section("log", c.log, "how often a progress line is printed");
+  v.section("eval", c.eval, "how often validation runs and on how many batches");
+  v.section("dist", c.dist, "data parallelism: communicator, optimizer-state sharding, gradient buckets, timeout");
 }
 
 }  // namespace kdtrain

@@ -216,10 +216,11 @@ class JsonWriter {
   void preset(const char* key, ModelConfig& m, const char*) { out[key] = m.preset; }
 };
 
-// Lists every key with its default (the value in the visited config).
+// Lists every key with its default (the value in the visited config), and the
+// top-level sections.
 class KeyLister {
  public:
-  std::vector<ConfigKey> keys;
+  std::vector<ConfigKey> keys, sections;
   void integer(const char* key, int64_t& v, int64_t min, const char* meaning) {
     add(key, "integer", ">= " + std::to_string(min), v, meaning);
   }
@@ -230,23 +231,24 @@ class KeyLister {
   void boolean(const char* key, bool& v, const char* meaning) {
     add(key, "boolean", "true, false", v, meaning);
   }
-  void text(const char* key, std::string& v, const char* meaning) { add(key, "string", "", v, meaning); }
+  void text(const char* key, std::string& v, const char* meaning) { add(key, "string", "a path", v, meaning); }
   template <typename E>
   void choice(const char* key, E& v, const char* meaning) {
     add(key, "choice", joined(choice_names<E>()), to_string(v), meaning);
   }
   void text_list(const char* key, std::vector<std::string>& v, const char* meaning) {
-    add(key, "string list", "a string or a list of strings", v, meaning);
+    add(key, "string list", "paths or globs", v, meaning);
   }
   template <typename S>
-  void section(const char* key, S& v, const char*) {
+  void section(const char* key, S& v, const char* meaning) {
+    if (prefix_.empty()) sections.push_back({key, "section", "", json::object(), meaning});
     const std::string outer = prefix_;
     prefix_ = outer + key + ".";
     visit(*this, v);
     prefix_ = outer;
   }
   void preset(const char* key, ModelConfig& m, const char* meaning) {
-    add(key, "choice", joined(preset_names()), m.preset, meaning);
+    add(key, "choice", "a preset name", m.preset, meaning);
   }
 
  private:
@@ -255,6 +257,13 @@ class KeyLister {
   }
   std::string prefix_;
 };
+
+KeyLister list_config() {
+  Config defaults;
+  KeyLister lister;
+  visit(lister, defaults);
+  return lister;
+}
 
 // Forwards the integer, number and boolean keys to `inner` and skips the rest:
 // the model keys a Hugging Face config.json shares with ModelConfig.
@@ -297,12 +306,9 @@ json to_json(const Config& c) {
   return writer.out;
 }
 
-std::vector<ConfigKey> describe_config_keys() {
-  Config defaults;
-  KeyLister lister;
-  visit(lister, defaults);
-  return lister.keys;
-}
+std::vector<ConfigKey> describe_config_keys() { return list_config().keys; }
+
+std::vector<ConfigKey> describe_config_sections() { return list_config().sections; }
 
 void apply_model_keys(ModelConfig& m, const json& doc, const std::string& source) {
   if (!doc.is_object()) fail(source, ": expected a JSON object, got ", type_name(doc));
