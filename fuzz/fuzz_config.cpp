@@ -5,14 +5,14 @@
 
 #include "config/config.h"
 #include "fuzz_util.h"
-#include "io/json_parse.h"
+#include "core/json_parse.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kdtrain;
   const std::string text(reinterpret_cast<const char*>(data), size);
   fuzz::expect_only_kdtrain_errors([&] {
     Config config;
-    apply_json(config, io::parse_json(text, "fuzz"), "fuzz");
+    apply_json(config, parse_json(text, "fuzz"), "fuzz");
     validate(config);
     Config again;
     apply_json(again, to_json(config), "round trip");

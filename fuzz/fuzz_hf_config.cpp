@@ -5,7 +5,7 @@
 
 #include "fuzz_util.h"
 #include "io/checkpoint_format.h"
-#include "io/json_parse.h"
+#include "core/json_parse.h"
 #include "model/param_layout.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::expect_only_kdtrain_errors([&] {
     ModelConfig model;
     AttentionConfig attention;
-    io::parse_hf_config(io::parse_json(text, "fuzz"), "fuzz", &model, &attention);
+    io::parse_hf_config(parse_json(text, "fuzz"), "fuzz", &model, &attention);
     const ParamLayout layout = make_param_layout(model, attention);
     (void)count_params(layout);
     ModelConfig again;

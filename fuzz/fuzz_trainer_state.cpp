@@ -2,7 +2,7 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "io/json_parse.h"
+#include "core/json_parse.h"
 #include "train/trainer_state.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   fuzz::expect_only_kdtrain_errors([&] {
     TrainingState state;
-    parse_trainer_state(io::parse_json(text, "fuzz"), "fuzz", &state);
+    parse_trainer_state(parse_json(text, "fuzz"), "fuzz", &state);
     TrainingState again;
     parse_trainer_state(trainer_state_json(state, static_cast<int>(state.world_size)), "round trip", &again);
     if (again.step != state.step || again.skipped_steps != state.skipped_steps ||

@@ -13,7 +13,7 @@
 #include "config/config.h"
 #include "io/checkpoint_format.h"
 #include "io/file_util.h"
-#include "io/json_parse.h"
+#include "core/json_parse.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
 #include "model_fixtures.h"
@@ -28,24 +28,24 @@ namespace fs = std::filesystem;
 TEST_CASE("json: a repeated key is refused with its key path and both lines", "[reliability][json]") {
   SECTION("a whole section appended twice") {
     const std::string text = "{\n  \"train\": {\"steps\": 3},\n  \"model\": {},\n  \"train\": {\"steps\": 5}\n}\n";
-    require_all(error_message([&] { io::parse_json(text, "c.json"); }),
+    require_all(error_message([&] { parse_json(text, "c.json"); }),
                 {"c.json", "duplicate key 'train'", "line 4", "first at line 2"});
   }
   SECTION("a key twice inside a section, nested in a list") {
     const std::string text = R"({"a": [{"x": 1}, {"b": {"steps": 1,
 "steps": 2}}]})";
-    require_all(error_message([&] { io::parse_json(text, "s"); }),
+    require_all(error_message([&] { parse_json(text, "s"); }),
                 {"duplicate key 'a[1].b.steps'", "line 2", "first at line 1"});
   }
   SECTION("the same key in different objects is fine; values and order survive") {
-    const nlohmann::json doc = io::parse_json(R"({"a": {"k": 1}, "b": {"k": [1, {"k": 2}]}, "c": 1.5})", "s");
+    const nlohmann::json doc = parse_json(R"({"a": {"k": 1}, "b": {"k": [1, {"k": 2}]}, "c": 1.5})", "s");
     CHECK(doc["b"]["k"][1]["k"] == 2);
     CHECK(doc["c"] == 1.5);
     CHECK(doc == nlohmann::json::parse(R"({"a": {"k": 1}, "b": {"k": [1, {"k": 2}]}, "c": 1.5})"));
   }
   SECTION("syntax errors name line and column; absurd nesting is refused") {
-    require_all(error_message([&] { io::parse_json("{\n\"a\": tru}", "s"); }), {"s: invalid JSON", "line 2"});
-    require_all(error_message([&] { io::parse_json(std::string(100000, '['), "deep"); }), {"deep", "nesting"});
+    require_all(error_message([&] { parse_json("{\n\"a\": tru}", "s"); }), {"s: invalid JSON", "line 2"});
+    require_all(error_message([&] { parse_json(std::string(100000, '['), "deep"); }), {"deep", "nesting"});
   }
 }
 

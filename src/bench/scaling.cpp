@@ -192,7 +192,7 @@ nlohmann::json run_projection(const BenchOptions& options, const std::string& me
   if (measured_path.empty()) {
     setup.step = measured_step_from_report(run_bench(options), "kdtrain bench, this run");
   } else {
-    const MeasuredStep measured = measured_step_from_report(io::read_json_file(measured_path), measured_path);
+    const MeasuredStep measured = measured_step_from_report(read_json_file(measured_path), measured_path);
     const int64_t T = options.seq_len > 0 ? options.seq_len : c.train.seq_len;
     KD_CHECK(measured.seq_len == T, "--measured ", measured_path, " was measured at seq_len ", measured.seq_len,
              " but the projection is for train.seq_len ", T, "; measure at that length");

@@ -102,7 +102,7 @@ MemoryPlan device_budget(const InfoOptions& o, const Config& c, int64_t B, int64
       const std::string path = teacher + "/config.json";
       KD_CHECK(std::filesystem::exists(path), "--teacher ", teacher, ": no config.json");
       ModelConfig m;
-      io::parse_hf_config(io::read_json_file(path), path, &m, &in.teacher_attention);
+      io::parse_hf_config(read_json_file(path), path, &m, &in.teacher_attention);
       in.teacher = m;
     } else {
       in.teacher = model_preset(teacher);  // throws naming an unknown preset
@@ -126,7 +126,7 @@ Config config_from_checkpoint(const InfoOptions& o, CheckpointFacts* facts) {
   const std::string config_path = o.checkpoint + "/config.json";
   KD_CHECK(std::filesystem::exists(config_path), config_path, ": cannot open (is ", o.checkpoint,
            " a checkpoint directory?)");
-  const nlohmann::json doc = io::read_json_file(config_path);
+  const nlohmann::json doc = read_json_file(config_path);
   Config c;
   io::parse_hf_config(doc, config_path, &c.model, &c.attention);
   facts->dir = o.checkpoint;

@@ -11,7 +11,7 @@
 #include "config/config.h"
 #include "config/config_fields.h"
 #include "core/error.h"
-#include "io/json_parse.h"
+#include "core/json_parse.h"
 
 namespace kdtrain {
 
@@ -349,10 +349,10 @@ void apply_override(Config& c, const std::string& assignment) {
     if (p.empty()) fail(source, ": ", key, ": empty component in the key path");
   json value;
   std::string why;
-  const io::JsonProblem problem = io::try_parse_json(text, &value, &why);
+  const JsonProblem problem = try_parse_json(text, &value, &why);
   // Text that is not JSON is taken as a string; a JSON object with a repeated key is a mistake.
-  if (problem == io::JsonProblem::syntax) value = text;
-  else if (problem != io::JsonProblem::none) fail(source, ": ", why);
+  if (problem == JsonProblem::syntax) value = text;
+  else if (problem != JsonProblem::none) fail(source, ": ", why);
   // Build {"section": {"key": value}} (or deeper) and apply it like a file.
   json doc = value;
   for (auto it = parts.rbegin(); it != parts.rend(); ++it) doc = json{{*it, doc}};

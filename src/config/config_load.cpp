@@ -8,7 +8,7 @@
 #include "config/config.h"
 #include "config/limits.h"
 #include "core/error.h"
-#include "io/file_util.h"
+#include "core/read_file.h"
 
 namespace kdtrain {
 
@@ -75,7 +75,7 @@ Config load_config(const std::string& config_path, const std::string& preset,
     }
   }
   if (!config_path.empty()) {
-    json doc = io::read_json_file(config_path);
+    json doc = read_json_file(config_path);
     // --preset wins over the file's model.preset; the file's other model keys still apply.
     // The file's preset is still checked, so a typo there is reported even when overridden.
     if (!preset.empty() && doc.is_object() && doc.contains("model") && doc["model"].is_object()) {

@@ -32,7 +32,7 @@ std::string explain_glob_failure(const std::string& pattern, int rc) {
   const size_t wildcard = pattern.find_first_of("*?[");
   const size_t slash = pattern.rfind('/', wildcard == std::string::npos ? std::string::npos : wildcard);
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : pattern.substr(0, slash);
-  const std::string why = io::not_a_regular_file(dir);
+  const std::string why = not_a_regular_file(dir);
   if (why == "no such file or directory") return "directory " + dir + " does not exist";
   if (!why.empty() && why.rfind("is a directory", 0) != 0) return dir + " " + why;
   if (why.empty()) return dir + " is a file, not a directory";

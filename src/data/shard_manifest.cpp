@@ -21,7 +21,7 @@ std::vector<std::string> check_manifest_vocab(const std::vector<std::string>& pa
   for (const std::string& path : manifests) {
     nlohmann::json doc;
     try {
-      doc = io::read_json_file(path);
+      doc = read_json_file(path);
     } catch (const Error& e) {
       fail(key, ": ", e.what());
     }
@@ -50,11 +50,11 @@ nlohmann::json shards_manifest(const std::vector<std::string>& patterns, std::st
   const fs::path manifest = fs::path(*dirs.begin()) / "manifest.json";
   if (!fs::exists(manifest)) return nullptr;
   if (path) *path = manifest.string();
-  return io::read_json_file(manifest.string());
+  return read_json_file(manifest.string());
 }
 
 TokenBytes read_token_bytes(const std::string& path) {
-  const nlohmann::json doc = io::read_json_file(path);
+  const nlohmann::json doc = read_json_file(path);
   KD_CHECK(doc.is_object() && doc.value("format", "") == "kdtrain.token_bytes/1", path,
            ": not a bytes-per-token table (format kdtrain.token_bytes/1, scripts/token_bytes.py)");
   KD_CHECK(doc.contains("bytes") && doc["bytes"].is_array(), path, ": no \"bytes\" array");

@@ -16,7 +16,7 @@ namespace kdtrain::data {
 
 std::vector<uint32_t> read_token_ids_text(const std::string& path) {
   std::ifstream in(path);
-  KD_CHECK(in.good(), path, ": cannot open: ", io::errno_text());
+  KD_CHECK(in.good(), path, ": cannot open: ", errno_text());
   std::vector<uint32_t> ids;
   std::string word;
   while (in >> word) {
@@ -40,7 +40,7 @@ std::vector<uint32_t> read_token_ids_text(const std::string& path) {
 
 std::vector<uint32_t> read_bytes_as_tokens(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  KD_CHECK(in.good(), path, ": cannot open: ", io::errno_text());
+  KD_CHECK(in.good(), path, ": cannot open: ", errno_text());
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<uint32_t> ids(bytes.size());
   for (size_t i = 0; i < bytes.size(); ++i) ids[i] = static_cast<unsigned char>(bytes[i]);

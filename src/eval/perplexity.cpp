@@ -94,7 +94,7 @@ int64_t resolve_seq_len(int64_t given, const std::string& model_dir, const Model
   }
   const fs::path run_config = fs::path(model_dir) / "run_config.json";
   if (fs::exists(run_config)) {
-    const nlohmann::json doc = io::read_json_file(run_config.string());
+    const nlohmann::json doc = read_json_file(run_config.string());
     const nlohmann::json* t = doc.contains("train") ? &doc["train"] : nullptr;
     if (t && t->contains("seq_len") && (*t)["seq_len"].is_number_integer()) {
       const int64_t T = (*t)["seq_len"].get<int64_t>();

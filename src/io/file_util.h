@@ -1,12 +1,13 @@
 // Low-level file helpers shared by the safetensors, shard and checkpoint code:
 // a read-only memory map and an atomic single-file writer. Every error names
-// the file and the failing system call's reason (errno text).
+// the file and the failing system call's reason (errno text). Files read whole
+// (text, JSON) go through core/read_file.h, which this header brings along.
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include "core/read_file.h"
 
 namespace kdtrain::io {
 
@@ -55,35 +56,11 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
-// Why `path` cannot be read as a file, as a message fragment: "no such file or
-// directory", "is a directory, not a file", "is a FIFO (named pipe), not a regular
-// file", ...; "" when it is a regular file.
-std::string not_a_regular_file(const std::string& path);
-// Opens a regular file read-only. What is not a regular file is refused before
-// open() (a FIFO would block there forever), and the open is non-blocking with
-// the type re-checked on the descriptor, so a FIFO swapped in meanwhile cannot
-// hang it either. Returns the descriptor; throws "<path>: <why>".
-int open_regular_file(const std::string& path);
-// Reads a regular file front to back, passing each chunk to `consume`; throws
-// naming the file on a read error or when it holds more than max_bytes.
-void read_chunks(const std::string& path, size_t max_bytes,
-                 const std::function<void(const char* data, size_t n)>& consume);
-// The whole file as text; refuses files above max_bytes (a sane bound for the
-// small JSON / text files read this way).
-constexpr size_t kMaxTextFileBytes = 256u << 20;
-std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
-
-// A whole JSON file, parsed strictly (io/json_parse.h: duplicate keys refused);
-// errors name the file.
-nlohmann::json read_json_file(const std::string& path);
-
 // fsync of a directory (so renames and new entries in it are durable).
 void fsync_directory(const std::string& dir);
 // fsync of a regular file by path.
 void fsync_file(const std::string& path);
 // Parent directory of a path ("." when it has none).
 std::string parent_directory(const std::string& path);
-// strerror(errno) as a std::string, for messages.
-std::string errno_text();
 
 }  // namespace kdtrain::io

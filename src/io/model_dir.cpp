@@ -42,7 +42,7 @@ std::string latest_checkpoint(const std::string& run_dir) {
   const fs::path checkpoints = fs::path(run_dir) / "checkpoints";
   const fs::path latest = checkpoints / kLatestCheckpointFile;
   KD_CHECK(fs::exists(latest), run_dir, ": not a run directory (no checkpoints/", kLatestCheckpointFile, ")");
-  std::string name = io::read_text_file(latest.string(), 4096);
+  std::string name = read_text_file(latest.string(), 4096);
   name.erase(std::remove_if(name.begin(), name.end(),
                             [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
              name.end());

@@ -7,7 +7,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
-#include "io/json_parse.h"
+#include "core/json_parse.h"
 
 namespace kdtrain::io {
 

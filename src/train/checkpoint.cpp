@@ -296,7 +296,7 @@ TrainingState load_training_checkpoint(const std::string& path, const Config& co
   TrainingState state;
   state.directory = dir.string();
   const std::string state_path = (dir / kStateFile).string();
-  parse_trainer_state(io::read_json_file(state_path), state_path, &state);
+  parse_trainer_state(read_json_file(state_path), state_path, &state);
   int64_t dir_step = 0;
   KD_CHECK(parse_step_name(dir.filename().string(), &dir_step) && dir_step == state.step, state_path,
            ": step ", state.step, " does not match its checkpoint directory ", dir.filename().string());

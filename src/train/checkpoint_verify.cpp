@@ -42,7 +42,7 @@ int64_t verify_weights(const std::string& dir, int64_t* total) {
 }  // namespace
 
 VerifiedCheckpoint verify_checkpoint(const std::string& dir) {
-  const std::string why = io::not_a_regular_file(dir);
+  const std::string why = not_a_regular_file(dir);
   KD_CHECK(why.rfind("is a directory", 0) == 0, dir, ": ", why.empty() ? "is a file, not a checkpoint directory" : why);
   VerifiedCheckpoint v;
   v.dir = dir;
@@ -59,14 +59,14 @@ VerifiedCheckpoint verify_checkpoint(const std::string& dir) {
   if (!v.training) return v;
   const std::string state_path = (fs::path(dir) / kTrainerStateFile).string();
   TrainingState state;
-  parse_trainer_state(io::read_json_file(state_path), state_path, &state);
+  parse_trainer_state(read_json_file(state_path), state_path, &state);
   int64_t dir_step = 0;
   KD_CHECK(parse_step_name(fs::path(dir).filename().string(), &dir_step) && dir_step == state.step, state_path,
            ": step ", state.step, " does not match its checkpoint directory ", fs::path(dir).filename().string());
   v.step = state.step;
   const std::string run_config = (fs::path(dir) / "run_config.json").string();
   Config config;
-  apply_json(config, io::read_json_file(run_config), run_config);
+  apply_json(config, read_json_file(run_config), run_config);
   verify_moments(dir, total, state.step);
   return v;
 }

@@ -43,7 +43,7 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step, const nlohm
   int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC;
   if (resume_step > 0) {
     std::string text, kept;
-    if (::access(path.c_str(), F_OK) == 0) text = io::read_text_file(path, std::string::npos);
+    if (::access(path.c_str(), F_OK) == 0) text = read_text_file(path, std::string::npos);
     int64_t last_step = 0;
     bool rewrite = keep_records(text, resume_step, &kept, &last_step);
     if (pending.is_array())
@@ -61,7 +61,7 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step, const nlohm
     flags |= O_TRUNC;
   }
   fd_ = ::open(path.c_str(), flags, 0644);
-  KD_CHECK(fd_ >= 0, path, ": cannot open metrics file: ", io::errno_text());
+  KD_CHECK(fd_ >= 0, path, ": cannot open metrics file: ", errno_text());
   const off_t end = ::lseek(fd_, 0, SEEK_END);
   size_ = end > 0 ? static_cast<int64_t>(end) : 0;
 }
@@ -78,7 +78,7 @@ void MetricsLog::write(const nlohmann::json& record) {
     const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const std::string why = n == 0 ? "wrote nothing" : io::errno_text();
+      const std::string why = n == 0 ? "wrote nothing" : errno_text();
       // No torn record: cut back to the last whole one (best effort: the error below is what counts).
       const int cut = done > 0 ? ::ftruncate(fd_, static_cast<off_t>(size_)) : 0;
       (void)cut;
@@ -91,14 +91,14 @@ void MetricsLog::write(const nlohmann::json& record) {
 
 void MetricsLog::sync() {
   KD_CHECK(fd_ >= 0, path_, ": metrics file is closed");
-  KD_CHECK(::fsync(fd_) == 0, path_, ": fsync failed: ", io::errno_text());
+  KD_CHECK(::fsync(fd_) == 0, path_, ": fsync failed: ", errno_text());
 }
 
 void MetricsLog::close() {
   if (fd_ < 0) return;
   const int rc = ::close(fd_);
   fd_ = -1;
-  KD_CHECK(rc == 0, path_, ": close failed: ", io::errno_text());
+  KD_CHECK(rc == 0, path_, ": close failed: ", errno_text());
 }
 
 std::string format_duration(double seconds) {

@@ -80,7 +80,7 @@ void check_resume(const Config& now, const TrainingState& state, const ResumeCon
   const std::string where = "--resume " + ctx.checkpoint_dir;
   const fs::path run_config = fs::path(ctx.checkpoint_dir) / "run_config.json";
   Config before;
-  apply_json(before, io::read_json_file(run_config.string()), run_config.string());
+  apply_json(before, read_json_file(run_config.string()), run_config.string());
 
   // The sampler has drawn exactly step x global_batch windows of this data.
   const json& s = state.sampler;

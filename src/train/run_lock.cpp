@@ -59,7 +59,7 @@ RunLock::RunLock(const std::string& run_dir) {
   KD_CHECK(!ec, run_dir, ": cannot create the run directory: ", ec.message());
   const std::string path = (std::filesystem::path(run_dir) / kRunLockFile).string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  KD_CHECK(fd_ >= 0, path, ": cannot open the run directory's lock file: ", io::errno_text());
+  KD_CHECK(fd_ >= 0, path, ": cannot open the run directory's lock file: ", errno_text());
   int rc;
   do {
     rc = ::flock(fd_, LOCK_EX | LOCK_NB);

@@ -137,7 +137,7 @@ class Trainer {
     if (step_ == first_step + 1 || step_ == total) log_backend_report();
     // The console is a log too: when it goes to a file on a full disk, say so.
     if (std::fflush(stdout) != 0 || std::ferror(stdout))
-      return "standard output (the console log): write failed: " + io::errno_text();
+      return "standard output (the console log): write failed: " + errno_text();
     return "";
   }
 

@@ -1,4 +1,4 @@
-#include "io/json_parse.h"
+#include "core/json_parse.h"
 
 #include <iterator>
 #include <map>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace kdtrain::io {
+namespace kdtrain {
 
 using nlohmann::json;
 
@@ -180,4 +180,4 @@ json parse_json(std::string_view text, const std::string& source) {
   return doc;
 }
 
-}  // namespace kdtrain::io
+}  // namespace kdtrain

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-namespace kdtrain::io {
+namespace kdtrain {
 
 constexpr size_t kMaxJsonDepth = 128;
 
@@ -26,4 +26,4 @@ enum class JsonProblem { none, syntax, duplicate_key, too_deep };
 // (without a source prefix); *out is then unspecified.
 JsonProblem try_parse_json(std::string_view text, nlohmann::json* out, std::string* error);
 
-}  // namespace kdtrain::io
+}  // namespace kdtrain
