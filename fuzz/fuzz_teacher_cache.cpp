@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kdtrain::fuzz::expect_only_kdtrain_errors([&] {
     const TeacherCache cache(dir.string());
     const int64_t windows = cache.header().windows;
-    CachedRows rows;
+    kdtrain::CachedRows rows;
     if (windows > 0) cache.append_window(0, rows);
     if (windows > 1) cache.append_window(windows - 1, rows);
   });

@@ -14,11 +14,13 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "cli/teacher_cache_builder.h"
 #include "cpu_test_util.h"
 #include "data/shard.h"
 #include "data/shard_manifest.h"
 #include "data/teacher_cache.h"
 #include "io/checkpoint_format.h"
+#include "model/cached_teacher_loss.h"
 #include "model/init.h"
 #include "model/loss.h"
 #include "model/model.h"
@@ -59,8 +61,8 @@ struct Fixture {
     data::write_shard(shard, std::vector<uint32_t>(t.begin(), t.end()), 7);
   }
 
-  data::TeacherCacheOptions options(int64_t K, data::CacheValueType vt) const {
-    data::TeacherCacheOptions o;
+  cli::TeacherCacheOptions options(int64_t K, data::CacheValueType vt) const {
+    cli::TeacherCacheOptions o;
     o.teacher = teacher_dir;
     o.data = {shard};
     o.out = dir.file("cache");
@@ -101,7 +103,7 @@ struct SparseProblem {
   explicit SparseProblem(int64_t k) : K(k), ids(kRows * k), logp(kRows * k), tail(kRows) {
     for (int64_t r = 0; r < kRows; ++r) {
       std::vector<float> row(t.begin() + r * kV, t.begin() + (r + 1) * kV);
-      REQUIRE(data::topk_log_probs(row.data(), kV, K, ids.data() + r * K, logp.data() + r * K,
+      REQUIRE(cli::topk_log_probs(row.data(), kV, K, ids.data() + r * K, logp.data() + r * K,
                                    tail.data() + r));
     }
   }
@@ -109,11 +111,11 @@ struct SparseProblem {
   // the teacher depends on s in bucket mode and is rebuilt at every evaluation.
   double run(std::vector<double>* grad, std::vector<double>* kd_out = nullptr) const {
     std::vector<double> logits = s, dense(kRows * kV), ce(kRows), kd(kRows), h(kRows, 0.0);
-    data::dense_cached_teacher<double>(ids.data(), logp.data(), tail.data(), kRows, K, kV, mode,
+    dense_cached_teacher<double>(ids.data(), logp.data(), tail.data(), kRows, K, kV, mode,
                                        tau, s.data(), dense.data());
     // As run_cached_loss: bucket soft_ce = bucket forward_kl + tau^2 H(bucket teacher).
     const bool soft_bucket = mode == CacheTail::bucket && kind == KdLoss::soft_ce;
-    if (soft_bucket) data::bucket_teacher_entropy(logp.data(), tail.data(), kRows, K, tau, h.data());
+    if (soft_bucket) bucket_teacher_entropy(logp.data(), tail.data(), kRows, K, tau, h.data());
     cpu::loss_chunk<double>(logits.data(), dense.data(), targets.data(), ce.data(), kd.data(),
                             kRows, kV, soft_bucket ? KdLoss::forward_kl : kind, tau, 1.0, 1.0,
                             grad != nullptr);
@@ -135,7 +137,7 @@ TEST_CASE("teacher cache: top-k ids, log-probs and tail mass", "[teacher_cache]"
     std::vector<int32_t> ids(K);
     std::vector<float> logp(K);
     float tail = 0.f;
-    REQUIRE(data::topk_log_probs(zf.data(), kV, K, ids.data(), logp.data(), &tail));
+    REQUIRE(cli::topk_log_probs(zf.data(), kV, K, ids.data(), logp.data(), &tail));
     std::vector<int32_t> order(kV);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return zf[a] > zf[b]; });
@@ -152,7 +154,7 @@ TEST_CASE("teacher cache: top-k ids, log-probs and tail mass", "[teacher_cache]"
   std::vector<int32_t> ids(2);
   std::vector<float> logp(2);
   float tail;
-  CHECK_FALSE(data::topk_log_probs(zf.data(), kV, 2, ids.data(), logp.data(), &tail));
+  CHECK_FALSE(cli::topk_log_probs(zf.data(), kV, 2, ids.data(), logp.data(), &tail));
 }
 
 TEST_CASE("teacher cache: bucket loss equals the KL of the (K+1)-bucket distributions",
@@ -254,7 +256,7 @@ TEST_CASE("teacher cache: renormalize refuses reverse_kl", "[teacher_cache]") {
   student.set_params(init_params(student.layout(), f.student_cfg, f.attention, 2));
   std::vector<int32_t> tokens = testing::random_tokens(f.T + 1, f.student_cfg.vocab_size, 4);
   student.forward(tokens.data(), 1, f.T, false);
-  data::CachedRows rows;
+  CachedRows rows;
   rows.K = 1;
   rows.ids.assign(f.T, 0);
   rows.logp.assign(f.T, 0.f);
@@ -263,7 +265,7 @@ TEST_CASE("teacher cache: renormalize refuses reverse_kl", "[teacher_cache]") {
   LossSettings settings;
   settings.kd_loss = KdLoss::reverse_kl;
   settings.kd_weight = 1.f;
-  CHECK_THROWS_WITH(data::run_cached_loss(loss, student, rows, CacheTail::renormalize,
+  CHECK_THROWS_WITH(run_cached_loss(loss, student, rows, CacheTail::renormalize,
                                           tokens.data() + 1, settings, 1.f, false),
                     Contains("kd.cache_tail=bucket"));
 }
@@ -273,7 +275,7 @@ TEST_CASE("teacher cache: K = V equals the online teacher (loss and gradients)",
   Fixture f;
   const int64_t V = f.teacher_cfg.vocab_size;
   for (auto vt : {data::CacheValueType::f32, data::CacheValueType::bf16}) {
-    const data::CacheHeader h = data::build_teacher_cache(f.options(V, vt));
+    const data::CacheHeader h = cli::build_teacher_cache(f.options(V, vt));
     data::TokenDataset dataset({f.shard}, f.T, V);
     CHECK(h.windows == dataset.num_windows());
     CHECK(h.windows == 4);  // (40 - 1) / 9
@@ -305,13 +307,13 @@ TEST_CASE("teacher cache: K = V equals the online teacher (loss and gradients)",
       student.backward();
       const std::vector<float> g_online = student.get_grads();
 
-      data::CachedRows rows;
+      CachedRows rows;
       for (int64_t w : windows) cache.append_window(w, rows);
       for (CacheTail mode : {CacheTail::renormalize, CacheTail::bucket}) {
         student.zero_grads();
         student.forward(inputs.data(), B, T, false);
         const LossSums cached =
-            data::run_cached_loss(loss, student, rows, mode, targets.data(), settings, 0.01f, true);
+            run_cached_loss(loss, student, rows, mode, targets.data(), settings, 0.01f, true);
         student.backward();
         const std::vector<float> g_cached = student.get_grads();
         INFO("value type " << int(vt) << " tau " << tau << " mode " << int(mode));
@@ -327,7 +329,7 @@ TEST_CASE("teacher cache: K = V equals the online teacher (loss and gradients)",
 TEST_CASE("teacher cache: corrupt or mismatched caches are refused naming the file",
           "[teacher_cache]") {
   Fixture f;
-  const data::CacheHeader h = data::build_teacher_cache(f.options(5, data::CacheValueType::bf16));
+  const data::CacheHeader h = cli::build_teacher_cache(f.options(5, data::CacheValueType::bf16));
   const std::string path = f.dir.file("cache") + "/teacher_cache.bin";
   CHECK(fs::file_size(path) == 256 + 16 + static_cast<uint64_t>(h.windows * h.record_bytes()));
   CHECK(h.record_bytes() == (9 * 5 * 6 + 9 * 4 + 7) / 8 * 8);
@@ -380,7 +382,7 @@ TEST_CASE("teacher cache: corrupt or mismatched caches are refused naming the fi
 
 TEST_CASE("teacher cache: the trainer trains from a cache", "[teacher_cache][train]") {
   Fixture f(400);
-  data::build_teacher_cache(f.options(8, data::CacheValueType::bf16));
+  cli::build_teacher_cache(f.options(8, data::CacheValueType::bf16));
   Config c;
   c.model = f.student_cfg;
   c.kd.teacher_cache = f.dir.file("cache");

@@ -1,19 +1,19 @@
 // kdtrain teacher-cache: runs a teacher over every window of the shards (the
 // windowing of training: TokenDataset with --seq-len) and writes the top-K
 // log-probabilities per target position to <out>/teacher_cache.bin
-// (data/teacher_cache.h, docs/distillation.md). Train from it with
-// kd.teacher_cache=<out> and the same data.train and train.seq_len.
+// (data/teacher_cache.h, docs/distillation.md) through cli/teacher_cache_builder.h.
+// Train from it with kd.teacher_cache=<out> and the same data.train and train.seq_len.
 #include <cstdio>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/teacher_cache_builder.h"
 #include "core/error.h"
-#include "data/teacher_cache.h"
 
 namespace kdtrain::cli {
 
 void register_teacher_cache(CLI::App& app) {
-  auto o = std::make_shared<data::TeacherCacheOptions>();
+  auto o = std::make_shared<TeacherCacheOptions>();
   auto dtype = std::make_shared<std::string>("bf16");
   auto* command = app.add_subcommand(
       "teacher-cache", "Precompute a teacher's top-k log-probabilities for cached distillation");
@@ -32,7 +32,7 @@ void register_teacher_cache(CLI::App& app) {
   command->add_option("--threads", o->threads, "CPU threads, 0 = all cores");
   command->callback([o, dtype] {
     o->value_type = *dtype == "f32" ? data::CacheValueType::f32 : data::CacheValueType::bf16;
-    const data::CacheHeader h = data::build_teacher_cache(*o);
+    const data::CacheHeader h = build_teacher_cache(*o);
     const double bytes = 256.0 + 16.0 + static_cast<double>(h.windows) * h.record_bytes();
     std::printf("wrote %s/%s: %lld windows x %lld tokens, top-%lld of %lld, %s, %.1f MiB\n",
                 o->out.c_str(), data::kCacheFileName, static_cast<long long>(h.windows),

@@ -15,6 +15,10 @@
 //   trailer (16 bytes)  checksum (64-bit, over header + records), magic "KDTCEND\0"
 // The checksum is verified when the file is opened; any mismatch, a wrong size
 // or a bad field is refused with an error naming the file.
+//
+// This is the file format only. The loss against its rows is
+// model/cached_teacher_loss.h; `kdtrain teacher-cache` writes it
+// (cli/teacher_cache_builder.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -24,14 +28,10 @@
 #include "config/config.h"
 #include "data/dataset.h"
 #include "io/file_util.h"
+#include "model/cached_teacher_loss.h"
 
 namespace kdtrain {
-class Model;
-class Backend;
-class FusedLoss;
 struct LoadedModel;
-struct LossSettings;
-struct LossSums;
 }  // namespace kdtrain
 
 namespace kdtrain::data {
@@ -61,14 +61,6 @@ class CacheChecksum {
  private:
   uint64_t h_ = 0xcbf29ce484222325ULL;
   uint64_t bytes_ = 0;
-};
-
-// One window's rows, decoded to fp32: ids (T, K), logp (T, K), log_tail (T).
-struct CachedRows {
-  int64_t K = 0;
-  std::vector<int32_t> ids;
-  std::vector<float> logp;
-  std::vector<float> log_tail;
 };
 
 class TeacherCache {
@@ -105,61 +97,8 @@ class TeacherCacheWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-// Top-K of one row of logits (V): ids by descending logit (ties: lower id first),
-// log-probabilities log softmax(z) of those ids and log of the remaining mass.
-// Returns false (writing nothing) when a logit is not finite.
-bool topk_log_probs(const float* logits, int64_t V, int64_t K, int32_t* ids, float* logp,
-                    float* log_tail);
-
-// The dense teacher logits (n, V) that make the fused loss (backend loss_chunk,
-// which applies softmax(t / tau)) compute the cached-teacher loss exactly:
-//   renormalize: t = stored log p_T on the K ids, -inf elsewhere, so the teacher
-//     is softmax(log p_T / tau) renormalised over the K ids;
-//   bucket: the K+1 coarse teacher q = softmax over {log p_T,k / tau, log_tail / tau};
-//     t_k = tau log q_k on the K ids and, on every other id j, the tail mass spread
-//     like the student's: t_j = tau (log q_tail + log p_S,j - log P_S,tail),
-//     p_S = softmax(s / tau). Then every KD loss of the fine distributions equals
-//     the same loss of the (K+1)-bucket distributions, and the fused loss's
-//     gradient (teacher held fixed) is the exact gradient of the bucket loss.
-// student (n, V) host logits are read in bucket mode only (may be null otherwise).
-template <typename T>
-void dense_cached_teacher(const int32_t* ids, const float* logp, const float* log_tail, int64_t n,
-                          int64_t K, int64_t V, CacheTail tail, double tau, const T* student,
-                          T* out);
-
-// soft_ce in bucket mode: the fine cross-entropy against the expanded teacher is
-// not the bucket cross-entropy (it adds the student's entropy inside the tail), so
-// the fused loss runs forward_kl (same gradient) and the constant tau^2 H(q) of
-// each row's (K+1)-bucket teacher is added to its KD value. Writes it per row.
-void bucket_teacher_entropy(const float* logp, const float* log_tail, int64_t n, int64_t K,
-                            double tau, double* out);
-
-// Refuses kd.loss=reverse_kl with kd.cache_tail=renormalize (infinite: the teacher is
-// zero outside its top K).
-void check_cached_loss_kind(KdLoss kd_loss, CacheTail tail);
-
-// The fused loss against cached rows [0, N) (N = the student's tokens in batch,
-// rows in the order of the student's tokens). reverse_kl needs kd.cache_tail=bucket.
-LossSums run_cached_loss(FusedLoss& loss, Model& student, const CachedRows& rows, CacheTail tail,
-                         const int32_t* targets, const LossSettings& settings, float grad_scale,
-                         bool compute_grad);
-
-struct TeacherCacheOptions {
-  std::string teacher;                 // checkpoint directory
-  std::vector<std::string> data;       // shard paths / globs
-  std::string out;                     // output directory
-  int64_t seq_len = 0, top_k = 0, batch_size = 1;
-  int64_t chunk_tokens = 256;          // head logits rows at a time
-  CacheValueType value_type = CacheValueType::bf16;
-  std::string device = "cpu";
-  int64_t threads = 0;
-  bool progress = true;
-};
 // The teacher's fingerprint as a cache records it (CacheHeader::teacher_hash): a
 // hash of its config and weights. Training records it too (trainer_state.json).
 uint64_t teacher_hash(const LoadedModel& teacher);
-
-// Runs the teacher over every window and writes the cache; returns its header.
-CacheHeader build_teacher_cache(const TeacherCacheOptions& options);
 
 }  // namespace kdtrain::data

@@ -22,6 +22,7 @@
 #include "io/file_util.h"
 #include "io/model_dir.h"
 #include "model/attention_readback.h"
+#include "model/cached_teacher_loss.h"
 #include "model/init.h"
 #include "model/loss.h"
 #include "model/model.h"
@@ -188,7 +189,7 @@ class Trainer {
       const data::CacheHeader& h = cache_->header();
       teacher_fingerprint_ = "cache:" + io::hex64(h.teacher_hash) + ",top_k=" + std::to_string(h.K) +
                              (h.value_type == data::CacheValueType::bf16 ? ",bf16" : ",f32");
-      data::check_cached_loss_kind(config_.kd.loss, config_.kd.cache_tail);
+      check_cached_loss_kind(config_.kd.loss, config_.kd.cache_tail);
     }
 
     if (!options_.resume.empty()) {
@@ -436,10 +437,10 @@ class Trainer {
   // The fused loss against the cached teacher rows of `windows`.
   bool has_teacher() const { return teacher_ != nullptr || cache_ != nullptr; }
   LossSums cached_loss(const std::vector<int64_t>& windows, const int32_t* targets, float grad_scale) {
-    data::CachedRows rows;
+    CachedRows rows;
     for (int64_t w : windows) cache_->append_window(w, rows);
-    return data::run_cached_loss(*loss_, *student_, rows, config_.kd.cache_tail, targets, loss_settings(),
-                                 grad_scale, true);
+    return run_cached_loss(*loss_, *student_, rows, config_.kd.cache_tail, targets, loss_settings(),
+                           grad_scale, true);
   }
 
   // alpha_ma <- rho*alpha_ma + (1-rho)*mean(alpha) per (layer, head), after the update,

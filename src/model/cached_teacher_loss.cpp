@@ -1,0 +1,183 @@
+#include "model/cached_teacher_loss.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "model/model.h"
+
+namespace kdtrain {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+double logsumexp(const double* x, int64_t n) {
+  double mx = kNegInf;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  if (mx == kNegInf) return kNegInf;
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - mx);
+  return mx + std::log(s);
+}
+
+}  // namespace
+
+template <typename T>
+void dense_cached_teacher(const int32_t* ids, const float* logp, const float* log_tail, int64_t n,
+                          int64_t K, int64_t V, CacheTail tail, double tau, const T* student,
+                          T* out) {
+  KD_CHECK(tau > 0.0, "teacher cache: temperature must be positive");
+  KD_CHECK(tail == CacheTail::renormalize || student != nullptr,
+           "teacher cache: bucket mode needs the student logits");
+  {  // Validate first: exceptions must not escape the parallel region.
+    std::vector<int64_t> seen(V, -1);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t id = ids[r * K + k];
+        KD_CHECK(id >= 0 && id < V, "teacher cache: row ", r, " holds id ", id,
+                 " outside the vocabulary (", V, ")");
+        KD_CHECK(seen[id] != r, "teacher cache: row ", r, " repeats id ", id);
+        seen[id] = r;
+      }
+  }
+#pragma omp parallel
+  {
+    std::vector<char> in_topk(V);
+    std::vector<double> a(K + 1), ls(V);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; ++r) {
+      const int32_t* id = ids + r * K;
+      const float* lp = logp + r * K;
+      T* t = out + r * V;
+      std::fill(in_topk.begin(), in_topk.end(), 0);
+      for (int64_t k = 0; k < K; ++k) in_topk[id[k]] = 1;
+      if (tail == CacheTail::renormalize) {
+        // softmax(t / tau) in the loss = p_T^(1/tau) renormalised over the K ids.
+        std::fill(t, t + V, static_cast<T>(-INFINITY));
+        for (int64_t k = 0; k < K; ++k) t[id[k]] = static_cast<T>(lp[k]);
+        continue;
+      }
+      // Coarse teacher over K + 1 buckets at temperature tau.
+      for (int64_t k = 0; k < K; ++k) a[k] = static_cast<double>(lp[k]) / tau;
+      a[K] = static_cast<double>(log_tail[r]) / tau;
+      const double lse_a = logsumexp(a.data(), K + 1);
+      const double log_q_tail = a[K] - lse_a;
+      // Student log softmax(s / tau) and the log of its tail bucket.
+      const T* s = student + r * V;
+      for (int64_t j = 0; j < V; ++j) ls[j] = static_cast<double>(s[j]) / tau;
+      const double lse_s = logsumexp(ls.data(), V);
+      double mx = kNegInf;
+      for (int64_t j = 0; j < V; ++j) {
+        ls[j] -= lse_s;
+        if (!in_topk[j]) mx = std::max(mx, ls[j]);
+      }
+      double tail_sum = 0.0;
+      for (int64_t j = 0; j < V; ++j)
+        if (!in_topk[j]) tail_sum += std::exp(ls[j] - mx);
+      const double log_p_tail = mx + std::log(tail_sum);  // -inf when K = V
+      const double uniform = -std::log(static_cast<double>(std::max<int64_t>(V - K, 1)));
+      for (int64_t j = 0; j < V; ++j) {
+        if (in_topk[j]) continue;
+        double v = log_q_tail + (std::isfinite(log_p_tail) ? ls[j] - log_p_tail : uniform);
+        t[j] = static_cast<T>(tau * v);
+      }
+      for (int64_t k = 0; k < K; ++k) t[id[k]] = static_cast<T>(tau * (a[k] - lse_a));
+    }
+  }
+}
+
+template void dense_cached_teacher<float>(const int32_t*, const float*, const float*, int64_t,
+                                          int64_t, int64_t, CacheTail, double, const float*,
+                                          float*);
+template void dense_cached_teacher<double>(const int32_t*, const float*, const float*, int64_t,
+                                           int64_t, int64_t, CacheTail, double, const double*,
+                                           double*);
+
+void bucket_teacher_entropy(const float* logp, const float* log_tail, int64_t n, int64_t K,
+                            double tau, double* out) {
+  std::vector<double> a(K + 1);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t k = 0; k < K; ++k) a[k] = static_cast<double>(logp[r * K + k]) / tau;
+    a[K] = static_cast<double>(log_tail[r]) / tau;
+    const double lse = logsumexp(a.data(), K + 1);
+    double h = 0.0;
+    for (int64_t m = 0; m <= K; ++m) {
+      const double lq = a[m] - lse;
+      if (std::isfinite(lq)) h -= std::exp(lq) * lq;
+    }
+    out[r] = tau * tau * h;
+  }
+}
+
+void check_cached_loss_kind(KdLoss kd_loss, CacheTail tail) {
+  KD_CHECK(!(tail == CacheTail::renormalize && kd_loss == KdLoss::reverse_kl),
+           "kd.loss=reverse_kl with kd.teacher_cache needs kd.cache_tail=bucket: the "
+           "renormalised top-k teacher gives zero probability to the student's other tokens");
+}
+
+LossSums run_cached_loss(FusedLoss& loss, Model& student, const CachedRows& rows, CacheTail tail,
+                         const int32_t* targets, const LossSettings& settings, float grad_scale,
+                         bool compute_grad) {
+  const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size, K = rows.K;
+  KD_CHECK(static_cast<int64_t>(rows.log_tail.size()) == N &&
+               static_cast<int64_t>(rows.ids.size()) == N * K,
+           "kd.teacher_cache: ", rows.log_tail.size(), " cached rows for ", N, " student tokens");
+  check_cached_loss_kind(settings.kd_loss, tail);
+  Backend& backend = student.backend();
+  const bool f32 = backend.act_dtype() == DType::f32;
+  std::vector<float> host_teacher, host_student;
+  float* scratch = nullptr;  // (chunk, V) fp32 in backend memory, bf16 backends only
+  int64_t scratch_rows = 0;
+  const FusedLoss::TeacherChunkFn fn = [&](int64_t start, int64_t n, const void* student_logits,
+                                           void* teacher_logits) {
+    if (!f32 && n > scratch_rows) {
+      if (scratch) backend.release(scratch);
+      scratch = static_cast<float*>(backend.alloc(n * V * sizeof(float)));
+      scratch_rows = n;
+    }
+    host_teacher.resize(n * V);
+    const float* s = nullptr;
+    if (tail == CacheTail::bucket) {
+      host_student.resize(n * V);
+      if (f32) {
+        backend.to_host(host_student.data(), student_logits, n * V * sizeof(float));
+      } else {
+        backend.convert_to_f32(scratch, student_logits, n * V);
+        backend.to_host(host_student.data(), scratch, n * V * sizeof(float));
+      }
+      s = host_student.data();
+    }
+    dense_cached_teacher<float>(rows.ids.data() + start * K, rows.logp.data() + start * K,
+                                rows.log_tail.data() + start, n, K, V, tail, settings.temperature,
+                                s, host_teacher.data());
+    if (f32) {
+      backend.to_device(teacher_logits, host_teacher.data(), n * V * sizeof(float));
+    } else {
+      backend.to_device(scratch, host_teacher.data(), n * V * sizeof(float));
+      backend.convert_from_f32(teacher_logits, scratch, n * V);
+    }
+  };
+  LossSettings run_settings = settings;
+  const bool bucket_soft_ce = tail == CacheTail::bucket && settings.kd_loss == KdLoss::soft_ce;
+  if (bucket_soft_ce) run_settings.kd_loss = KdLoss::forward_kl;
+  LossSums sums;
+  try {
+    sums = loss.run(student, fn, targets, run_settings, grad_scale, compute_grad);
+  } catch (...) {
+    if (scratch) backend.release(scratch);
+    throw;
+  }
+  if (scratch) backend.release(scratch);
+  if (bucket_soft_ce) {
+    std::vector<double> h(N);
+    bucket_teacher_entropy(rows.logp.data(), rows.log_tail.data(), N, K, settings.temperature,
+                           h.data());
+    for (double v : h) sums.kd += v;
+  }
+  return sums;
+}
+
+}  // namespace kdtrain
