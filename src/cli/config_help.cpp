@@ -25,6 +25,14 @@ void flatten_into(const nlohmann::json& node, const std::string& prefix,
     flatten_into(value, prefix.empty() ? key : prefix + "." + key, out);
 }
 
+// The meaning, then the values a key accepts where they say more than its type
+// (a range, a bound, the choices); paths, booleans and the preset (listed below
+// the table) need none.
+std::string meaning_with_accepts(const ConfigKey& k) {
+  const bool informative = k.type == "integer" || k.type == "number" || k.type == "choice";
+  return informative ? k.meaning + "; accepts " + k.accepts : k.meaning;
+}
+
 }  // namespace
 
 const std::vector<HelpLine>& config_sections() {
@@ -42,18 +50,6 @@ std::vector<std::pair<std::string, nlohmann::json>> flatten_config(const nlohman
   flatten_into(doc, "", out);
   return out;
 }
-
-namespace {
-
-// The meaning, then the values a key accepts where they say more than its type
-// (a range, a bound, the choices); paths, booleans and the preset name need none.
-std::string meaning_with_accepts(const ConfigKey& k) {
-  const bool informative = (k.type == "integer" || k.type == "number" || k.type == "choice") &&
-                           k.path != "model.preset";
-  return informative ? k.meaning + "; accepts " + k.accepts : k.meaning;
-}
-
-}  // namespace
 
 std::string config_key_table() {
   const std::vector<ConfigKey> keys = describe_config_keys();

@@ -159,7 +159,7 @@ std::string clamp_warmup(Config& config);
 // config_fields.h declares it.
 struct ConfigKey {
   std::string path;            // "optimizer.lr"
-  std::string type;            // integer, number, boolean, string, choice, string list (section)
+  std::string type;            // integer, number, boolean, string, choice, string list, preset (section)
   std::string accepts;         // "(0, inf)", ">= 1", "wsd, cosine, constant", ...
   nlohmann::json default_value;  // the value in a default Config
   std::string meaning;         // one line

@@ -248,7 +248,7 @@ class KeyLister {
     prefix_ = outer;
   }
   void preset(const char* key, ModelConfig& m, const char* meaning) {
-    add(key, "choice", "a preset name", m.preset, meaning);
+    add(key, "preset", "a preset name", m.preset, meaning);
   }
 
  private:

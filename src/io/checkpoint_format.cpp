@@ -29,7 +29,6 @@ namespace {
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kWeightsFile = "model.safetensors";
 constexpr const char* kWeightsIndex = "model.safetensors.index.json";
-constexpr const char* kKdtrainClass = "KdtrainForCausalLM";
 // config.json's transformers_version: the 4.57 line whose config format this is
 // (requirements.txt pins 4.57.3, which reads it). Left out, or set to 4.57.3
 // itself, transformers 4.57.3 takes any tokenizer of over 100k tokens beside the
@@ -136,7 +135,7 @@ json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
             {"original_max_position_embeddings", m.rope_scaling.original_max_position_embeddings}};
   const bool qwen = m.family == ModelFamily::qwen2;
   json doc = model_keys_json(m);  // hidden_size ... initializer_range, as ModelConfig spells them
-  doc["architectures"] = {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  doc["architectures"] = {qwen ? kQwen2Class : kLlamaClass};
   doc["model_type"] = to_string(m.family);
   doc["rope_scaling"] = rope;
   doc["hidden_act"] = "silu";
@@ -154,7 +153,7 @@ json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
     doc["model_type"] = "kdtrain";
     doc["base_model_type"] = to_string(m.family);
     doc["auto_map"] = {{"AutoConfig", "configuration_kdtrain.KdtrainConfig"},
-                       {"AutoModelForCausalLM", "modeling_kdtrain.KdtrainForCausalLM"}};
+                       {"AutoModelForCausalLM", std::string("modeling_kdtrain.") + kKdtrainClass}};
   }
   return doc;
 }

@@ -13,9 +13,9 @@ struct Architecture {
   const char* class_name;
 };
 constexpr Architecture kArchitectures[] = {
-    {"llama", "LlamaForCausalLM"},
-    {"qwen2", "Qwen2ForCausalLM"},
-    {"kdtrain", "KdtrainForCausalLM"},
+    {"llama", kLlamaClass},
+    {"qwen2", kQwen2Class},
+    {"kdtrain", kKdtrainClass},
 };
 
 const char* class_for(const std::string& model_type) {

@@ -25,6 +25,13 @@
 
 namespace kdtrain::io {
 
+// The transformers classes a config.json's `architectures` names: the stock
+// LLaMA and Qwen2 ones, and kdtrain's own (trust_remote_code) for every variant
+// but the baseline.
+constexpr const char* kLlamaClass = "LlamaForCausalLM";
+constexpr const char* kQwen2Class = "Qwen2ForCausalLM";
+constexpr const char* kKdtrainClass = "KdtrainForCausalLM";
+
 // The family of a config.json, checking model_type against `architectures`
 // (when present) and, for model_type "kdtrain", reading base_model_type.
 ModelFamily hf_family_of(const nlohmann::json& doc, const std::string& model_type,

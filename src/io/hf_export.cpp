@@ -7,6 +7,7 @@
 #include "io/atomic_dir.h"
 #include "io/checkpoint_format.h"
 #include "io/file_util.h"
+#include "io/hf_checkpoint.h"
 #include "io/hf_modeling_sources.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
@@ -17,10 +18,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-constexpr const char* kLlama = "LlamaForCausalLM";
-constexpr const char* kQwen2 = "Qwen2ForCausalLM";
-constexpr const char* kKdtrain = "KdtrainForCausalLM";
 
 // Files a Hugging Face tokenizer directory may hold; the ones present are copied.
 constexpr const char* kTokenizerFiles[] = {
@@ -100,10 +97,10 @@ ExportDtype parse_export_dtype(const std::string& name) {
 }
 
 std::string hf_export_architecture(const ModelConfig& m, const AttentionConfig& a) {
-  if (a.variant != AttentionVariant::baseline) return kKdtrain;
+  if (a.variant != AttentionVariant::baseline) return kKdtrainClass;
   // Stock LLaMA with attention_bias would also bias o_proj; Qwen2 biases q/k/v only.
-  if (m.family == ModelFamily::qwen2 || m.attention_bias) return kQwen2;
-  return kLlama;
+  if (m.family == ModelFamily::qwen2 || m.attention_bias) return kQwen2Class;
+  return kLlamaClass;
 }
 
 json hf_export_config(const ModelConfig& m, const AttentionConfig& a, ExportDtype dtype) {
@@ -113,15 +110,15 @@ json hf_export_config(const ModelConfig& m, const AttentionConfig& a, ExportDtyp
   c["architectures"] = {arch};
   c["attention_dropout"] = 0.0;
   c["torch_dtype"] = dtype == ExportDtype::bf16 ? "bfloat16" : "float32";
-  c["use_cache"] = arch != kKdtrain;
-  if (arch != kKdtrain)
+  c["use_cache"] = arch != kKdtrainClass;
+  if (arch != kKdtrainClass)
     for (const char* key : {"attention_variant", "alpha_activation", "alpha_momentum"}) c.erase(key);
-  if (arch == kLlama) {
+  if (arch == kLlamaClass) {
     c["model_type"] = "llama";
     c["attention_bias"] = false;
     c["mlp_bias"] = false;
     c["pretraining_tp"] = 1;
-  } else if (arch == kQwen2) {
+  } else if (arch == kQwen2Class) {
     c["model_type"] = "qwen2";
     c.erase("attention_bias");
     c["use_sliding_window"] = false;
@@ -148,7 +145,7 @@ ExportSummary export_hf_checkpoint(const ExportOptions& o) {
   ExportSummary summary;
   summary.architecture = hf_export_architecture(m, a);
   summary.parameters = layout.trainable_count();
-  if (m.family == ModelFamily::llama && summary.architecture == kQwen2)
+  if (m.family == ModelFamily::llama && summary.architecture == kQwen2Class)
     summary.notes.push_back("a llama-family model with q/k/v bias exports as Qwen2ForCausalLM "
                             "(stock LlamaForCausalLM's attention_bias also adds an o_proj bias)");
 
@@ -156,7 +153,7 @@ ExportSummary export_hf_checkpoint(const ExportOptions& o) {
   // Stock Qwen2 always has q/k/v biases: a model without them gets zeros (one
   // shared zero buffer, as long as the largest of them).
   std::vector<float> zeros;
-  if (summary.architecture == kQwen2 && !m.attention_bias) {
+  if (summary.architecture == kQwen2Class && !m.attention_bias) {
     const int64_t D = m.head_dim, H = m.num_attention_heads, Hkv = m.num_key_value_heads;
     zeros.assign(static_cast<size_t>(std::max(H, Hkv) * D), 0.f);
     for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
@@ -182,7 +179,7 @@ ExportSummary export_hf_checkpoint(const ExportOptions& o) {
   summary.files.push_back("model.safetensors");
   write_text(stage.file("config.json"), hf_export_config(m, a, o.dtype).dump(2) + "\n");
   summary.files.push_back("config.json");
-  if (summary.architecture == kKdtrain) {
+  if (summary.architecture == kKdtrainClass) {
     for (const EmbeddedFile& f : hf_modeling_files()) {
       write_text(stage.file(f.name), f.text);
       summary.files.push_back(f.name);
