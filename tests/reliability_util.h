@@ -1,5 +1,6 @@
-// Helpers for the reliability tests (issue 14): expected errors, small training
-// runs through the binary, files written byte by byte.
+// Helpers for the reliability tests (issue 14): expected errors (and, through
+// test_common.h, their messages), small training runs through the binary, files
+// written byte by byte.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -12,19 +13,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/shard.h"
+#include "test_common.h"
 
 namespace kdtrain::testing {
-
-// The message of the kdtrain::Error `action` throws ("" when it does not throw).
-template <typename F>
-std::string error_message(F action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Requires every part in `message`, printing the message on failure.
 inline void require_all(const std::string& message, const std::vector<std::string>& parts) {
@@ -68,6 +59,13 @@ inline std::vector<std::string> tiny_train_args(const std::string& shard, const 
           "--set", "train.steps=" + std::to_string(steps), "--set", "schedule.warmup=1",
           "--set", "checkpoint.interval=" + std::to_string(interval), "--set", "checkpoint.keep=10",
           "--run-dir", run_dir};
+}
+
+// Overrides that make a run diverge: lr 1e30 from the first step, no clipping, so the
+// first update makes the weights overflow and every later loss is not finite.
+inline std::vector<std::string> diverging_run() {
+  return {"--set", "optimizer.lr=1e30", "--set", "optimizer.grad_clip=0",
+          "--set", "schedule.kind=constant", "--set", "schedule.warmup=0"};
 }
 
 inline std::vector<std::string> plus(std::vector<std::string> args, const std::vector<std::string>& more) {

@@ -1,10 +1,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <catch2/catch.hpp>
-
-#include "temp_dir.h"
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,11 +8,11 @@
 #include "core/error.h"
 #include "io/atomic_dir.h"
 #include "io/file_util.h"
+#include "temp_dir.h"
+#include "test_common.h"
 
 using namespace kdtrain;
 using namespace kdtrain::io;
-namespace fs = std::filesystem;
-using Catch::Matchers::Contains;
 
 namespace {
 

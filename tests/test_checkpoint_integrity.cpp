@@ -22,7 +22,6 @@
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
-namespace fs = std::filesystem;
 
 namespace {
 

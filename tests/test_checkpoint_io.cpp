@@ -1,11 +1,5 @@
 // Checkpoint directories. The config.json round trip spells the attention
 // variant through to_string/parse_attention_variant (src/config/choices.h).
-#include <unistd.h>
-
-#include <atomic>
-#include <catch2/catch.hpp>
-
-#include "temp_dir.h"
 #include <filesystem>
 #include <fstream>
 
@@ -13,11 +7,11 @@
 #include "core/error.h"
 #include "io/checkpoint_format.h"
 #include "model/param_layout.h"
+#include "temp_dir.h"
+#include "test_common.h"
 
 using namespace kdtrain;
 using namespace kdtrain::io;
-namespace fs = std::filesystem;
-using Catch::Matchers::Contains;
 
 namespace {
 

@@ -27,6 +27,7 @@
 #include "dist/mpi_communicator.h"
 #include "io/safetensors.h"
 #include "process_util.h"
+#include "temp_dir.h"
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
@@ -36,16 +37,6 @@ namespace {
 
 constexpr int64_t kSeq = 32;
 constexpr int64_t kWindows = 96;  // one epoch = 8 steps of 12 windows
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("kdtrain_dist_" + tag + "_" + std::to_string(getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 std::string find_mpirun() {
   const char* path = std::getenv("PATH");
@@ -115,6 +106,21 @@ fs::path final_checkpoint(const fs::path& run_dir) {
   std::string name = read_file((run_dir / "checkpoints" / "latest").string());
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
   return run_dir / "checkpoints" / name;
+}
+
+// The bytes of the model weights in a run's latest checkpoint.
+std::string final_weights(const fs::path& run_dir) {
+  return read_file((final_checkpoint(run_dir) / "model.safetensors").string());
+}
+
+// Two runs that agree bit for bit: as many records, each of `keys` equal in every
+// record, and the same final weights.
+void check_same_run(const fs::path& a, const fs::path& b, const std::vector<const char*>& keys) {
+  const auto x = read_jsonl(a / "metrics.jsonl"), y = read_jsonl(b / "metrics.jsonl");
+  REQUIRE(x.size() == y.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    for (const char* key : keys) CHECK(x[i][key] == y[i][key]);
+  CHECK(final_weights(a) == final_weights(b));
 }
 
 std::map<std::string, std::vector<float>> read_model(const fs::path& checkpoint) {
@@ -346,13 +352,7 @@ TEST_CASE("dist: 2, 3 and 4 ranks match one process; overlap on and off give the
       no_overlap.insert(no_overlap.end(), {"--set", "dist.overlap=false"});
       REQUIRE(run_logged(under_mpi(ranks, train_args(shard, again, 6, no_overlap)), tmp.path / "b.log", &out) == 0);
       CHECK(out.find("after the backward") != std::string::npos);
-      const auto x = read_jsonl(run / "metrics.jsonl"), y = read_jsonl(again / "metrics.jsonl");
-      REQUIRE(x.size() == y.size());
-      for (size_t i = 0; i < x.size(); ++i)
-        for (const char* key : {"loss", "kd", "ce", "grad_norm", "alpha_ma", "alpha_mean"})
-          CHECK(x[i][key] == y[i][key]);
-      CHECK(read_file((final_checkpoint(run) / "model.safetensors").string()) ==
-            read_file((final_checkpoint(again) / "model.safetensors").string()));
+      check_same_run(run, again, {"loss", "kd", "ce", "grad_norm", "alpha_ma", "alpha_mean"});
     }
   }
 
@@ -454,7 +454,6 @@ TEST_CASE("dist: one rank under mpirun, overlap on or off, is bit-exact with no 
   const std::string shard = window_shard(tmp.path);
   std::string out;
   REQUIRE(run_logged(train_args(shard, tmp.path / "plain", 4), tmp.path / "plain.log", &out) == 0);
-  const auto a = read_jsonl(tmp.path / "plain" / "metrics.jsonl");
   for (bool overlap : {true, false}) {
     const fs::path run = tmp.path / (overlap ? "mpi" : "mpi_after");
     REQUIRE(run_logged(under_mpi(1, train_args(shard, run, 4,
@@ -463,12 +462,7 @@ TEST_CASE("dist: one rank under mpirun, overlap on or off, is bit-exact with no 
                        tmp.path / "mpi.log", &out) == 0);
     INFO(out);
     CHECK(out.find("1 rank(s) over mpi") != std::string::npos);
-    const auto b = read_jsonl(run / "metrics.jsonl");
-    REQUIRE(a.size() == b.size());
-    for (size_t i = 0; i < a.size(); ++i)
-      for (const char* key : {"loss", "ce", "grad_norm", "alpha_ma"}) CHECK(a[i][key] == b[i][key]);
-    CHECK(read_file((final_checkpoint(tmp.path / "plain") / "model.safetensors").string()) ==
-          read_file((final_checkpoint(run) / "model.safetensors").string()));
+    check_same_run(tmp.path / "plain", run, {"loss", "ce", "grad_norm", "alpha_ma"});
   }
 }
 
@@ -505,12 +499,7 @@ TEST_CASE("dist: SIGTERM to one rank stops every rank at the same step, resume i
   auto args = under_mpi(3, train_args(shard, run, steps, quiet));
   args.insert(args.end(), {"--resume", run.string()});
   REQUIRE(run_logged(args, tmp.path / "resume.log", &out) == 0);
-  const auto resumed = read_jsonl(run / "metrics.jsonl"), reference = read_jsonl(full / "metrics.jsonl");
-  REQUIRE(resumed.size() == reference.size());
-  for (size_t i = 0; i < resumed.size(); ++i)
-    for (const char* key : {"loss", "ce", "grad_norm", "alpha_ma"}) CHECK(resumed[i][key] == reference[i][key]);
-  CHECK(read_file((final_checkpoint(run) / "model.safetensors").string()) ==
-        read_file((final_checkpoint(full) / "model.safetensors").string()));
+  check_same_run(run, full, {"loss", "ce", "grad_norm", "alpha_ma"});
 }
 
 TEST_CASE("dist: a NaN gradient on one rank is skipped or stops on every rank alike",

@@ -4,13 +4,9 @@
 // bits per byte from a bytes-per-token table, and checkpoint / run-directory resolution.
 #include <catch2/catch.hpp>
 
-#include "temp_dir.h"
-
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "backend/backend.h"
 #include "data/dataset.h"
@@ -22,14 +18,13 @@
 #include "model/loss.h"
 #include "model/model.h"
 #include "model_fixtures.h"
+#include "temp_dir.h"
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-using kdtrain::testing::TempDir;
 
 std::string write_tokens(const TempDir& dir, const std::string& name, int64_t n, int64_t vocab,
                          uint64_t seed) {
@@ -40,12 +35,16 @@ std::string write_tokens(const TempDir& dir, const std::string& name, int64_t n,
   return path;
 }
 
+// A test's temporary directory, the CPU backend and the llama-like test model.
+struct EvalFixture {
+  TempDir dir;
+  std::unique_ptr<Backend> backend = make_backend("cpu", 0);
+  const ModelConfig m = llama_like();
+};
+
 }  // namespace
 
-TEST_CASE("eval: zero weights give uniform logits, CE = log V and perplexity = V", "[eval]") {
-  TempDir dir;
-  auto backend = make_backend("cpu", 0);
-  const ModelConfig m = llama_like();
+TEST_CASE_METHOD(EvalFixture, "eval: zero weights give uniform logits, CE = log V and perplexity = V", "[eval]") {
   AttentionConfig attention;
   Model model(m, attention, *backend, false);
   model.set_params(std::vector<float>(model.layout().total, 0.f));
@@ -100,10 +99,7 @@ TEST_CASE("eval: equals per-window CE, for any batch size, over several shards",
   }
 }
 
-TEST_CASE("eval: bits per byte counts the bytes of exactly the scored targets", "[eval]") {
-  TempDir dir;
-  auto backend = make_backend("cpu", 0);
-  const ModelConfig m = llama_like();
+TEST_CASE_METHOD(EvalFixture, "eval: bits per byte counts the bytes of exactly the scored targets", "[eval]") {
   AttentionConfig attention;
   Model model(m, attention, *backend, false);
   model.set_params(init_params(model.layout(), m, attention, 6));
@@ -153,10 +149,7 @@ TEST_CASE("eval: the shards' manifest and the bytes-per-token table are read or 
                     Catch::Matchers::Contains("kdtrain.token_bytes/1"));
 }
 
-TEST_CASE("eval: a checkpoint or a run directory resolves to the model", "[eval]") {
-  TempDir dir;
-  auto backend = make_backend("cpu", 0);
-  const ModelConfig m = llama_like();
+TEST_CASE_METHOD(EvalFixture, "eval: a checkpoint or a run directory resolves to the model", "[eval]") {
   AttentionConfig attention;
   attention.variant = AttentionVariant::sink;
   const ParamLayout layout = make_param_layout(m, attention);
@@ -180,10 +173,7 @@ TEST_CASE("eval: a checkpoint or a run directory resolves to the model", "[eval]
                     Catch::Matchers::Contains("neither a model checkpoint"));
 }
 
-TEST_CASE("eval: bad arguments are refused", "[eval]") {
-  TempDir dir;
-  auto backend = make_backend("cpu", 0);
-  const ModelConfig m = llama_like();
+TEST_CASE_METHOD(EvalFixture, "eval: bad arguments are refused", "[eval]") {
   Model model(m, AttentionConfig{}, *backend, false);
   const std::string shard = write_tokens(dir, "a.bin", 20, m.vocab_size, 5);
   const data::TokenDataset dataset({shard}, 8, m.vocab_size);

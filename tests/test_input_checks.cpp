@@ -23,7 +23,6 @@
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
-namespace fs = std::filesystem;
 
 TEST_CASE("json: a repeated key is refused with its key path and both lines", "[reliability][json]") {
   SECTION("a whole section appended twice") {

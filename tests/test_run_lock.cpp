@@ -17,7 +17,6 @@
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
-namespace fs = std::filesystem;
 
 namespace {
 

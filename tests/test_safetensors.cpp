@@ -1,9 +1,5 @@
 #include <unistd.h>
 
-#include <atomic>
-#include <catch2/catch.hpp>
-
-#include "temp_dir.h"
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,11 +8,11 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "temp_dir.h"
+#include "test_common.h"
 
 using namespace kdtrain;
 using namespace kdtrain::io;
-namespace fs = std::filesystem;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -32,12 +28,7 @@ void write_raw(const std::string& path, const std::string& header, const std::st
 }
 
 std::string error_of(const std::string& path) {
-  try {
-    SafetensorsFile f(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_message([&] { SafetensorsFile f(path); });
 }
 
 }  // namespace

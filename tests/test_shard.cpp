@@ -1,9 +1,3 @@
-#include <unistd.h>
-
-#include <atomic>
-#include <catch2/catch.hpp>
-
-#include "temp_dir.h"
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,11 +5,11 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/shard.h"
+#include "temp_dir.h"
+#include "test_common.h"
 
 using namespace kdtrain;
 using namespace kdtrain::data;
-namespace fs = std::filesystem;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -40,12 +34,7 @@ std::vector<uint32_t> iota_tokens(size_t n, uint32_t start = 0) {
 }
 
 std::string open_error(const std::string& path) {
-  try {
-    TokenShard s(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_message([&] { TokenShard s(path); });
 }
 
 }  // namespace

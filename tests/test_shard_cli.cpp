@@ -1,25 +1,17 @@
 // `kdtrain data` through CLI11 and the helpers behind it.
-#include <unistd.h>
-
-#include <atomic>
-#include <catch2/catch.hpp>
-
-#include "temp_dir.h"
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "cli/commands.h"
 #include "data/shard.h"
 #include "data/shard_tools.h"
-
+#include "temp_dir.h"
+#include "test_common.h"
 
 using namespace kdtrain;
 using namespace kdtrain::data;
-namespace fs = std::filesystem;
-using Catch::Matchers::Contains;
 
 namespace {
 

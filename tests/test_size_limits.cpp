@@ -17,7 +17,6 @@
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
-namespace fs = std::filesystem;
 
 TEST_CASE("limits: the red team's init with a 2.7e18 hidden size is refused, not a segfault", "[reliability][limits]") {
   TempDir tmp("init_overflow");
@@ -117,10 +116,8 @@ TEST_CASE("validate before writing: what a config gets wrong is refused before t
 TEST_CASE("on_nonfinite=skip: a run that skips step after step stops with an error", "[reliability][nonfinite]") {
   TempDir tmp("skiplimit");
   const std::string shard = text_shard(tmp.path, "train.bin", 20000, 2);
-  // lr 1e30 without clipping: after the first update every step is non-finite.
-  const std::vector<std::string> diverge = {"--set", "optimizer.lr=1e30", "--set", "optimizer.grad_clip=0",
-                                            "--set", "schedule.kind=constant", "--set", "schedule.warmup=0",
-                                            "--set", "train.on_nonfinite=skip"};
+  // After the first update every step is non-finite.
+  const std::vector<std::string> diverge = plus(diverging_run(), {"--set", "train.on_nonfinite=skip"});
   SECTION("the default limit") {
     const fs::path run_dir = tmp.path / "default";
     std::string out;

@@ -4,8 +4,6 @@
 // bad shards stop the run before step 0, and non-finite steps never reach the weights.
 #include <catch2/catch.hpp>
 
-#include "temp_dir.h"
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,14 +12,12 @@
 #include "data/shard.h"
 #include "process_util.h"
 #include "reliability_util.h"
+#include "temp_dir.h"
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
-namespace fs = std::filesystem;
 
 namespace {
-
-using kdtrain::testing::TempDir;
 
 std::vector<std::string> base_args(const std::string& train, const std::string& run_dir) {
   return {KDTRAIN_BINARY, "train", "--preset", "tiny-llama", "--attention", "affine",
@@ -216,11 +212,8 @@ TEST_CASE("train e2e: bad shards stop the run before step 0, naming the file", "
 TEST_CASE("train e2e: a non-finite step never reaches the weights", "[train][e2e][nonfinite]") {
   TempDir tmp("nonfinite");
   const std::string shard = text_shard(tmp.path, "train.bin", 20000, 8);
-  // lr 1e30 without clipping: the first update makes the weights overflow,
-  // so the next step's loss is not finite.
-  const std::vector<std::string> diverge = {"--set", "optimizer.lr=1e30", "--set", "optimizer.grad_clip=0",
-                                            "--set", "checkpoint.interval=1", "--set", "schedule.kind=constant",
-                                            "--set", "schedule.warmup=0"};
+  // The first update makes the weights overflow, so the next step's loss is not finite.
+  const std::vector<std::string> diverge = plus(diverging_run(), {"--set", "checkpoint.interval=1"});
   SECTION("stop (default): non-zero exit, clear message, last checkpoint intact") {
     const fs::path run_dir = tmp.path / "stop";
     std::string out;
