@@ -37,24 +37,14 @@ class RecordingTransport final : public dist::BucketTransport {
   Log& log_;
 };
 
-class RecordingCommunicator final : public dist::Communicator {
+class RecordingCommunicator final : public dist::SingleCommunicator {
  public:
   Log log;
   std::string name() const override { return "recording"; }
-  int rank() const override { return 0; }
-  int world() const override { return 1; }
-  int local_rank() const override { return 0; }
-  int local_world() const override { return 1; }
   bool distributed() const override { return true; }
-  void barrier() override {}
   std::unique_ptr<dist::BucketTransport> make_bucket_transport(float*, int64_t, bool, void*) override {
     return std::make_unique<RecordingTransport>(log);
   }
-  void all_gather(float*, int64_t) override {}
-  void all_reduce_sum_host(double*, int64_t) override {}
-  void broadcast_host(void*, size_t, int) override {}
-  bool any(bool flag) override { return flag; }
-  [[noreturn]] void abort(int code) override { std::exit(code); }
 };
 
 }  // namespace

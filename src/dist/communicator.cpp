@@ -50,26 +50,13 @@ class IdentityTransport final : public BucketTransport {
   void wait_all() override {}
 };
 
-class SingleCommunicator final : public Communicator {
- public:
-  std::string name() const override { return "single"; }
-  int rank() const override { return 0; }
-  int world() const override { return 1; }
-  int local_rank() const override { return 0; }
-  int local_world() const override { return 1; }
-  bool distributed() const override { return false; }
-  void barrier() override {}
-  std::unique_ptr<BucketTransport> make_bucket_transport(float*, int64_t, bool, void*) override {
-    return std::make_unique<IdentityTransport>();
-  }
-  void all_gather(float*, int64_t) override {}
-  void all_reduce_sum_host(double*, int64_t) override {}
-  void broadcast_host(void*, size_t, int) override {}
-  bool any(bool flag) override { return flag; }
-  [[noreturn]] void abort(int code) override { std::exit(code); }
-};
-
 }  // namespace
+
+std::unique_ptr<BucketTransport> SingleCommunicator::make_bucket_transport(float*, int64_t, bool, void*) {
+  return std::make_unique<IdentityTransport>();
+}
+
+void SingleCommunicator::abort(int code) { std::exit(code); }
 
 std::unique_ptr<Communicator> make_single_communicator() {
   return std::make_unique<SingleCommunicator>();

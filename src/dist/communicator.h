@@ -75,6 +75,26 @@ class Communicator {
   [[noreturn]] virtual void abort(int code) = 0;
 };
 
+// World size 1 without collectives: every collective is the identity. Tests
+// derive from it for a communicator that records what it is asked.
+class SingleCommunicator : public Communicator {
+ public:
+  std::string name() const override { return "single"; }
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_world() const override { return 1; }
+  bool distributed() const override { return false; }
+  void barrier() override {}
+  std::unique_ptr<BucketTransport> make_bucket_transport(float* data, int64_t n, bool bf16,
+                                                         void* compute_stream) override;
+  void all_gather(float*, int64_t) override {}
+  void all_reduce_sum_host(double*, int64_t) override {}
+  void broadcast_host(void*, size_t, int) override {}
+  bool any(bool flag) override { return flag; }
+  [[noreturn]] void abort(int code) override;
+};
+
 // A string from `root` to every rank.
 std::string broadcast_string(Communicator& comm, const std::string& value, int root);
 
