@@ -228,16 +228,7 @@ inline std::string run_attention_case(Backend& be, const AttentionCase& c, uint3
   f.out = d_out.get();
   f.lse = d_lse.f32();
   be.attention_forward(f);
-  AttentionBackwardArgs bw;
-  bw.shape = f.shape;
-  bw.variant = c.variant;
-  bw.scale = f.scale;
-  bw.qkv = f.qkv;
-  bw.sinks = f.sinks;
-  bw.alpha = f.alpha;
-  bw.alpha_ma = f.alpha_ma;
-  bw.out = d_out.get();
-  bw.lse = d_lse.f32();
+  AttentionBackwardArgs bw = attention_backward_args(f);
   bw.dout = d_dout.get();
   bw.dqkv = d_dqkv.get();
   bw.dsinks = sink ? d_dsinks.f32() : nullptr;

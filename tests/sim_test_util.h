@@ -67,6 +67,14 @@ struct AttnInputs {
     }
   }
   float scale() const { return 1.f / std::sqrt(static_cast<float>(D)); }
+  // Points a kernel's arguments (forward or backward) at these inputs.
+  template <typename Args>
+  void point_inputs(Args& a) const {
+    a.qkv = qkv.data();
+    a.sinks = sinks.data();
+    a.alpha = alpha.data();
+    a.alpha_ma = alpha_ma.data();
+  }
 };
 
 // bf16 bits -> double values.

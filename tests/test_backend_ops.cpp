@@ -154,37 +154,27 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                                 " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) + "/" +
                                 std::to_string(s.Hkv) + " D=" + std::to_string(s.D);
       const int64_t N = s.B * s.T, W = (s.H + 2 * s.Hkv) * s.D;
-      auto inputs = [=](OpRun& r, auto& args) {
-        args.shape = AttentionShape{s.B, s.T, s.H, s.Hkv, s.D};
-        args.variant = info.variant;
-        args.scale = 1.f / std::sqrt(static_cast<float>(s.D));
-        args.qkv = r.act(values(N * W, 11));
-        args.sinks = f.sink ? r.f32(random_values(s.H, 12, 0.f, 1.f, false)) : nullptr;
+      auto forward = [=](OpRun& r) {
+        AttentionForwardArgs a;
+        a.shape = AttentionShape{s.B, s.T, s.H, s.Hkv, s.D};
+        a.variant = info.variant;
+        a.scale = 1.f / std::sqrt(static_cast<float>(s.D));
+        a.qkv = r.act(values(N * W, 11));
+        a.sinks = f.sink ? r.f32(random_values(s.H, 12, 0.f, 1.f, false)) : nullptr;
         std::vector<float> alpha = values(N * s.H, 13, 3.f);
-        for (float& a : alpha) a = round_bf16(1.f / (1.f + std::exp(-a)));
+        for (float& x : alpha) x = round_bf16(1.f / (1.f + std::exp(-x)));
         std::vector<float> alpha_ma(s.H);
         for (int64_t h = 0; h < s.H; ++h) alpha_ma[h] = 0.3f + 0.4f * static_cast<float>(h) / s.H;
-        args.alpha = f.affine ? r.act(alpha) : nullptr;
-        args.alpha_ma = f.affine ? r.f32(alpha_ma) : nullptr;
+        a.alpha = f.affine ? r.act(alpha) : nullptr;
+        a.alpha_ma = f.affine ? r.f32(alpha_ma) : nullptr;
+        a.out = r.out_act("out", N * s.H * s.D);
+        a.lse = r.out_f32("lse", s.B * s.H * s.T);
+        r.be().attention_forward(a);
+        return a;
       };
-      cases.push_back({"attention_forward", label, [=](OpRun& r) {
-                         AttentionForwardArgs a;
-                         inputs(r, a);
-                         a.out = r.out_act("out", N * s.H * s.D);
-                         a.lse = r.out_f32("lse", s.B * s.H * s.T);
-                         r.be().attention_forward(a);
-                       }});
+      cases.push_back({"attention_forward", label, [=](OpRun& r) { forward(r); }});
       cases.push_back({"attention_backward", label, [=](OpRun& r) {
-                         AttentionForwardArgs fw;
-                         inputs(r, fw);
-                         fw.out = r.out_act("out", N * s.H * s.D);
-                         fw.lse = r.out_f32("lse", s.B * s.H * s.T);
-                         r.be().attention_forward(fw);
-                         AttentionBackwardArgs a;
-                         inputs(r, a);
-                         a.qkv = fw.qkv;
-                         a.out = fw.out;
-                         a.lse = fw.lse;
+                         AttentionBackwardArgs a = attention_backward_args(forward(r));
                          a.dout = r.act(values(N * s.H * s.D, 14));
                          a.dqkv = r.out_act("dqkv", N * W);
                          // A sum over B*T*T terms into fp32: the order of the sum shows.
@@ -226,6 +216,19 @@ void add_loss_cases(std::vector<OpCase>& cases) {
       }
     }
   }
+}
+
+// An adamw_update case's outputs: the master weights from `seed`, the compute
+// copy and zero moments, at lr 1e-3.
+AdamWArgs adamw_outputs(OpRun& r, int64_t n, uint32_t seed) {
+  AdamWArgs a;
+  a.master = r.out_f32("master", n, random_values(n, seed, 0.f, 0.5f, false));
+  a.compute = r.out_act("compute", n);
+  a.m = r.out_f32("m", n);
+  a.v = r.out_f32("v", n);
+  a.n = n;
+  a.lr = 1e-3f;
+  return a;
 }
 
 // Every case: one or more per op, at sizes that are not multiples of a warp or a tile.
@@ -340,13 +343,7 @@ std::vector<OpCase> cases() {
                  r.scalar("sum", r.be().sum_squares(r.f32(random_values(m, 37, 0.f, 1e-2f, false)), m));
                }});
   c.push_back({"adamw_update", "n=1025, 2 steps, clipped", [=](OpRun& r) {
-                 AdamWArgs a;
-                 a.master = r.out_f32("master", n, random_values(n, 38, 0.f, 0.5f, false));
-                 a.compute = r.out_act("compute", n);
-                 a.m = r.out_f32("m", n);
-                 a.v = r.out_f32("v", n);
-                 a.n = n;
-                 a.lr = 1e-3f;
+                 AdamWArgs a = adamw_outputs(r, n, 38);
                  a.weight_decay = 0.1f;
                  a.grad_scale = 0.5f;
                  for (int64_t step = 1; step <= 2; ++step) {
@@ -357,13 +354,7 @@ std::vector<OpCase> cases() {
                }});
   c.push_back({"adamw_update", "n=1025, segments with their own decay, a gap left alone", [=](OpRun& r) {
                  const ParamSegment segments[] = {{0, 300, 0.1f}, {300, 700, 0.f}, {900, n, 0.05f}};
-                 AdamWArgs a;
-                 a.master = r.out_f32("master", n, random_values(n, 44, 0.f, 0.5f, false));
-                 a.compute = r.out_act("compute", n);
-                 a.m = r.out_f32("m", n);
-                 a.v = r.out_f32("v", n);
-                 a.n = n;
-                 a.lr = 1e-3f;
+                 AdamWArgs a = adamw_outputs(r, n, 44);
                  a.grad = r.f32(random_values(n, 45, 0.f, 1.f, false));
                  a.segments = segments;
                  a.num_segments = 3;

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend_args.h"
 #include "cpu_test_util.h"
 
 using namespace kdtrain;
@@ -54,15 +55,7 @@ TEST_CASE("cpu backend: attention through the interface matches the reference",
   f.out = out.data();
   f.lse = lse.data();
   be->attention_forward(f);
-  AttentionBackwardArgs bw;
-  bw.shape = f.shape;
-  bw.variant = f.variant;
-  bw.scale = f.scale;
-  bw.qkv = qkv.data();
-  bw.alpha = alpha.data();
-  bw.alpha_ma = ma.data();
-  bw.out = out.data();
-  bw.lse = lse.data();
+  AttentionBackwardArgs bw = attention_backward_args(f);
   bw.dout = dout.data();
   bw.dqkv = dqkv.data();
   bw.dalpha = dalpha.data();
@@ -94,14 +87,8 @@ TEST_CASE("cpu backend: loss_chunk and adamw through the interface", "[cpu][back
   const auto teacher = to_float(random_vec(n * V, 106));
   const std::vector<int32_t> targets{1, 4, 0};
   std::vector<float> ce(n), kd(n);
-  LossChunkArgs a;
-  a.n = n;
-  a.V = V;
-  a.logits = logits.data();
-  a.teacher_logits = teacher.data();
-  a.targets = targets.data();
-  a.ce = ce.data();
-  a.kd = kd.data();
+  LossChunkArgs a =
+      testing::loss_chunk_args(n, V, logits.data(), teacher.data(), targets.data(), ce.data(), kd.data());
   a.kd_weight = 0.5f;
   a.temperature = 2.f;
   be->loss_chunk(a);
@@ -113,13 +100,7 @@ TEST_CASE("cpu backend: loss_chunk and adamw through the interface", "[cpu][back
     CHECK(std::fabs(rowsum) < 1e-6);
   }
   std::vector<float> w{1.f}, g{2.f}, m{0.f}, v{0.f};
-  AdamWArgs o;
-  o.master = w.data();
-  o.compute = w.data();
-  o.grad = g.data();
-  o.m = m.data();
-  o.v = v.data();
-  o.n = 1;
+  AdamWArgs o = testing::adamw_args(w.data(), w.data(), g.data(), m.data(), v.data(), 1);
   o.lr = 0.1f;
   be->adamw_update(o);
   CHECK(w[0] == Approx(0.9f).epsilon(1e-6));

@@ -7,9 +7,11 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend_args.h"
 #include "cpu_test_util.h"
 
 using namespace kdtrain;
+using namespace kdtrain::testing;
 using namespace kdtrain::testutil;
 
 TEST_CASE("sum_squares equals a direct double sum, same bits for 1 and 2 threads",
@@ -83,43 +85,18 @@ TEST_CASE("adamw multi-tensor: segments equal one call per segment, gaps untouch
   const std::vector<ParamSegment> segments = {{0, 7, 0.1f}, {7, 300, 0.f}, {333, 999, 0.1f}};
   std::vector<float> w1 = w0, m1(n, 0.f), v1(n, 0.f), w2 = w0, m2(n, 0.f), v2(n, 0.f);
   for (int64_t step = 1; step <= 2; ++step) {
-    AdamWArgs a;
-    a.master = w1.data();
-    a.compute = w1.data();
-    a.grad = g.data();
-    a.m = m1.data();
-    a.v = v1.data();
-    a.n = n;
+    AdamWArgs a = adamw_args(w1.data(), w1.data(), g.data(), m1.data(), v1.data(), n);
     a.lr = 1e-2f;
     a.grad_scale = 0.5f;
     a.step = step;
-    a.segments = segments.data();
-    a.num_segments = static_cast<int64_t>(segments.size());
-    be->adamw_update(a);
-    for (const ParamSegment& s : segments) {
-      AdamWArgs b = a;
-      b.segments = nullptr;
-      b.num_segments = 0;
-      b.master = w2.data() + s.begin;
-      b.compute = b.master;
-      b.grad = g.data() + s.begin;
-      b.m = m2.data() + s.begin;
-      b.v = v2.data() + s.begin;
-      b.n = s.end - s.begin;
-      b.weight_decay = s.weight_decay;
-      be->adamw_update(b);
-    }
+    adamw_step_both_ways(*be, a, segments,
+                         adamw_args(w2.data(), w2.data(), g.data(), m2.data(), v2.data(), n), sizeof(float));
   }
   CHECK(w1 == w2);
   CHECK(m1 == m2);
   CHECK(v1 == v2);
   for (int64_t k : {300, 320, 332, 999}) CHECK(w1[k] == w0[k]);  // gaps and the tail
-  AdamWArgs bad;
-  bad.master = w1.data();
-  bad.grad = g.data();
-  bad.m = m1.data();
-  bad.v = v1.data();
-  bad.n = n;
+  AdamWArgs bad = adamw_args(w1.data(), nullptr, g.data(), m1.data(), v1.data(), n);
   const std::vector<ParamSegment> overlapping = {{0, 10, 0.f}, {5, 20, 0.f}};
   bad.segments = overlapping.data();
   bad.num_segments = 2;

@@ -16,6 +16,7 @@
 // KD kind, temperature 1 and 2, a masked (negative) target, compute_grad off
 // (logits must stay untouched). Guards after every output; reruns bit-identical.
 #include "backend/cpu/cpu_ops.h"
+#include "backend_args.h"
 #include "test_cuda_util.h"
 
 using namespace kdtrain;
@@ -42,14 +43,8 @@ void run_case(Backend& be, int64_t n, int64_t V, bool teacher, KdLoss kind, floa
       d_ce(be, n, DType::f32), d_kd(be, n, DType::f32), d_soft_ce(be, n, DType::f32);
   d_t.upload(t);
   d_tg.upload_i32(targets);
-  LossChunkArgs a;
-  a.n = n;
-  a.V = V;
-  a.logits = d_s.get();
-  a.teacher_logits = teacher ? d_t.get() : nullptr;
-  a.targets = d_tg.i32();
-  a.ce = d_ce.f32();
-  a.kd = d_kd.f32();
+  LossChunkArgs a = testing::loss_chunk_args(n, V, d_s.get(), teacher ? d_t.get() : nullptr, d_tg.i32(),
+                                             d_ce.f32(), d_kd.f32());
   a.soft_ce = d_soft_ce.f32();
   a.kd_loss = kind;
   a.temperature = tau;
@@ -115,14 +110,7 @@ TEST_CASE("cuda loss chunk stays finite with very large logits", "[cuda][loss]")
   d_s.upload(s);
   d_t.upload(t);
   d_tg.upload_i32(targets);
-  LossChunkArgs a;
-  a.n = n;
-  a.V = V;
-  a.logits = d_s.get();
-  a.teacher_logits = d_t.get();
-  a.targets = d_tg.i32();
-  a.ce = d_ce.f32();
-  a.kd = d_kd.f32();
+  LossChunkArgs a = testing::loss_chunk_args(n, V, d_s.get(), d_t.get(), d_tg.i32(), d_ce.f32(), d_kd.f32());
   a.kd_loss = KdLoss::reverse_kl;
   a.kd_weight = 0.5f;
   be->loss_chunk(a);

@@ -31,6 +31,7 @@
 #include "model/init.h"
 #include "model/loss.h"
 #include "model/model.h"
+#include "backend_args.h"
 #include "bf16_emulation_backend.h"
 #include "model_fixtures.h"
 #include "test_cuda_util.h"
@@ -187,13 +188,7 @@ std::pair<std::vector<double>, std::vector<unsigned char>> train_three_steps(Att
     losses.push_back(run.step(false));
     const double norm = std::sqrt(be->sum_squares(model.grads(), n));
     losses.push_back(norm);
-    AdamWArgs a;
-    a.master = model.master();
-    a.compute = model.weights();
-    a.grad = model.grads();
-    a.m = m;
-    a.v = vv;
-    a.n = n;
+    AdamWArgs a = adamw_args(model.master(), model.weights(), model.grads(), m, vv, n);
     a.lr = 1e-2f;
     a.weight_decay = 0.1f;
     a.grad_scale = static_cast<float>(std::min(1.0, 1.0 / (norm + 1e-6)));

@@ -6,6 +6,7 @@
 //   Stochastic rounding (CudaBackend only): each bf16 value is one of the two
 //   neighbours of the master value, the rounding is unbiased on average, and two
 //   runs agree bit for bit.
+#include "backend_args.h"
 #include "backend/cpu/cpu_ops.h"
 #include "test_cuda_util.h"
 
@@ -54,13 +55,7 @@ TEST_CASE("cuda adamw matches the reference over 3 steps", "[cuda][optim]") {
       g.upload(grad);
       cpu::adamw_update(ref.w.data(), static_cast<float*>(nullptr), grad.data(), ref.m.data(),
                         ref.v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
-      AdamWArgs a;
-      a.master = w.f32();
-      a.compute = cw.get();
-      a.grad = g.f32();
-      a.m = m.f32();
-      a.v = v.f32();
-      a.n = n;
+      AdamWArgs a = testing::adamw_args(w.f32(), cw.get(), g.f32(), m.f32(), v.f32(), n);
       a.lr = 1e-3f;
       a.weight_decay = 0.1f;
       a.grad_scale = 0.5f;
@@ -104,13 +99,8 @@ TEST_CASE("cuda adamw stochastic rounding is unbiased and reproducible", "[cuda]
     g.upload(zeros);
     m.upload(zeros);
     v.upload(zeros);
-    AdamWArgs a;  // zero gradient, no decay: the master stays put, only the rounding acts
-    a.master = w.f32();
-    a.compute = cw.get();
-    a.grad = g.f32();
-    a.m = m.f32();
-    a.v = v.f32();
-    a.n = n;
+    // zero gradient, no decay: the master stays put, only the rounding acts
+    AdamWArgs a = testing::adamw_args(w.f32(), cw.get(), g.f32(), m.f32(), v.f32(), n);
     a.lr = 1e-3f;
     a.step = 1;
     be.adamw_update(a);

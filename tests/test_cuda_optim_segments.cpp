@@ -7,11 +7,13 @@
 //     the same values (its additions do not depend on the load width) and matches
 //     the float64 reference to 1e-12 relative (double accumulation).
 // Guards after every output.
+#include "backend_args.h"
 #include "backend/cpu/cpu_ops.h"
 #include "test_cuda_util.h"
 
 using namespace kdtrain;
 using namespace kdtrain::cudatest;
+using namespace kdtrain::testing;
 
 TEST_CASE("cuda adamw segments equal per-segment calls", "[cuda][optim]") {
   KD_REQUIRE_CUDA_OR_SKIP();
@@ -39,32 +41,15 @@ TEST_CASE("cuda adamw segments equal per-segment calls", "[cuda][optim]") {
     dg.upload(padded(g));
     const size_t es = c1.elem_size();
     for (int64_t step = 1; step <= 3; ++step) {
-      AdamWArgs a;
-      a.master = w1.f32() + offset;
-      a.compute = static_cast<char*>(c1.get()) + offset * es;
-      a.grad = dg.f32() + offset;
-      a.m = m1.f32() + offset;
-      a.v = v1.f32() + offset;
-      a.n = n;
+      AdamWArgs a = adamw_args(w1.f32() + offset, static_cast<char*>(c1.get()) + offset * es,
+                               dg.f32() + offset, m1.f32() + offset, v1.f32() + offset, n);
       a.lr = 1e-2f;
       a.grad_scale = 0.7f;
       a.step = step;
-      a.segments = segments.data();
-      a.num_segments = static_cast<int64_t>(segments.size());
-      be->adamw_update(a);
-      for (const ParamSegment& s : segments) {
-        AdamWArgs b = a;
-        b.segments = nullptr;
-        b.num_segments = 0;
-        b.master = w2.f32() + offset + s.begin;
-        b.compute = static_cast<char*>(c2.get()) + (offset + s.begin) * es;
-        b.grad = dg.f32() + offset + s.begin;
-        b.m = m2.f32() + offset + s.begin;
-        b.v = v2.f32() + offset + s.begin;
-        b.n = s.end - s.begin;
-        b.weight_decay = s.weight_decay;
-        be->adamw_update(b);
-      }
+      adamw_step_both_ways(*be, a, segments,
+                           adamw_args(w2.f32() + offset, static_cast<char*>(c2.get()) + offset * es,
+                                      dg.f32() + offset, m2.f32() + offset, v2.f32() + offset, n),
+                           es);
     }
     CHECK(w1.bytes() == w2.bytes());
     CHECK(m1.bytes() == m2.bytes());

@@ -30,12 +30,17 @@ TEST_CASE("cuda rmsnorm matches the float64 reference", "[cuda][rmsnorm]") {
 #include <vector>
 
 #include "cuda_check.cuh"
+#include "cuda_guarded_buffer.h"
 #include "cuda_probe.h"
 #include "rmsnorm.cuh"
 
 namespace {
 
-constexpr size_t kGuard = 64;               // guard elements before and after each buffer
+using kdtrain::cudatest::guards_intact;
+// 64 guard elements before and after each buffer.
+template <typename T>
+using Array = kdtrain::cudatest::GuardedBuffer<T, 64>;
+
 constexpr double kOneRounding = 1.05 / 256;  // 1.05u: one bf16 rounding plus fp32 round-off
 constexpr uint16_t kGuardBf16 = 0x7fa5;     // a NaN pattern no kernel produces
 constexpr uint32_t kGuardF32 = 0x7fa5a5a5;  // likewise for fp32
@@ -54,43 +59,6 @@ float from_bf16(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-
-// A device buffer of n elements between two runs of kGuard guard elements.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(n) { CUDA_CHECK(cudaMalloc(&base_, (n + 2 * kGuard) * sizeof(T))); }
-  ~DeviceArray() { cudaFree(base_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return base_ + kGuard; }
-  // Uploads `values` (size n) with the guard pattern on both sides.
-  void upload(const std::vector<T>& values, T guard) {
-    std::vector<T> host(kGuard, guard);
-    host.insert(host.end(), values.begin(), values.end());
-    host.resize(n_ + 2 * kGuard, guard);
-    CUDA_CHECK(cudaMemcpy(base_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  // The n values, then the guard after them, then the guard before them (guard_intact
-  // checks everything past n).
-  std::vector<T> download_with_guard() const {
-    std::vector<T> host(n_ + 2 * kGuard);
-    CUDA_CHECK(cudaMemcpy(host.data(), base_, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
-    std::rotate(host.begin(), host.begin() + kGuard, host.end());
-    return host;
-  }
-
- private:
-  T* base_ = nullptr;
-  size_t n_;
-};
-
-template <typename T>
-bool guard_intact(const std::vector<T>& with_guard, size_t n, T guard) {
-  for (size_t i = n; i < with_guard.size(); ++i)
-    if (std::memcmp(&with_guard[i], &guard, sizeof(T)) != 0) return false;
-  return true;
 }
 
 struct ErrorStats {
@@ -185,24 +153,24 @@ void run_case(int64_t N, int64_t C) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
 
-  DeviceArray<uint16_t> d_x(NC), d_w(C), d_g(NC), d_out(NC), d_dinp(NC);
-  DeviceArray<float> d_rstd(N), d_dweight(C);
+  Array<uint16_t> d_x(NC), d_w(C), d_g(NC), d_out(NC), d_dinp(NC);
+  Array<float> d_rstd(N), d_dweight(C);
   const size_t scratch_bytes = kdtrain::cuda::rmsnorm_backward_scratch_bytes(N, C);
-  DeviceArray<float> d_scratch(scratch_bytes / sizeof(float));
-  d_x.upload(x, 0);
-  d_w.upload(w, 0);
-  d_g.upload(g, 0);
+  Array<float> d_scratch(scratch_bytes / sizeof(float));
+  d_x.put(x, 0);
+  d_w.put(w, 0);
+  d_g.put(g, 0);
   float guard_f32;
   std::memcpy(&guard_f32, &kGuardF32, 4);
-  d_out.upload(std::vector<uint16_t>(NC, uint16_t{0x7fc1}), kGuardBf16);  // NaN until written
-  d_rstd.upload(std::vector<float>(N, std::nanf("")), guard_f32);
+  d_out.put(std::vector<uint16_t>(NC, uint16_t{0x7fc1}), kGuardBf16);  // NaN until written
+  d_rstd.put(std::vector<float>(N, std::nanf("")), guard_f32);
 
-  rmsnorm_forward(bf(d_out.get()), d_rstd.get(), bf(d_x.get()), bf(d_w.get()), N, C, eps, stream);
+  rmsnorm_forward(bf(d_out.ptr), d_rstd.ptr, bf(d_x.ptr), bf(d_w.ptr), N, C, eps, stream);
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  const auto out = d_out.download_with_guard();
-  const auto rstd = d_rstd.download_with_guard();
-  CHECK(guard_intact(out, NC, kGuardBf16));
-  CHECK(guard_intact(rstd, static_cast<size_t>(N), guard_f32));
+  const auto out = d_out.get();
+  const auto rstd = d_rstd.get();
+  CHECK(guards_intact(out, NC, kGuardBf16));
+  CHECK(guards_intact(rstd, static_cast<size_t>(N), guard_f32));
   check_close("rstd", widen_f32(rstd, N), ref_rstd, 1e-8, 1e-4);
   check_close("out", widen_bf16(out, NC), ref_out, kOneRounding * kOneRounding, kOneRounding);
 
@@ -210,16 +178,16 @@ void run_case(int64_t N, int64_t C) {
   std::vector<uint16_t> dinp_runs[2];
   std::vector<float> dweight_runs[2];
   for (int run = 0; run < 2; ++run) {
-    d_dinp.upload(dinp0, kGuardBf16);
-    d_dweight.upload(dweight0, guard_f32);
-    rmsnorm_backward(bf(d_dinp.get()), d_dweight.get(), d_scratch.get(), bf(d_g.get()),
-                     bf(d_x.get()), bf(d_w.get()), d_rstd.get(), N, C, stream);
+    d_dinp.put(dinp0, kGuardBf16);
+    d_dweight.put(dweight0, guard_f32);
+    rmsnorm_backward(bf(d_dinp.ptr), d_dweight.ptr, d_scratch.ptr, bf(d_g.ptr),
+                     bf(d_x.ptr), bf(d_w.ptr), d_rstd.ptr, N, C, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    dinp_runs[run] = d_dinp.download_with_guard();
-    dweight_runs[run] = d_dweight.download_with_guard();
+    dinp_runs[run] = d_dinp.get();
+    dweight_runs[run] = d_dweight.get();
   }
-  CHECK(guard_intact(dinp_runs[0], NC, kGuardBf16));
-  CHECK(guard_intact(dweight_runs[0], static_cast<size_t>(C), guard_f32));
+  CHECK(guards_intact(dinp_runs[0], NC, kGuardBf16));
+  CHECK(guards_intact(dweight_runs[0], static_cast<size_t>(C), guard_f32));
   check_close("dinp", widen_bf16(dinp_runs[0], NC), ref_dinp, kOneRounding * kOneRounding, kOneRounding);
   check_close("dweight", widen_f32(dweight_runs[0], C), ref_dweight, 1e-8, 1e-4);
   CHECK(dinp_runs[0] == dinp_runs[1]);

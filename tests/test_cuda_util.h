@@ -235,6 +235,18 @@ inline void check_bf16_rounded(const std::string& what, const std::vector<float>
   check_close(what, got, ref, rel * rel, rel);
 }
 
+// An output buffer against its reference (check_close, check_bf16_rounded), then
+// its guards.
+inline void check_output(const std::string& what, const DevBuf& out, const std::vector<float>& ref,
+                         double nmse_bound, double max_rel) {
+  check_close(what, out.download(), ref, nmse_bound, max_rel);
+  CHECK(out.guard_intact());
+}
+inline void check_bf16_output(const std::string& what, const DevBuf& out, const std::vector<float>& ref) {
+  check_bf16_rounded(what, out.download(), ref);
+  CHECK(out.guard_intact());
+}
+
 inline std::unique_ptr<Backend> cuda_backend() {
   if (!cuda_available() && selfcheck_mode() == "bf16") return make_bf16_emulation_backend();
   if (!cuda_available() && selfcheck_on_cpu()) return make_backend("cpu", 0);

@@ -136,13 +136,10 @@ Emulated run_emulated(const Problem& pb, sim::Schedule schedule, int first_ticke
   Guarded<uint8_t> ws(layout.bytes + 256, 0xff, kGuardByte);
   auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(ws.data()) + 255) & ~uintptr_t{255});
   flash::BwdArgs a = flash::make_bwd_args(p, sink, affine, base);
-  a.qkv = pb.qkv.data();
+  pb.point_inputs(a);
   a.out = pb.out.data();
   a.dout = pb.dout.data();
   a.lse = pb.lse.data();
-  a.sinks = pb.sinks.data();
-  a.alpha = pb.alpha.data();
-  a.alpha_ma = pb.alpha_ma.data();
   a.dqkv = dqkv.data();
   a.dalpha = dalpha.data();
   a.dsinks = dsinks.data();

@@ -37,16 +37,17 @@ TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][atte
 
 #include "backend/cpu/cpu_ops.h"
 #include "cuda_check.cuh"
+#include "cuda_guarded_buffer.h"
 #include "cuda_probe.h"
 #include "attention_entry.cuh"
 #include "flash_attention.cuh"
 #include "attention_terms.h"
 
 using namespace kdtrain;
+using namespace kdtrain::cudatest;
 
 namespace {
 
-constexpr size_t kGuardCount = 32;        // guard elements after each output buffer
 constexpr uint16_t kGuardHalf = 0x7fb3;   // bf16 NaN payload no kernel writes
 constexpr uint32_t kGuardWord = 0x7fb3c3c3u;  // fp32 NaN payload no kernel writes
 
@@ -63,40 +64,6 @@ float bf16_value(uint16_t bits) {
   return f;
 }
 float round_bf16(float f) { return bf16_value(bf16_bits(f)); }
-
-// n elements between two runs of kGuardCount guard elements on the device.
-template <typename E>
-struct Buffer {
-  size_t n;
-  E* base = nullptr;
-  E* ptr = nullptr;
-  explicit Buffer(size_t count) : n(count) {
-    CUDA_CHECK(cudaMalloc(&base, (n + 2 * kGuardCount) * sizeof(E)));
-    ptr = base + kGuardCount;  // 64 bytes of bf16: the 16-byte alignment the kernels need holds
-  }
-  ~Buffer() { cudaFree(base); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  void put(const std::vector<E>& v, E guard) {
-    std::vector<E> h(kGuardCount, guard);
-    h.insert(h.end(), v.begin(), v.end());
-    h.resize(n + 2 * kGuardCount, guard);
-    CUDA_CHECK(cudaMemcpy(base, h.data(), h.size() * sizeof(E), cudaMemcpyHostToDevice));
-  }
-  std::vector<E> get() const {  // the values, the guard after them, the guard before them
-    std::vector<E> h(n + 2 * kGuardCount);
-    CUDA_CHECK(cudaMemcpy(h.data(), base, h.size() * sizeof(E), cudaMemcpyDeviceToHost));
-    std::rotate(h.begin(), h.begin() + kGuardCount, h.end());
-    return h;
-  }
-};
-
-template <typename E>
-bool guards_intact(const std::vector<E>& h, size_t n, E guard) {
-  for (size_t k = n; k < h.size(); ++k)
-    if (std::memcmp(&h[k], &guard, sizeof(E)) != 0) return false;
-  return true;
-}
 
 float guard_float() {
   float f;
@@ -188,8 +155,8 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   };
   const size_t n_out = truth.out.size(), n_lse = truth.lse.size(), n_qkv = truth.dqkv.size();
   const size_t n_alpha = truth.dalpha.size();
-  Buffer<uint16_t> qkv(n_qkv), alpha(n_alpha), dout(n_out), out(n_out), dqkv(n_qkv), dalpha(n_alpha);
-  Buffer<float> sinks(static_cast<size_t>(H)), alpha_ma(static_cast<size_t>(H)), lse(n_lse),
+  GuardedBuffer<uint16_t> qkv(n_qkv), alpha(n_alpha), dout(n_out), out(n_out), dqkv(n_qkv), dalpha(n_alpha);
+  GuardedBuffer<float> sinks(static_cast<size_t>(H)), alpha_ma(static_cast<size_t>(H)), lse(n_lse),
       dsinks(static_cast<size_t>(H));
   qkv.put(to_bits(rounded.qkv), 0);
   alpha.put(to_bits(rounded.alpha), 0);
@@ -226,7 +193,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   const cuda::AttentionParams fp = cuda::attention_params(fa), bp = cuda::attention_params(ba);
   const size_t fws_bytes = cuda::flash_attention_forward_workspace_bytes(fp);
   const size_t ws_bytes = cuda::flash_attention_backward_workspace_bytes(bp);
-  Buffer<unsigned char> fws(std::max<size_t>(fws_bytes, 1)), ws(ws_bytes);
+  GuardedBuffer<unsigned char> fws(std::max<size_t>(fws_bytes, 1)), ws(ws_bytes);
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   std::vector<uint16_t> out_h[2], dqkv_h[2], dalpha_h[2];

@@ -72,10 +72,7 @@ Emulated run_emulated(const Problem& pb, sim::Schedule sched) {
   Guarded<float> lse(n_lse, std::numeric_limits<float>::quiet_NaN(), guard_float());
   flash::ForwardArgs a;
   a.p = flash::make_flash_params(pb.B, pb.T, pb.H, pb.Hkv, pb.D, pb.scale());
-  a.qkv = pb.qkv.data();
-  a.sinks = pb.sinks.data();
-  a.alpha = pb.alpha.data();
-  a.alpha_ma = pb.alpha_ma.data();
+  pb.point_inputs(a);
   a.out = out.data();
   a.lse = lse.data();
   const bool sink = has_sink(pb.variant), affine = has_affine(pb.variant);

@@ -10,6 +10,7 @@
 #include "model/loss.h"
 #include "model/model.h"
 #include "model_fixtures.h"
+#include "model_step.h"
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
@@ -53,12 +54,7 @@ struct Harness {
   }
 
   std::vector<float> gradient() {
-    model->zero_grads();
-    model->forward(inputs.data(), B, T, false);
-    LossSettings s;
-    s.chunk_tokens = 5;
-    loss.run(*model, nullptr, targets.data(), s, 1.f / (B * T), true);
-    model->backward();
+    micro_batch_gradients(*model, loss, inputs, targets, B, T, false, 5);
     return model->get_grads();
   }
 };

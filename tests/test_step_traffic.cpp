@@ -15,6 +15,7 @@
 #include "model/loss.h"
 #include "model/model.h"
 #include "model_fixtures.h"
+#include "model_step.h"
 #include "train/optimizer.h"
 
 using namespace kdtrain;
@@ -45,12 +46,7 @@ struct Step {
 
   // The trainer's step, as src/train/trainer.cpp runs it for one micro-batch.
   void run() {
-    model->zero_grads();
-    model->forward(inputs.data(), B, T, true);
-    LossSettings s;
-    s.chunk_tokens = 7;
-    loss.run(*model, nullptr, targets.data(), s, 1.f / (B * T), true);
-    model->backward();
+    micro_batch_gradients(*model, loss, inputs, targets, B, T, true, 7);
     const double norm = std::sqrt(optimizer->grad_sum_squares());
     optimizer->step(1e-3f, clip_scale(norm, 1.0));
     int64_t tokens = 0;

@@ -62,6 +62,12 @@ struct AttentionBackwardArgs {
   void* dalpha = nullptr;         // (B, T, H), written                        [affine]
 };
 
+// The backward of forward call `f`: its shape, variant, scale and inputs, and its
+// output and statistics; dout and the gradients are left to the caller.
+inline AttentionBackwardArgs attention_backward_args(const AttentionForwardArgs& f) {
+  return AttentionBackwardArgs{f.shape, f.variant, f.scale, f.qkv, f.sinks, f.alpha, f.alpha_ma, f.out, f.lse};
+}
+
 // Fused classifier on a chunk of n tokens: cross-entropy against targets and the
 // distillation loss against teacher logits, and, when compute_grad, the gradient
 // of  grad_scale * (kd_weight*KD + (1-kd_weight)*CE)  written over `logits`.
