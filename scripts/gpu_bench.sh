@@ -22,21 +22,9 @@
 #   DEVICE=cpu PRESET=tiny-llama SEQ=32 MICRO_BATCH=2 STEPS=2 WARMUP=1 MODES=eager \
 #     TEACHER=tiny-llama ATTN_ARGS="--tokens 64 --seq-len 32 --head-dims 16 --channels 64 --gqa 2 \
 #     --iters 1 --warmup 0 --kdtrain-preset tiny-llama" OUT=/tmp/gb scripts/gpu_bench.sh
-set -uo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-OUTDIR="${OUT:-$ROOT/gpu_out}/bench"
-rm -rf "$OUTDIR"
-mkdir -p "$OUTDIR"
-exec > >(tee "$OUTDIR/gpu_bench.log") 2>&1
-
-UPDATE_DOCS="" UPDATE_TABLE=""
-for arg in "$@"; do
-  case "$arg" in
-    --update-docs) UPDATE_DOCS="$ROOT/docs/gpu/latest.json" UPDATE_TABLE="$ROOT/docs/performance.md" ;;
-    *) echo "gpu_bench: unknown argument '$arg'"; exit 2 ;;
-  esac
-done
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
+gpu_output bench gpu_bench.log
+gpu_options gpu_bench "$@"
 PRESET="${PRESET:-llama3.2-1b}"
 SEQ="${SEQ:-2048}"
 MB="${MICRO_BATCH:-8}"
@@ -47,7 +35,7 @@ MODES="${MODES:-compile}"
 ATTN_ARGS="${ATTN_ARGS:-}"
 TEACHER="${TEACHER-llama3.2-3b}"
 TEACHER_VARIANTS="${TEACHER_VARIANTS-baseline}"
-source "$ROOT/scripts/gpu_env.sh"
+gpu_build
 [[ -x "$KDTRAIN" ]] || { echo "gpu_bench: no kdtrain binary ($KDTRAIN)"; exit 2; }
 VARIANTS="$("$KDTRAIN" info --variants | awk '{print $1}' | tr '\n' ' ')"  # every variant, from the binary's table
 TORCH_VARIANTS="${TORCH_VARIANTS:-$VARIANTS}"

@@ -5,7 +5,7 @@
 # run on the CPU. Raw outputs, a summary.json and gpu_check.log go to $OUT/check
 # (or ./gpu_out/check); a short table is printed last. Uses the build packed by
 # scripts/package_gpu_build.sh (.carry/gpu.tar.xz), else build/ (--build packs first);
-# scripts/gpu_env.sh resolves which.
+# scripts/gpu_env.sh (sourced first, with what the GPU scripts share) resolves which.
 #
 #   scripts/gpu_check.sh [--build] [--update-docs]
 #
@@ -15,28 +15,15 @@
 # CPU smoke run of the script itself (the CUDA tests run against the CPU backend,
 # KDTRAIN_CUDA_TESTS_ON_CPU=1; nothing is learnt about the GPU):
 #   DEVICE=cpu SUITE="[cuda][rope]" REALISTIC="[cuda][rope]" TRAIN_STEPS=3 OUT=/tmp/gc scripts/gpu_check.sh
-set -uo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-OUTDIR="${OUT:-$ROOT/gpu_out}/check"
-rm -rf "$OUTDIR"
-mkdir -p "$OUTDIR"
-exec > >(tee "$OUTDIR/gpu_check.log") 2>&1
-
-UPDATE_DOCS="" UPDATE_TABLE=""
-for arg in "$@"; do
-  case "$arg" in
-    --build) scripts/package_gpu_build.sh || exit 2 ;;
-    --update-docs) UPDATE_DOCS="$ROOT/docs/gpu/latest.json" UPDATE_TABLE="$ROOT/docs/performance.md" ;;
-    *) echo "gpu_check: unknown argument '$arg'"; exit 2 ;;
-  esac
-done
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
+gpu_output check gpu_check.log
+gpu_options gpu_check "$@"
 DEVICE="${DEVICE:-cuda}"
 SUITE="${SUITE:-[cuda]~[realistic]}"
 REALISTIC="${REALISTIC:-[realistic]}"
 MEMCHECK_FILTER="${MEMCHECK_FILTER:-[cuda]~[realistic]~[determinism]~[matmul]~[flash]}"
 RACECHECK_FILTER="${RACECHECK_FILTER:-[sanitize],[cuda][loss],[cuda][rmsnorm],[cuda][optim],[cuda][elementwise][affine]}"
-source "$ROOT/scripts/gpu_env.sh"
+gpu_build
 [[ -x "$KDTRAIN" && -x "$TESTS" ]] || { echo "gpu_check: no build ($KDTRAIN; run scripts/package_gpu_build.sh)"; exit 2; }
 [[ "$DEVICE" == cuda ]] || export KDTRAIN_CUDA_TESTS_ON_CPU=1
 echo "== kdtrain GPU check  commit $COMMIT  $(date -u +%FT%TZ)  device $DEVICE"
@@ -89,13 +76,7 @@ run_sanitizer racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-120}"
 STEPS="${TRAIN_STEPS:-50}"
 echo "== short training run: $DEVICE vs cpu (tiny-llama, affine, $STEPS steps)"
 TMP="$(mktemp -d)"
-python3 - "$TMP/train.txt" <<'PY'
-import random, sys
-random.seed(0)
-words = "the of and to in is was for on that with as by at from his her an which were this are be".split()
-open(sys.argv[1], "w").write(" ".join(random.choice(words) for _ in range(60000)))
-PY
-"$KDTRAIN" data write --bytes "$TMP/train.txt" --out "$TMP/train.bin" --version 1 > /dev/null
+gpu_train_shard "$TMP"
 for pair in "cpu:cpu" "cuda:$DEVICE"; do
   "$KDTRAIN" train --preset tiny-llama --attention affine --set data.train="$TMP/train.bin" \
     --set train.steps="$STEPS" --set schedule.warmup=$(( STEPS < 10 ? 1 : 5 )) --set train.seq_len=128 --set train.global_batch=8 \

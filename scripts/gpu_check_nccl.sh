@@ -17,13 +17,9 @@
 # On a machine with several GPUs, the same checks at world size 8 are
 #   mpirun -np 8 build/kdtrain_tests "[.nccl]"
 #   scripts/gpu_check_nccl.sh with NP=8 (steps 3 under mpirun -np 8: loss within bf16 tolerance)
-set -uo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT" || exit 2
-OUTDIR="${OUT:-$ROOT/gpu_out}/nccl"
-rm -rf "$OUTDIR"
-mkdir -p "$OUTDIR"
-source "$ROOT/scripts/gpu_env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
+gpu_output nccl
+gpu_build
 NP="${NP:-1}"
 FAILED=()
 
@@ -47,13 +43,7 @@ grep "did not complete" "$OUTDIR/watchdog.txt" | head -1
 
 echo "== NCCL: training, dist.backend=nccl against single"
 TMP="$(mktemp -d)"
-python3 - "$TMP/train.txt" <<'PY'
-import random, sys
-random.seed(0)
-words = "the of and to in is was for on that with as by at from his her an which were this are be".split()
-open(sys.argv[1], "w").write(" ".join(random.choice(words) for _ in range(60000)))
-PY
-"$KDTRAIN" data write --bytes "$TMP/train.txt" --out "$TMP/train.bin" --version 1 > /dev/null
+gpu_train_shard "$TMP"
 train() {  # train NAME LAUNCHER... -- SETTINGS...
   local name="$1"; shift
   local launcher=()

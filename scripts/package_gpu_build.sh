@@ -5,7 +5,7 @@
 # OpenBLAS, gfortran, MPI, libstdc++ ...) go into .carry/gpu (git-ignored), and
 # the same compressed into .carry/gpu.tar.xz, the path to carry: unpacked it is
 # about 60 MiB (OpenBLAS alone 36), packed about 10, and the device tool carries
-# 64 MiB at most. scripts/gpu_env.sh (sourced by gpu_check.sh and gpu_bench.sh)
+# 64 MiB at most. scripts/gpu_env.sh (gpu_build, for gpu_check.sh, gpu_bench.sh and gpu_check_nccl.sh)
 # unpacks it on the GPU machine.
 #
 #   scripts/package_gpu_build.sh [--arch 90]

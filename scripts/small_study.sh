@@ -133,37 +133,39 @@ EVAL_ARGS=(--seq-len "$SEQ_LEN")
 ZS_ARGS=(--device "$DEVICE" --dtype float32)  # fp32 even on CUDA: docs/reproduce.md, "GPU version"
 [[ -n $LIMIT ]] && ZS_ARGS+=(--limit "$LIMIT")
 
+# train_and_eval NAME TRAIN_STAGE RUN STAMP CONFIG ARGS...: trains RUN with CONFIG and ARGS
+# unless it finished with STAMP (a stale run is deleted first), records STAMP, sets CKPT to
+# the final checkpoint and evaluates it on C4. Stages "NAME: TRAIN_STAGE", "NAME: C4 eval".
+train_and_eval() {
+  local name="$1" train_stage="$2" run="$3" stamp="$4" cfg="$5"
+  shift 5
+  if ! finished "$run" "$(steps_of "$cfg")" "$stamp"; then rm -rf "$run"; fi
+  stage "$name: $train_stage" "$run/checkpoints/latest" \
+    "$KDTRAIN" train --config "$cfg" "$@" --run-dir "$run"
+  echo "$stamp" > "$run/study_stamp"
+  CKPT="$run/checkpoints/$(cat "$run/checkpoints/latest")"
+  stage "$name: C4 eval" "$run/eval_c4.json" \
+    "$KDTRAIN" eval --checkpoint "$CKPT" --data "$C4_SHARDS" "${EVAL_ARGS[@]}" "${DEV[@]}" \
+      --out "$run/eval_c4.json"
+}
+
 # ---- 2. teacher (cross-entropy only)
 TEACHER_RUN="$OUT/runs/teacher"
-TEACHER_STEPS=$(steps_of "$TEACHER_CFG")
 TEACHER_STAMP=$(stamp_of "$TEACHER_CFG" "${COMMON[@]}")
-if ! finished "$TEACHER_RUN" "$TEACHER_STEPS" "$TEACHER_STAMP"; then rm -rf "$TEACHER_RUN"; fi
-stage "teacher: train" "$TEACHER_RUN/checkpoints/latest" \
-  "$KDTRAIN" train --config "$TEACHER_CFG" "${COMMON[@]}" --run-dir "$TEACHER_RUN"
-echo "$TEACHER_STAMP" > "$TEACHER_RUN/study_stamp"
-TEACHER="$TEACHER_RUN/checkpoints/$(cat "$TEACHER_RUN/checkpoints/latest")"
-stage "teacher: C4 eval" "$TEACHER_RUN/eval_c4.json" \
-  "$KDTRAIN" eval --checkpoint "$TEACHER" --data "$C4_SHARDS" "${EVAL_ARGS[@]}" "${DEV[@]}" \
-    --out "$TEACHER_RUN/eval_c4.json"
+train_and_eval teacher train "$TEACHER_RUN" "$TEACHER_STAMP" "$TEACHER_CFG" "${COMMON[@]}"
+TEACHER="$CKPT"
 
 # ---- 3. students, one per variant, then their evaluation and analysis
-STUDENT_STEPS=$(steps_of "$STUDENT_CFG")
 runs=()
 for v in $VARIANTS; do
   run="$OUT/runs/$v"
   runs+=("$run")
   args=(--attention "$v" "${COMMON[@]}" --set "kd.teacher=$TEACHER" ${STUDENT_SET[@]+"${STUDENT_SET[@]}"})
   st=$(stamp_of "$STUDENT_CFG" "${args[@]}" "teacher $TEACHER_STAMP")
-  if ! finished "$run" "$STUDENT_STEPS" "$st"; then rm -rf "$run"; fi
-  stage "$v: train (KD from teacher)" "$run/checkpoints/latest" \
-    "$KDTRAIN" train --config "$STUDENT_CFG" "${args[@]}" --run-dir "$run"
-  echo "$st" > "$run/study_stamp"
-  ckpt="$run/checkpoints/$(cat "$run/checkpoints/latest")"
+  train_and_eval "$v" "train (KD from teacher)" "$run" "$st" "$STUDENT_CFG" "${args[@]}"
+  ckpt="$CKPT"
   stage "$v: info" "$run/info.json" \
     bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$run/config.json" "$run/info.json"
-  stage "$v: C4 eval" "$run/eval_c4.json" \
-    "$KDTRAIN" eval --checkpoint "$ckpt" --data "$C4_SHARDS" "${EVAL_ARGS[@]}" "${DEV[@]}" \
-      --out "$run/eval_c4.json"
   stage "$v: export" "$run/hf/config.json" \
     "$KDTRAIN" export --checkpoint "$ckpt" --out "$run/hf" --tokenizer "$TOKENIZER" --force
   stage "$v: zero-shot" "$run/zero_shot.json" \
