@@ -37,19 +37,12 @@ import time
 
 SUFFIX = ".kdtrain"
 
-# metrics.jsonl key -> TensorBoard tag; scale applied to the value.
+# metrics.jsonl key -> TensorBoard tag; scale applied to the value. The losses are
+# train/NAME, their validation values (val_NAME) val/NAME.
+LOSSES = ("loss", "kd", "ce", "soft_ce")
 SCALARS = {
-    "loss": ("train/loss", 1.0),
-    "kd": ("train/kd", 1.0),
-    "ce": ("train/ce", 1.0),
-    "soft_ce": ("train/soft_ce", 1.0),
-    "lr": ("train/lr", 1.0),
-    "grad_norm": ("train/grad_norm", 1.0),
-    "val_loss": ("val/loss", 1.0),
-    "val_kd": ("val/kd", 1.0),
-    "val_ce": ("val/ce", 1.0),
-    "val_soft_ce": ("val/soft_ce", 1.0),
-    "skipped_steps": ("train/skipped_steps", 1.0),
+    **{k: (f"train/{k}", 1.0) for k in LOSSES + ("lr", "grad_norm", "skipped_steps")},
+    **{f"val_{k}": (f"val/{k}", 1.0) for k in LOSSES},
     "tokens_per_s": ("perf/tokens_per_s", 1.0),
     "step_time_s": ("perf/step_time_s", 1.0),
     "peak_memory_bytes": ("perf/peak_memory_gib", 1.0 / 2**30),

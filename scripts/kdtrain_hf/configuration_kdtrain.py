@@ -44,28 +44,16 @@ class KdtrainConfig(PretrainedConfig):
         use_cache=True,
         **kwargs,
     ):
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.num_key_value_heads = (
-            num_attention_heads if num_key_value_heads is None else num_key_value_heads
-        )
-        self.head_dim = hidden_size // num_attention_heads if head_dim is None else head_dim
-        self.hidden_act = hidden_act
-        self.max_position_embeddings = max_position_embeddings
-        self.initializer_range = initializer_range
-        self.rms_norm_eps = rms_norm_eps
-        self.rope_theta = rope_theta
-        self.rope_scaling = rope_scaling
-        self.attention_bias = attention_bias
-        self.mlp_bias = mlp_bias
-        self.attention_variant = attention_variant
-        self.alpha_activation = alpha_activation
-        self.alpha_momentum = alpha_momentum
-        self.base_model_type = base_model_type
-        self.use_cache = use_cache
+        # Every argument but these is an attribute of the same name (the defaults stand once,
+        # in the signature); the head counts and head_dim default from the others.
+        not_fields = ("self", "kwargs", "__class__", "tie_word_embeddings")
+        fields = {k: v for k, v in locals().items() if k not in not_fields}
+        if num_key_value_heads is None:
+            fields["num_key_value_heads"] = num_attention_heads
+        if head_dim is None:
+            fields["head_dim"] = hidden_size // num_attention_heads
+        for name, value in fields.items():
+            setattr(self, name, value)
         self._check()
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 

@@ -21,6 +21,10 @@ FEATURES = {
 }
 ATTENTION_VARIANTS = tuple(FEATURES)
 ALPHA_ACTIVATIONS = ("linear_clip", "sigmoid")
+# Every (variant, alpha activation) pair with maths of its own, for the tests: each
+# activation where the affine term uses alpha, linear_clip (unused) elsewhere.
+VARIANT_CASES = tuple((v, a) for v, f in FEATURES.items()
+                      for a in (ALPHA_ACTIVATIONS if f.affine else ALPHA_ACTIVATIONS[:1]))
 
 
 def features(variant):

@@ -27,6 +27,7 @@ np = pytest.importorskip("numpy")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
+from kdtrain_hf.variants import VARIANT_CASES  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -200,16 +201,6 @@ def test_unsupported_hf_config_is_refused(tmp_path):
 
 
 # --------------------------------------------------------------------------- export
-
-VARIANT_CASES = [
-    ("baseline", "linear_clip"),
-    ("sink", "linear_clip"),
-    ("affine", "linear_clip"),
-    ("affine", "sigmoid"),
-    ("gated", "linear_clip"),
-    ("affine-gated", "linear_clip"),
-    ("affine-gated", "sigmoid"),
-]
 
 
 def make_kdtrain_checkpoint(directory: str, preset: str, variant: str, activation: str, seed: int) -> None:

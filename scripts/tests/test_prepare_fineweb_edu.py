@@ -232,14 +232,8 @@ def test_token_bytes_of_the_byte_tokenizer_and_qwen(tmp_path):
 
 
 def test_small_vocab_writes_uint16_shards(tmp_path):
-    # A tiny word-level tokenizer built here: vocab < 65536 gives version-1 shards.
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    vocab = {"<unk>": 0, "<|endoftext|>": 1, "hello": 2, "world": 3, "again": 4}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens(["<|endoftext|>"])
-    tok_path = tmp_path / "tokenizer.json"
-    tok.save(str(tok_path))
+    # A tiny word-level tokenizer: vocab < 65536 gives version-1 shards.
+    tok_path = small_word_tokenizer(tmp_path)
     src = tmp_path / "d.jsonl"
     src.write_text("\n".join(json.dumps({"body": t}) for t in
                              ["hello world", "world again hello", "<|endoftext|> x"]) + "\n")
@@ -296,6 +290,7 @@ def test_parquet_input_matches_csv(tmp_path):
 
 
 def small_word_tokenizer(tmp_path):
+    """tmp_path/tokenizer.json: words hello, world, again (ids 2-4), <unk> 0, separator 1."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     vocab = {"<unk>": 0, "<|endoftext|>": 1, "hello": 2, "world": 3, "again": 4}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))

@@ -17,17 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 import reference_model as ref  # noqa: E402  (pytest.ini puts scripts/ on the path)
 
+from kdtrain_hf.variants import VARIANT_CASES  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
-
-VARIANT_CASES = [
-    ("baseline", "linear_clip"),
-    ("sink", "linear_clip"),
-    ("affine", "linear_clip"),
-    ("affine", "sigmoid"),
-    ("gated", "linear_clip"),
-    ("affine-gated", "linear_clip"),
-    ("affine-gated", "sigmoid"),
-]
 
 
 def tiny_config(variant="baseline", activation="linear_clip", **over):

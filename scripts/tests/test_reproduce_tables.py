@@ -4,30 +4,19 @@ the plan's consistency, the time projection against numbers worked by hand, and 
 process) with its rerun, which must skip everything, and a resume of an interrupted
 student.
 
-The smoke run needs build/kdtrain (or $KDTRAIN_BIN), ../shared/data and lm_eval / torch /
+The smoke run needs build/kdtrain (or $KDTRAIN_BINARY), ../shared/data and lm_eval / torch /
 transformers / matplotlib; it skips cleanly without them.
 """
 import csv
-import importlib.util
 import json
-import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "data"
-KDTRAIN = Path(os.environ.get("KDTRAIN_BIN", REPO / "build" / "kdtrain"))
-sys.path.insert(0, str(REPO / "scripts"))
+from repo_paths import KDTRAIN, REPO, SHARED, have  # noqa: E402
 import project_time  # noqa: E402
 import reproduce_tables  # noqa: E402
-
-
-def have(*modules):
-    return all(importlib.util.find_spec(m) is not None for m in modules)
 
 
 def test_plan_covers_tables_1_to_3():

@@ -7,28 +7,18 @@ AutoTokenizer (what lm-eval loads), and prepare_fineweb_edu.py with it must writ
 the text's bytes plus the newline separator.
 
 The smoke run (`small_study.sh --smoke`: 5 steps per run, `--limit 2` zero-shot,
-3 variants to keep it short) needs build/kdtrain (or $KDTRAIN_BIN),
+3 variants to keep it short) needs build/kdtrain (or $KDTRAIN_BINARY),
 ../shared/data and lm_eval; it skips cleanly without them.
 """
 import csv
-import importlib.util
 import json
-import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "data"
-KDTRAIN = Path(os.environ.get("KDTRAIN_BIN", REPO / "build" / "kdtrain"))
-sys.path.insert(0, str(REPO / "scripts"))
-
-
-def have(*modules):
-    return all(importlib.util.find_spec(m) is not None for m in modules)
+from repo_paths import KDTRAIN, REPO, SHARED, have  # noqa: E402
 
 
 needs_tokenizers = pytest.mark.skipif(not have("tokenizers"), reason="tokenizers not installed")

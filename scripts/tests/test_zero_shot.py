@@ -8,7 +8,6 @@ Skips cleanly without ../shared/data/evals, lm_eval, torch, transformers or toke
 import importlib.util
 import json
 import math
-import os
 import shutil
 import struct
 import subprocess
@@ -17,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-EVALS = REPO.parent / "shared" / "data" / "evals"
-KDTRAIN = Path(os.environ.get("KDTRAIN_BIN", REPO / "build" / "kdtrain"))
+from repo_paths import KDTRAIN, REPO, SHARED, have  # noqa: E402
+
+EVALS = SHARED / "evals"
 LIMIT = 5
 
 spec = importlib.util.spec_from_file_location("run_zero_shot", REPO / "scripts" / "run_zero_shot.py")
@@ -28,10 +27,6 @@ sys.modules["run_zero_shot"] = zs
 spec.loader.exec_module(zs)
 
 needs_data = pytest.mark.skipif(not EVALS.is_dir(), reason=f"{EVALS} is absent")
-
-
-def have(*modules):
-    return all(importlib.util.find_spec(m) is not None for m in modules)
 
 
 needs_stack = pytest.mark.skipif(not have("lm_eval", "torch", "transformers", "tokenizers"),
