@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/host_dtype.h"
 
 namespace kdtrain::cudatest {
 
@@ -59,20 +60,9 @@ constexpr uint32_t kGuardF32 = 0x7fa5a5a5;  // likewise
 constexpr uint16_t kUnwrittenBf16 = 0x7fc1;     // the body's initial NaN
 constexpr uint32_t kUnwrittenF32 = 0x7fc00001;  // likewise
 
-// fp32 -> bf16 round to nearest even (NaN kept quiet), and back (exact).
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// fp32 -> bf16 bits as the CUDA backend rounds (backend/host_dtype.h), and back (exact).
+inline uint16_t to_bf16(float f) { return bf16_bits(f); }
+inline float from_bf16(uint16_t h) { return bf16_bits_to_float(h); }
 inline float round_bf16(float f) { return from_bf16(to_bf16(f)); }
 
 // A device buffer of n elements of bf16 or f32 (or int32, as f32-sized raw words)

@@ -4,16 +4,16 @@
 // parallel, moving half the bytes) and get the same compute copy.
 #pragma once
 #include <cstdint>
-#include <cstring>
+
+#include "core/bf16.h"
 
 namespace kdtrain {
 
+// core/bf16.h's rounding, except that every NaN becomes the canonical quiet NaN
+// 0x7fc0, as CUDA's __float2bfloat16 makes it.
 inline uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+  const uint16_t b = float_to_bf16_bits(f);
+  return (b & 0x7fffu) > 0x7f80u ? uint16_t{0x7fc0} : b;
 }
 
 // dst[i] = bf16_bits(src[i]) for i < n, on every OpenMP thread.

@@ -18,6 +18,14 @@ void rows_cols(const char* op, int64_t N, int64_t C) {
   non_negative(op, "N", N);
   positive(op, "C", C);
 }
+struct Named {
+  const char* name;
+  const void* ptr;
+};
+// given() for each, in order: the first missing one is named.
+void all_given(const char* op, std::initializer_list<Named> required) {
+  for (const Named& n : required) given(op, n.name, n.ptr);
+}
 }  // namespace
 
 void embedding_forward(const void* out, const int32_t* tokens, const void* wte, int64_t N,
@@ -25,9 +33,7 @@ void embedding_forward(const void* out, const int32_t* tokens, const void* wte, 
   const char* op = "embedding_forward";
   rows_cols(op, N, C);
   if (N == 0) return;
-  given(op, "out", out);
-  given(op, "tokens", tokens);
-  given(op, "wte", wte);
+  all_given(op, {{"out", out}, {"tokens", tokens}, {"wte", wte}});
 }
 
 void embedding_backward(const float* dwte, const void* dout, const int32_t* tokens, int64_t N,
@@ -36,36 +42,33 @@ void embedding_backward(const float* dwte, const void* dout, const int32_t* toke
   rows_cols(op, N, C);
   positive(op, "V", V);
   if (N == 0) return;
-  given(op, "dwte", dwte);
-  given(op, "dout", dout);
-  given(op, "tokens", tokens);
+  all_given(op, {{"dwte", dwte}, {"dout", dout}, {"tokens", tokens}});
 }
+
+namespace {
+// Both RMSNorm forwards: sizes, eps, and (when there are rows) the buffers.
+void rmsnorm_forward_common(const char* op, int64_t N, int64_t C, float eps,
+                            std::initializer_list<Named> required) {
+  rows_cols(op, N, C);
+  KD_CHECK(eps >= 0.f, op, ": eps must be >= 0, got ", eps);
+  if (N > 0) all_given(op, required);
+}
+}  // namespace
 
 void rmsnorm_forward(const void* out, const float* rstd, const void* inp, const void* weight,
                      int64_t N, int64_t C, float eps) {
-  const char* op = "rmsnorm_forward";
-  rows_cols(op, N, C);
-  KD_CHECK(eps >= 0.f, op, ": eps must be >= 0, got ", eps);
-  if (N == 0) return;
-  given(op, "out", out);
-  given(op, "rstd", rstd);
-  given(op, "inp", inp);
-  given(op, "weight", weight);
+  rmsnorm_forward_common("rmsnorm_forward", N, C, eps,
+                         {{"out", out}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}});
 }
 
 void add_rmsnorm_forward(const void* sum_out, const void* out, const float* rstd, const void* a,
                          const void* b, const void* weight, int64_t N, int64_t C, float eps) {
   const char* op = "add_rmsnorm_forward";
-  rows_cols(op, N, C);
-  KD_CHECK(eps >= 0.f, op, ": eps must be >= 0, got ", eps);
-  if (N == 0) return;
-  given(op, "sum_out", sum_out);
-  given(op, "out", out);
-  given(op, "rstd", rstd);
-  given(op, "a", a);
-  given(op, "b", b);
-  given(op, "weight", weight);
-  KD_CHECK(out != sum_out && out != a && out != b, op, ": out must not alias the sum or its terms");
+  rmsnorm_forward_common(
+      op, N, C, eps,
+      {{"sum_out", sum_out}, {"out", out}, {"rstd", rstd}, {"a", a}, {"b", b}, {"weight", weight}});
+  KD_CHECK(N == 0 || (out != sum_out && out != a && out != b), op,
+           ": out must not alias the sum or its terms");
 }
 
 void rmsnorm_backward(const void* dinp, const float* dweight, const void* dout, const void* inp,
@@ -74,24 +77,17 @@ void rmsnorm_backward(const void* dinp, const float* dweight, const void* dout, 
   rows_cols(op, N, C);
   if (N == 0) return;
   KD_CHECK(dinp != nullptr || dweight != nullptr, op, ": neither dinp nor dweight given");
-  given(op, "dout", dout);
-  given(op, "inp", inp);
-  given(op, "weight", weight);
-  given(op, "rstd", rstd);
+  all_given(op, {{"dout", dout}, {"inp", inp}, {"weight", weight}, {"rstd", rstd}});
 }
 
 namespace {
-struct Named {
-  const char* name;
-  const void* ptr;
-};
 void matmul_common(const char* op, int64_t N, int64_t IC, int64_t OC,
                    std::initializer_list<Named> required) {
   non_negative(op, "N", N);
   positive(op, "IC", IC);
   positive(op, "OC", OC);
   if (N == 0) return;
-  for (const Named& n : required) given(op, n.name, n.ptr);
+  all_given(op, required);
 }
 }  // namespace
 
@@ -112,9 +108,7 @@ void rope(const char* op, const void* x, const float* cos, const float* sin, int
   KD_CHECK(D > 0 && D % 2 == 0 && n_rot >= 0 && n_rot <= n_heads, "rope: head dim ", D,
            " must be even and n_rot ", n_rot, " <= n_heads ", n_heads);
   if (B == 0 || T == 0 || n_rot == 0) return;
-  given(op, "x", x);
-  given(op, "cos", cos);
-  given(op, "sin", sin);
+  all_given(op, {{"x", x}, {"cos", cos}, {"sin", sin}});
 }
 
 namespace {
@@ -132,8 +126,7 @@ void attention_common(const char* op, const Args& a) {
   KD_CHECK(!has_affine(v) || (a.alpha != nullptr && a.alpha_ma != nullptr),
            "attention (affine variants): alpha and alpha_ma must be given");
   if (s.B == 0 || s.T == 0) return;
-  given(op, "qkv", a.qkv);
-  given(op, "lse", a.lse);
+  all_given(op, {{"qkv", a.qkv}, {"lse", a.lse}});
 }
 }  // namespace
 
@@ -149,9 +142,7 @@ void attention_backward(const AttentionBackwardArgs& a) {
   KD_CHECK(!has_affine(a.variant) || a.dalpha != nullptr,
            "attention backward (affine): dalpha must be given");
   if (a.shape.B == 0 || a.shape.T == 0) return;
-  given(op, "out", a.out);
-  given(op, "dout", a.dout);
-  given(op, "dqkv", a.dqkv);
+  all_given(op, {{"out", a.out}, {"dout", a.dout}, {"dqkv", a.dqkv}});
 }
 
 void elementwise(const char* op, int64_t n, std::initializer_list<const void*> pointers) {
@@ -165,8 +156,7 @@ void column_sum(const float* sums, const void* x, int64_t N, int64_t H) {
   non_negative(op, "N", N);
   non_negative(op, "H", H);
   if (N == 0 || H == 0) return;
-  given(op, "sums", sums);
-  given(op, "x", x);
+  all_given(op, {{"sums", sums}, {"x", x}});
 }
 
 void swiglu(const char* op, int64_t N, int64_t F, std::initializer_list<const void*> pointers) {
@@ -183,10 +173,7 @@ void loss_chunk(const LossChunkArgs& a) {
   KD_CHECK(a.kd_weight >= 0.f && a.kd_weight <= 1.f, op, ": kd_weight must be in [0, 1], got ",
            a.kd_weight);
   if (a.n == 0) return;
-  given(op, "logits", a.logits);
-  given(op, "targets", a.targets);
-  given(op, "ce", a.ce);
-  given(op, "kd", a.kd);
+  all_given(op, {{"logits", a.logits}, {"targets", a.targets}, {"ce", a.ce}, {"kd", a.kd}});
 }
 
 void sum_squares(const float* x, int64_t n) {
@@ -199,10 +186,7 @@ void adamw(const AdamWArgs& a) {
   KD_CHECK(a.step >= 1, "adamw_update: step must be >= 1, got ", a.step);
   non_negative(op, "n", a.n);
   if (a.n == 0) return;
-  given(op, "master", a.master);
-  given(op, "grad", a.grad);
-  given(op, "m", a.m);
-  given(op, "v", a.v);
+  all_given(op, {{"master", a.master}, {"grad", a.grad}, {"m", a.m}, {"v", a.v}});
   KD_CHECK(a.num_segments >= 0 && (a.num_segments == 0 || a.segments != nullptr), op,
            ": segments must be given when num_segments is ", a.num_segments);
   int64_t previous_end = 0;

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_parallel.h"
 
 namespace kdtrain::cpu {
 
@@ -20,8 +21,6 @@ T sigmoid(T z) {
   const T e = std::exp(z);
   return e / (T(1) + e);
 }
-
-constexpr int64_t kColumnBlock = 64;
 
 }  // namespace
 
@@ -55,15 +54,11 @@ void alpha_activation_backward(T* dz, const T* dalpha, const T* z, int64_t n,
 
 template <typename T>
 void column_sum_accumulate(T* sums, const T* x, int64_t N, int64_t H) {
-  const int64_t nblocks = (H + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * kColumnBlock;
-    const int64_t c1 = std::min(H, c0 + kColumnBlock);
+  for_column_blocks(H, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < N; ++r) {
       for (int64_t c = c0; c < c1; ++c) sums[c] += x[r * H + c];
     }
-  }
+  });
 }
 
 template <typename T>

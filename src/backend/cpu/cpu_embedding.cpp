@@ -7,13 +7,10 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_parallel.h"
 #include "core/error.h"
 
 namespace kdtrain::cpu {
-
-namespace {
-constexpr int64_t kColumnBlock = 64;
-}
 
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C) {
@@ -34,17 +31,13 @@ void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N
     KD_CHECK(tokens[n] >= 0 && tokens[n] < V, "embedding_backward: token ", tokens[n],
              " at position ", n, " is outside the vocabulary of ", V);
   }
-  const int64_t nblocks = (C + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * kColumnBlock;
-    const int64_t c1 = std::min(C, c0 + kColumnBlock);
+  for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t n = 0; n < N; ++n) {
       T* dst = dwte + static_cast<int64_t>(tokens[n]) * C;
       const T* src = dout + n * C;
       for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
     }
-  }
+  });
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t);

@@ -42,28 +42,16 @@ struct FlashTileOverride {
   int Bc = 0;  // key rows per tile
 };
 
+// The arguments and shapes of attention_forward (cpu_ops.h); `tiles` for tests.
 template <typename T>
-void flash_attention_forward(T* out,             // (B, T, H, D), written
-                             T* lse,             // (B, H, T), written
-                             const T* qkv,       // (B, T, H + 2*Hkv, D)
-                             const T* sinks,     // (H)        [sink]
-                             const T* alpha,     // (B, T, H)  [affine]
-                             const T* alpha_ma,  // (H)        [affine]
-                             AttnDims dims, T scale, AttentionVariant variant,
-                             FlashTileOverride tiles = {});
+void flash_attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha, const T* alpha_ma,
+                             AttnDims dims, T scale, AttentionVariant variant, FlashTileOverride tiles = {});
 
+// The arguments and shapes of attention_backward (cpu_ops.h), plus the forward
+// output `out` (B, T, H, D), from which D_i is formed.
 template <typename T>
-void flash_attention_backward(T* dqkv,            // (B, T, H + 2*Hkv, D), written
-                              T* dsinks,          // (H), accumulated   [sink]
-                              T* dalpha,          // (B, T, H), written [affine]
-                              const T* dout,      // (B, T, H, D)
-                              const T* qkv,       // (B, T, H + 2*Hkv, D)
-                              const T* out,       // (B, T, H, D) forward output
-                              const T* lse,       // (B, H, T)
-                              const T* sinks,     // (H)        [sink]
-                              const T* alpha,     // (B, T, H)  [affine]
-                              const T* alpha_ma,  // (H)        [affine]
-                              AttnDims dims, T scale, AttentionVariant variant,
-                              FlashTileOverride tiles = {});
+void flash_attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv, const T* out,
+                              const T* lse, const T* sinks, const T* alpha, const T* alpha_ma, AttnDims dims,
+                              T scale, AttentionVariant variant, FlashTileOverride tiles = {});
 
 }  // namespace kdtrain::cpu

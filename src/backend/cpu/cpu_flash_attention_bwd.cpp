@@ -209,15 +209,9 @@ void flash_attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, cons
                               const T* out, const T* lse, const T* sinks, const T* alpha,
                               const T* alpha_ma, AttnDims dims, T scale, AttentionVariant variant,
                               FlashTileOverride tiles) {
-  check_args(dims, variant, tiles);
-  if (dims.B * dims.T * dims.H == 0) return;
-  const FlashParams p = flash::make_flash_params(dims.B, dims.T, dims.H, dims.Hkv, dims.D,
-                                                 static_cast<float>(scale));
-  const bool sink = has_sink(variant), affine = has_affine(variant);
-  const flash::FlashTiles t = pick_tiles(dims.D, sink, affine, FlashPass::backward, tiles);
-  flash::flash_dispatch(sink, affine, [&](auto flags) {
-    backward_impl<T, decltype(flags)>(dqkv, dsinks, dalpha, dout, qkv, out, lse, sinks, alpha,
-                                      alpha_ma, p, scale, t);
+  run_pass(FlashPass::backward, dims, scale, variant, tiles, [&](auto flags, const FlashParams& p, auto t) {
+    backward_impl<T, decltype(flags)>(dqkv, dsinks, dalpha, dout, qkv, out, lse, sinks, alpha, alpha_ma, p,
+                                      scale, t);
   });
 }
 

@@ -40,20 +40,24 @@ T dot(const T* x, const T* y, int64_t n) {
   return s;
 }
 
-inline flash::FlashTiles pick_tiles(int64_t D, bool sink, bool affine, FlashPass pass,
-                                    FlashTileOverride over) {
-  flash::FlashTiles t = flash::flash_tiles(static_cast<int>(D), sink, affine, pass);
-  if (over.Br > 0) t.Br = over.Br;
-  if (over.Bc > 0) t.Bc = over.Bc;
-  return t;
-}
-
-inline void check_args(AttnDims dims, AttentionVariant variant, FlashTileOverride tiles) {
+// The entry of either pass: checks the arguments and, unless there is no row,
+// calls body(flags, p, tiles) with the variant's compile-time flags
+// (flash_dispatch), the FlashParams of the shape and the pass's tiles.
+template <typename T, typename Body>
+void run_pass(FlashPass pass, AttnDims dims, T scale, AttentionVariant variant, FlashTileOverride over,
+              const Body& body) {
+  const AttentionFeatures f = features_of(variant);
   if (dims.Hkv <= 0 || dims.H % dims.Hkv != 0)
     throw std::invalid_argument("flash attention: H must be a positive multiple of Hkv");
-  if (has_sink(variant) && has_affine(variant))
-    throw std::invalid_argument("flash attention: sink and affine cannot be combined");
-  if (tiles.Br < 0 || tiles.Bc < 0) throw std::invalid_argument("flash attention: negative tile size");
+  if (f.sink && f.affine) throw std::invalid_argument("flash attention: sink and affine cannot be combined");
+  if (over.Br < 0 || over.Bc < 0) throw std::invalid_argument("flash attention: negative tile size");
+  if (dims.B * dims.T * dims.H == 0) return;
+  const FlashParams p =
+      flash::make_flash_params(dims.B, dims.T, dims.H, dims.Hkv, dims.D, static_cast<float>(scale));
+  flash::FlashTiles t = flash::flash_tiles(static_cast<int>(dims.D), f.sink, f.affine, pass);
+  if (over.Br > 0) t.Br = over.Br;
+  if (over.Bc > 0) t.Bc = over.Bc;
+  flash::flash_dispatch(f.sink, f.affine, [&](auto flags) { body(flags, p, t); });
 }
 
 }  // namespace kdtrain::cpu::flash_mirror

@@ -114,13 +114,7 @@ template <typename T>
 void flash_attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha,
                              const T* alpha_ma, AttnDims dims, T scale, AttentionVariant variant,
                              FlashTileOverride tiles) {
-  check_args(dims, variant, tiles);
-  if (dims.B * dims.T * dims.H == 0) return;
-  const FlashParams p = flash::make_flash_params(dims.B, dims.T, dims.H, dims.Hkv, dims.D,
-                                                 static_cast<float>(scale));
-  const bool sink = has_sink(variant), affine = has_affine(variant);
-  const flash::FlashTiles t = pick_tiles(dims.D, sink, affine, FlashPass::forward, tiles);
-  flash::flash_dispatch(sink, affine, [&](auto flags) {
+  run_pass(FlashPass::forward, dims, scale, variant, tiles, [&](auto flags, const FlashParams& p, auto t) {
     forward_impl<T, decltype(flags)>(out, lse, qkv, sinks, alpha, alpha_ma, p, scale, t);
   });
 }

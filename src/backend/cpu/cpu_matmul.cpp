@@ -13,12 +13,12 @@
 #include <type_traits>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_parallel.h"
 
 namespace kdtrain::cpu {
 
 namespace {
 
-constexpr int64_t kColumnBlock = 64;
 constexpr int64_t kRowBlock = 64;
 
 }  // namespace
@@ -98,16 +98,12 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     gemm<T>(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dweight, IC);
   }
   if (dbias != nullptr) {
-    const int64_t nblocks = (OC + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < nblocks; ++blk) {
-      const int64_t c0 = blk * kColumnBlock;
-      const int64_t c1 = std::min(OC, c0 + kColumnBlock);
+    for_column_blocks(OC, [&](int64_t c0, int64_t c1) {
       for (int64_t n = 0; n < N; ++n) {
         const T* d = dout + n * OC;
         for (int64_t c = c0; c < c1; ++c) dbias[c] += d[c];
       }
-    }
+    });
   }
 }
 

@@ -10,12 +10,9 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_parallel.h"
 
 namespace kdtrain::cpu {
-
-namespace {
-constexpr int64_t kColumnBlock = 64;
-}
 
 namespace {
 // One row of the forward: rstd and out from x.
@@ -64,18 +61,14 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
     }
   }
   if (dweight != nullptr) {
-    const int64_t nblocks = (C + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < nblocks; ++blk) {
-      const int64_t c0 = blk * kColumnBlock;
-      const int64_t c1 = std::min(C, c0 + kColumnBlock);
+    for_column_blocks(C, [&](int64_t c0, int64_t c1) {
       for (int64_t n = 0; n < N; ++n) {
         const T* x = inp + n * C;
         const T* dy = dout + n * C;
         const T r = rstd[n];
         for (int64_t c = c0; c < c1; ++c) dweight[c] += dy[c] * x[c] * r;
       }
-    }
+    });
   }
 }
 
