@@ -174,16 +174,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   fa.alpha_ma = alpha_ma.ptr;
   fa.out = out.ptr;
   fa.lse = lse.ptr;
-  AttentionBackwardArgs ba;
-  ba.shape = fa.shape;
-  ba.variant = variant;
-  ba.scale = fa.scale;
-  ba.qkv = qkv.ptr;
-  ba.sinks = sinks.ptr;
-  ba.alpha = alpha.ptr;
-  ba.alpha_ma = alpha_ma.ptr;
-  ba.out = out.ptr;
-  ba.lse = lse.ptr;
+  AttentionBackwardArgs ba = attention_backward_args(fa);
   ba.dout = dout.ptr;
   ba.dqkv = dqkv.ptr;
   ba.dsinks = dsinks.ptr;

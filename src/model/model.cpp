@@ -193,11 +193,12 @@ void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool accumulate
   if (accumulate_alpha) alpha_tokens_ += N;
 }
 
-// The inputs forward and backward share: shape, variant, q/k/v and the variant's
-// sinks / alpha / alpha_ma of layer l (fp32: the master, or a teacher's side buffer).
-template <typename Args>
-void Model::fill_attention_inputs(Args& args, int64_t l) const {
+// The attention call of layer l: shape, variant, q/k/v, the variant's sinks /
+// alpha / alpha_ma (fp32: the master, or a teacher's side buffer), and its
+// outputs att and lse. The backward is attention_backward_args() these.
+AttentionForwardArgs Model::attention_args(int64_t l) const {
   const int64_t D = model_.head_dim;
+  AttentionForwardArgs args;
   args.shape = {B_, T_, model_.num_attention_heads, model_.num_key_value_heads, D};
   args.variant = attention_.variant;
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
@@ -205,15 +206,22 @@ void Model::fill_attention_inputs(Args& args, int64_t l) const {
   args.sinks = layer_sinks(l);
   args.alpha = features_.affine ? acts_.alpha[l] : nullptr;
   args.alpha_ma = layer_alpha_ma(l);
+  args.out = acts_.att[l];
+  args.lse = acts_.lse[l];
+  return args;
+}
+
+Model::LayerSizes Model::layer_sizes() const {
+  const ModelConfig& m = model_;
+  const int64_t H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim;
+  return {B_, T_, B_ * T_, m.hidden_size, H, Hkv, D, m.intermediate_size, (H + 2 * Hkv) * D};
 }
 
 void Model::forward_layer(int64_t l, bool accumulate_alpha) {
   Activations& x = acts_;
   const LayerOffsets& o = layout_.layers[l];
   const ModelConfig& m = model_;
-  const int64_t B = B_, T = T_, N = B * T, C = m.hidden_size, H = m.num_attention_heads,
-                Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size;
-  const int64_t QKV = (H + 2 * Hkv) * D;
+  const auto [B, T, N, C, H, Hkv, D, F, QKV] = layer_sizes();
   const AttentionFeatures f = features_;
   const float eps = static_cast<float>(m.rms_norm_eps);
 
@@ -224,11 +232,7 @@ void Model::forward_layer(int64_t l, bool accumulate_alpha) {
     backend_.alpha_activation_forward(x.alpha[l], x.alpha_z[l], N * H, attention_.alpha_activation);
     if (accumulate_alpha) backend_.column_sum_accumulate(alpha_sums_ + l * H, x.alpha[l], N, H);
   }
-  AttentionForwardArgs args;
-  fill_attention_inputs(args, l);
-  args.out = x.att[l];
-  args.lse = x.lse[l];
-  backend_.attention_forward(args);
+  backend_.attention_forward(attention_args(l));
 
   void* y = x.att[l];
   if (f.gate) {
@@ -295,10 +299,7 @@ void Model::backward() {
 void Model::backward_layer(int64_t l) {
   Activations& x = acts_;
   const LayerOffsets& o = layout_.layers[l];
-  const ModelConfig& m = model_;
-  const int64_t B = B_, T = T_, N = B * T, C = m.hidden_size, H = m.num_attention_heads,
-                Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size;
-  const int64_t QKV = (H + 2 * Hkv) * D;
+  const auto [B, T, N, C, H, Hkv, D, F, QKV] = layer_sizes();
   const AttentionFeatures f = features_;
 
   // MLP block: resid[l+1] = resid_mid + down(swiglu(gate_up(ln2(resid_mid))))
@@ -323,10 +324,7 @@ void Model::backward_layer(int64_t l) {
     d_ln_written = true;
     d_att = x.d_att;
   }
-  AttentionBackwardArgs args;
-  fill_attention_inputs(args, l);
-  args.out = x.att[l];
-  args.lse = x.lse[l];
+  AttentionBackwardArgs args = attention_backward_args(attention_args(l));
   args.dout = d_att;
   args.dqkv = x.d_qkv;
   args.dsinks = f.sink ? grads_ + o.sinks : nullptr;

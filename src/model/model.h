@@ -114,8 +114,12 @@ class Model {
   void ensure_activations(int64_t B, int64_t T);
   void* weight(int64_t offset) const;  // compute-copy pointer at an arena offset
   void forward_layer(int64_t l, bool accumulate_alpha);
-  template <typename Args>
-  void fill_attention_inputs(Args& args, int64_t l) const;
+  AttentionForwardArgs attention_args(int64_t l) const;
+  // The sizes a layer's ops take at the current (B, T): N = B*T tokens, QKV = (H + 2*Hkv)*D.
+  struct LayerSizes {
+    int64_t B, T, N, C, H, Hkv, D, F, QKV;
+  };
+  LayerSizes layer_sizes() const;
   void backward_layer(int64_t l);
 
   void upload_alpha_ma();
