@@ -32,20 +32,24 @@ __device__ __forceinline__ float warp_dot(const float* a, const bf16* b, int64_t
   return warp_sum(s);
 }
 
-// A block of grid (T, B*H): query row i of head h in sequence b, and h's kv head g.
+// A block of grid (T, B*H): query row i of head h in sequence b, h's kv head g,
+// and this thread's warp and lane.
 struct QueryRow {
   int64_t i, b, h, g;
+  int warp, lane;
   __device__ explicit QueryRow(const AttentionParams& p)
-      : i(blockIdx.x), b(blockIdx.y / p.H), h(blockIdx.y % p.H), g(h / (p.H / p.Hkv)) {}
+      : i(blockIdx.x), b(blockIdx.y / p.H), h(blockIdx.y % p.H), g(h / (p.H / p.Hkv)),
+        warp(threadIdx.x / kWarpSize), lane(threadIdx.x % kWarpSize) {}
 };
 
-// For channel d of row r: sum_{j<=i} w_j V_j[d] and sum_{j<=i} V_j[d], keys in order.
-__device__ __forceinline__ void weighted_v_sums(const AttentionParams& p, const Index& ix, const QueryRow& r,
-                                                const float* w, int64_t d, float& wv, float& vsum) {
+// For channel d of query row i (sequence b, kv head g): sum_{j<=i} w_j V_j[d] and
+// sum_{j<=i} V_j[d], keys in order.
+__device__ __forceinline__ void weighted_v_sums(const AttentionParams& p, const Index& ix, int64_t b, int64_t g,
+                                                int64_t i, const float* w, int64_t d, float& wv, float& vsum) {
   wv = 0.f;
   vsum = 0.f;
-  for (int64_t j = 0; j <= r.i; ++j) {
-    const float v = to_f(p.qkv[ix.v(r.b, j, r.g) + d]);
+  for (int64_t j = 0; j <= i; ++j) {
+    const float v = to_f(p.qkv[ix.v(b, j, g) + d]);
     wv += w[j] * v;
     vsum += v;
   }
@@ -56,9 +60,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionPa
   extern __shared__ float smem[];
   __shared__ float red[kWarpSize];
   const Index ix{p.T, p.H, p.Hkv, p.D};
-  const QueryRow r(p);
-  const int64_t i = r.i, b = r.b, h = r.h, g = r.g;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const auto [i, b, h, g, warp, lane] = QueryRow(p);
   float* q = smem;
   float* s = smem + p.D;
 
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionPa
   }
   for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
     float acc, vsum;
-    weighted_v_sums(p, ix, r, s, d, acc, vsum);
+    weighted_v_sums(p, ix, b, g, i, s, d, acc, vsum);
     const float o = p.affine ? a * (acc * inv) + beta * vsum : acc * inv;
     p.out[ix.o(b, i, h) + d] = to_bf(o);
   }
@@ -105,9 +107,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(Atte
   extern __shared__ float smem[];
   __shared__ float red[kWarpSize];
   const Index ix{p.T, p.H, p.Hkv, p.D};
-  const QueryRow r(p);
-  const int64_t i = r.i, b = r.b, h = r.h, g = r.g;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const auto [i, b, h, g, warp, lane] = QueryRow(p);
   float* q = smem;
   float* dO = q + p.D;
   float* dop = dO + p.D;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(Atte
   const float invN = 1.f / static_cast<float>(i + 1);
   for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
     float pv, vsum;
-    weighted_v_sums(p, ix, r, pj, d, pv, vsum);
+    weighted_v_sums(p, ix, b, g, i, pj, d, pv, vsum);
     di_part += dop[d] * pv;
     da_part += dO[d] * (pv - vsum * invN);
   }

@@ -162,21 +162,20 @@ void sync_warp() {
   arrive();
 }
 
-uint32_t shfl_xor(uint32_t value, int lane_mask) {
-  LaneIO& io = join(Collective::shfl_xor);
+namespace {
+// A shuffle: this lane's value and its operand (lane mask or source lane) in, one word out.
+uint32_t shuffle(Collective kind, uint32_t value, int operand) {
+  LaneIO& io = join(kind);
   io.in[0] = value;
-  io.in[1] = static_cast<uint32_t>(lane_mask);
+  io.in[1] = static_cast<uint32_t>(operand);
   arrive();
   return io.out[0];
 }
+}  // namespace
 
-uint32_t shfl_idx(uint32_t value, int src_lane) {
-  LaneIO& io = join(Collective::shfl_idx);
-  io.in[0] = value;
-  io.in[1] = static_cast<uint32_t>(src_lane);
-  arrive();
-  return io.out[0];
-}
+uint32_t shfl_xor(uint32_t value, int lane_mask) { return shuffle(Collective::shfl_xor, value, lane_mask); }
+
+uint32_t shfl_idx(uint32_t value, int src_lane) { return shuffle(Collective::shfl_idx, value, src_lane); }
 
 void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
   LaneIO& io = join(Collective::mma);
