@@ -24,17 +24,7 @@ struct KdtrainApp {
   CLI::App app{"kdtrain"};
   KdtrainApp() {
     app.require_subcommand(1);
-    cli::register_info(app);
-    cli::register_init(app);
-    cli::register_dump(app);
-    cli::register_train(app);
-    cli::register_data(app);
-    cli::register_teacher_cache(app);
-    cli::register_eval(app);
-    cli::register_analyze(app);
-    cli::register_export(app);
-    cli::register_bench(app);
-    cli::register_config(app);
+    cli::register_commands(app);
   }
   std::string explain(const std::vector<std::string>& args) const {
     return cli::explain_unknown_argument(app, args);

@@ -86,6 +86,25 @@ struct Teacher {
   std::string source;  // "preset (random init)" or "checkpoint"
 };
 
+// What both benches resolve first: the command line's config, B and T (the
+// flags over train.*), the step counts, and the device (the flag over train.device).
+struct Resolved {
+  Config c;
+  int64_t B = 0, T = 0;
+  Device device;
+};
+Resolved resolve(const BenchOptions& o) {
+  Resolved r;
+  r.c = load_config(o.config_path, o.preset, o.attention, o.overrides);
+  KD_CHECK(o.micro_batch >= 0 && o.seq_len >= 0, "--micro-batch and --seq-len must be >= 1");
+  r.B = o.micro_batch > 0 ? o.micro_batch : r.c.train.micro_batch;
+  r.T = o.seq_len > 0 ? o.seq_len : r.c.train.seq_len;
+  KD_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
+  KD_CHECK(o.warmup >= 0, "--warmup must be >= 0, got ", o.warmup);
+  r.device = o.device.empty() ? r.c.train.device : parse_choice<Device>(o.device);
+  return r;
+}
+
 Teacher make_teacher(const std::string& spec, const ModelConfig& student, Backend& backend,
                      uint64_t seed) {
   Teacher t;
@@ -112,15 +131,9 @@ Teacher make_teacher(const std::string& spec, const ModelConfig& student, Backen
 }  // namespace
 
 nlohmann::json run_bench(const BenchOptions& o) {
-  Config c = load_config(o.config_path, o.preset, o.attention, o.overrides);
-  const int64_t B = o.micro_batch > 0 ? o.micro_batch : c.train.micro_batch;
-  const int64_t T = o.seq_len > 0 ? o.seq_len : c.train.seq_len;
-  KD_CHECK(o.micro_batch >= 0 && o.seq_len >= 0, "--micro-batch and --seq-len must be >= 1");
-  KD_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
-  KD_CHECK(o.warmup >= 0, "--warmup must be >= 0, got ", o.warmup);
+  const auto [c, B, T, device] = resolve(o);
   KD_CHECK(T <= c.model.max_position_embeddings, "--seq-len ", T,
            " exceeds model.max_position_embeddings ", c.model.max_position_embeddings);
-  const Device device = o.device.empty() ? c.train.device : parse_choice<Device>(o.device);
 
   std::unique_ptr<Backend> backend = make_backend(device, c.train.threads);
   Model student(c.model, c.attention, *backend, true);
@@ -361,12 +374,7 @@ std::vector<float> random_values(std::mt19937_64& rng, int64_t n, float lo, floa
 }  // namespace
 
 nlohmann::json run_attention_bench(const BenchOptions& o) {
-  Config c = load_config(o.config_path, o.preset, o.attention, o.overrides);
-  const int64_t B = o.micro_batch > 0 ? o.micro_batch : c.train.micro_batch;
-  const int64_t T = o.seq_len > 0 ? o.seq_len : c.train.seq_len;
-  KD_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
-  KD_CHECK(o.warmup >= 0, "--warmup must be >= 0, got ", o.warmup);
-  const Device device = o.device.empty() ? c.train.device : parse_choice<Device>(o.device);
+  const auto [c, B, T, device] = resolve(o);
   const int64_t H0 = c.model.num_attention_heads, D0 = c.model.head_dim;
   const int64_t group = H0 / c.model.num_key_value_heads;
   const int64_t D = o.head_dim > 0 ? o.head_dim : D0;
@@ -395,28 +403,17 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   DeviceBuffer dsinks(be, std::vector<float>(static_cast<size_t>(H), 0.f), true);
   DeviceBuffer dalpha(be, std::vector<float>(static_cast<size_t>(N * H), 0.f), false);
 
-  const AttentionShape shape{B, T, H, Hkv, D};
-  const float scale = 1.0f / std::sqrt(float(D));
   AttentionForwardArgs fa;
-  fa.shape = shape;
+  fa.shape = {B, T, H, Hkv, D};
   fa.variant = v;
-  fa.scale = scale;
+  fa.scale = 1.0f / std::sqrt(float(D));
   fa.qkv = qkv.ptr;
   fa.sinks = f.sink ? static_cast<const float*>(sinks.ptr) : nullptr;
   fa.alpha = f.affine ? alpha.ptr : nullptr;
   fa.alpha_ma = f.affine ? static_cast<const float*>(alpha_ma.ptr) : nullptr;
   fa.out = out.ptr;
   fa.lse = static_cast<float*>(lse.ptr);
-  AttentionBackwardArgs ba;
-  ba.shape = shape;
-  ba.variant = v;
-  ba.scale = scale;
-  ba.qkv = qkv.ptr;
-  ba.sinks = fa.sinks;
-  ba.alpha = fa.alpha;
-  ba.alpha_ma = fa.alpha_ma;
-  ba.out = out.ptr;
-  ba.lse = fa.lse;
+  AttentionBackwardArgs ba = attention_backward_args(fa);
   ba.dout = f.gate ? dcore.ptr : dout.ptr;
   ba.dqkv = dqkv.ptr;
   ba.dsinks = f.sink ? static_cast<float*>(dsinks.ptr) : nullptr;

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "cli/checkpoint_input.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/dataset.h"
@@ -22,21 +23,20 @@ namespace kdtrain::cli {
 namespace {
 
 struct AnalyzeFlags {
-  std::string checkpoint, out, device = "cpu";
-  std::vector<std::string> data;
+  CheckpointInputOptions input;
+  std::string out;
   bool num_seqs_given = false;
-  int64_t seq_len = eval::kSeqLenNotGiven, num_seqs = 10, layer_map = 8, map_size = 30, bins = 50;
+  int64_t num_seqs = 10, layer_map = 8, map_size = 30, bins = 50;
 };
 
 void run_analyze(const AnalyzeFlags& f) {
   KD_CHECK(f.num_seqs >= 1, "--num-seqs must be at least 1, got ", f.num_seqs);
   KD_CHECK(f.layer_map >= 1, "--layer-map is a 1-based layer number, got ", f.layer_map);
-  auto backend = make_backend(f.device, 0);
-  const std::string model_dir = eval::resolve_model_dir(f.checkpoint);
-  std::unique_ptr<Model> model = eval::load_model_for_eval(model_dir, *backend);
-  const ModelConfig& m = model->config();
-  const int64_t seq_len = eval::resolve_seq_len(f.seq_len, model_dir, m, 2);
-  const data::TokenDataset dataset(f.data, seq_len, m.vocab_size);
+  const CheckpointInput in(f.input, 2);
+  Model& model = *in.model;
+  const ModelConfig& m = model.config();
+  const int64_t seq_len = in.seq_len;
+  const data::TokenDataset& dataset = in.dataset;
   int64_t num_seqs = f.num_seqs;
   if (!f.num_seqs_given && dataset.num_windows() < num_seqs) {
     num_seqs = dataset.num_windows();
@@ -56,20 +56,20 @@ void run_analyze(const AnalyzeFlags& f) {
   options.map_layer = layer - 1;
   options.map_size = f.map_size;
   options.hist_bins = f.bins;
-  eval::AttentionAnalyzer analyzer(*model, options);
+  eval::AttentionAnalyzer analyzer(model, options);
 
   // One sequence per forward keeps the activations to one window.
   const auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> inputs(seq_len), targets(seq_len);
   for (int64_t s = 0; s < num_seqs; ++s) {
     dataset.fill_batch({s}, inputs.data(), targets.data());
-    model->forward(inputs.data(), 1, seq_len, false);
-    analyzer.add(*model);
+    model.forward(inputs.data(), 1, seq_len, false);
+    analyzer.add(model);
     spdlog::info("analyze: sequence {}/{}", s + 1, num_seqs);
   }
   nlohmann::json j = analyzer.to_json();
-  j["checkpoint"] = model_dir;
-  j["data"] = f.data;
+  j["checkpoint"] = in.model_dir;
+  j["data"] = f.input.data;
   j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::filesystem::create_directories(f.out);
@@ -77,7 +77,7 @@ void run_analyze(const AnalyzeFlags& f) {
   eval::write_text_file(path, j.dump(1) + "\n");
   std::printf("wrote %s: %s, %lld sequences x %lld tokens, mean |QK^T/sqrt(d)| %.4f, "
               "first-token weight (mean over layers) %.4f\n",
-              path.c_str(), to_string(model->attention().variant),
+              path.c_str(), to_string(model.attention().variant),
               static_cast<long long>(num_seqs), static_cast<long long>(seq_len),
               j["mean_abs_logit"].get<double>(), [&] {
                 double s = 0.0;
@@ -92,13 +92,8 @@ void register_analyze(CLI::App& app) {
   auto flags = std::make_shared<AnalyzeFlags>();
   auto* command = app.add_subcommand(
       "analyze", "Attention statistics (paper §4, App. A) of a checkpoint, written as analysis.json");
-  command->add_option("--checkpoint", flags->checkpoint,
-                      "model checkpoint directory, or a run directory (its latest checkpoint)")
-      ->required();
-  command->add_option("--data", flags->data, "token shards (paths or glob patterns)")->required();
-  command->add_option("--seq-len", flags->seq_len,
-                      "tokens per sequence (default: the checkpoint's train.seq_len, else 1024 "
-                      "clamped to max_position_embeddings)");
+  add_checkpoint_input_options(*command, flags->input, "sequence",
+                               "cpu or cuda (statistics are computed on the host)");
   command->add_option("--num-seqs", flags->num_seqs,
                       "the first N windows are analysed (default 10, or all the data holds when fewer)");
   command->add_option("--layer-map", flags->layer_map,
@@ -106,7 +101,6 @@ void register_analyze(CLI::App& app) {
   command->add_option("--map-size", flags->map_size, "attention map of the first N tokens (default 30)");
   command->add_option("--bins", flags->bins, "per-query mass histogram bins over [0, 1] (default 50)");
   command->add_option("--out", flags->out, "output directory (analysis.json)")->required();
-  command->add_option("--device", flags->device, "cpu or cuda (statistics are computed on the host)");
   command->callback([flags, command] {
     flags->num_seqs_given = command->count("--num-seqs") > 0;
     run_analyze(*flags);

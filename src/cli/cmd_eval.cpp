@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "cli/checkpoint_input.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/dataset.h"
@@ -22,25 +23,21 @@ namespace kdtrain::cli {
 namespace {
 
 struct EvalFlags {
-  std::string checkpoint, out, device = "cpu", token_bytes;
-  std::vector<std::string> data;
-  int64_t seq_len = eval::kSeqLenNotGiven, batch_size = 4, max_windows = 0, chunk_tokens = 1024;
+  CheckpointInputOptions input;
+  std::string out, token_bytes;
+  int64_t batch_size = 4, max_windows = 0, chunk_tokens = 1024;
   bool json = false;
 };
 
 void run_eval(const EvalFlags& f) {
   KD_CHECK(f.batch_size >= 1, "--batch-size must be at least 1, got ", f.batch_size);
-  auto backend = make_backend(f.device, 0);
-  const std::string model_dir = eval::resolve_model_dir(f.checkpoint);
-  std::unique_ptr<Model> model = eval::load_model_for_eval(model_dir, *backend);
-  const ModelConfig& m = model->config();
-  const int64_t seq_len = eval::resolve_seq_len(f.seq_len, model_dir, m, 1);
-  const data::TokenDataset dataset(f.data, seq_len, m.vocab_size);
+  const CheckpointInput in(f.input, 1);
+  Model& model = *in.model;
 
   // Provenance from the shards' manifest, and the bytes-per-token table it names
   // (or --token-bytes) for bits per byte.
   std::string manifest_path;
-  const nlohmann::json manifest = data::shards_manifest(f.data, &manifest_path);
+  const nlohmann::json manifest = data::shards_manifest(f.input.data, &manifest_path);
   std::string table_path = f.token_bytes;
   if (table_path.empty() && manifest.is_object() && manifest.value("token_bytes", nlohmann::json())
                                                         .is_string())
@@ -62,7 +59,7 @@ void run_eval(const EvalFlags& f) {
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
   const eval::PerplexityResult r = eval::evaluate_perplexity(
-      *model, dataset, f.batch_size, f.max_windows, f.chunk_tokens, [&](int64_t done, int64_t total) {
+      model, in.dataset, f.batch_size, f.max_windows, f.chunk_tokens, [&](int64_t done, int64_t total) {
         const auto now = std::chrono::steady_clock::now();
         if (now - last_report > std::chrono::seconds(10) && done < total) {
           spdlog::info("eval: {}/{} windows", done, total);
@@ -74,12 +71,12 @@ void run_eval(const EvalFlags& f) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   nlohmann::json j;
-  j["checkpoint"] = model_dir;
-  j["data"] = f.data;
-  j["attention"] = to_string(model->attention().variant);
-  j["seq_len"] = seq_len;
+  j["checkpoint"] = in.model_dir;
+  j["data"] = f.input.data;
+  j["attention"] = to_string(model.attention().variant);
+  j["seq_len"] = in.seq_len;
   j["windows"] = r.windows;
-  j["windows_available"] = dataset.num_windows();
+  j["windows_available"] = in.dataset.num_windows();
   j["tokens"] = r.tokens;
   j["ce_sum"] = r.ce_sum;
   j["mean_ce"] = r.mean_ce();
@@ -110,8 +107,8 @@ void run_eval(const EvalFlags& f) {
   } else {
     std::printf("eval %s: %lld windows x %lld tokens = %lld tokens, mean CE %.6f nats, "
                 "token perplexity %.4f",
-                model_dir.c_str(), static_cast<long long>(r.windows),
-                static_cast<long long>(seq_len), static_cast<long long>(r.tokens), r.mean_ce(),
+                in.model_dir.c_str(), static_cast<long long>(r.windows),
+                static_cast<long long>(in.seq_len), static_cast<long long>(r.tokens), r.mean_ce(),
                 r.perplexity());
     if (r.bytes) std::printf(", %.4f bits per byte", r.bits_per_byte());
     std::printf(" (%.1f s)\n", seconds);
@@ -124,13 +121,7 @@ void register_eval(CLI::App& app) {
   auto flags = std::make_shared<EvalFlags>();
   auto* command = app.add_subcommand(
       "eval", "Mean cross-entropy and token perplexity of a checkpoint on held-out shards");
-  command->add_option("--checkpoint", flags->checkpoint,
-                      "model checkpoint directory, or a run directory (its latest checkpoint)")
-      ->required();
-  command->add_option("--data", flags->data, "token shards (paths or glob patterns)")->required();
-  command->add_option("--seq-len", flags->seq_len,
-                      "T: tokens per window (default: the checkpoint's train.seq_len, else 1024 "
-                      "clamped to max_position_embeddings)");
+  add_checkpoint_input_options(*command, flags->input, "window", "cpu or cuda");
   command->add_option("--batch-size", flags->batch_size, "windows per forward (default 4)");
   command->add_option("--max-windows", flags->max_windows,
                       "score only the first N windows (default: all)");
@@ -140,7 +131,6 @@ void register_eval(CLI::App& app) {
                       "named by the shards' manifest.json)");
   command->add_option("--out", flags->out, "also write the JSON result to this file");
   command->add_flag("--json", flags->json, "print the result as JSON");
-  command->add_option("--device", flags->device, "cpu or cuda");
   command->callback([flags] { run_eval(*flags); });
 }
 

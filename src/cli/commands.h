@@ -20,6 +20,10 @@ struct CommonOptions {
 };
 void add_common_options(CLI::App& command, CommonOptions& options);
 
+// Every subcommand below, in the order `kdtrain --help` lists them; `observer`
+// as register_train's.
+void register_commands(CLI::App& app, TrainObserver* observer = nullptr);
+
 void register_info(CLI::App& app);
 void register_init(CLI::App& app);
 void register_dump(CLI::App& app);

@@ -16,18 +16,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kdtrain: pretrain LLaMA/Qwen-style students by knowledge distillation"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kdtrain 0.1.0");
-  kdtrain::cli::register_info(app);
-  kdtrain::cli::register_init(app);
-  kdtrain::cli::register_dump(app);
-  kdtrain::cli::register_train(app);
-  kdtrain::cli::register_data(app);
-  kdtrain::cli::register_teacher_cache(app);
-  kdtrain::cli::register_eval(app);
-  kdtrain::cli::register_analyze(app);
-  kdtrain::cli::register_export(app);
-  kdtrain::cli::register_bench(app);
-  kdtrain::cli::register_config(app);
-  kdtrain::cli::register_verify(app);
+  kdtrain::cli::register_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

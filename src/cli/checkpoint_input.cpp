@@ -1,0 +1,25 @@
+#include "cli/checkpoint_input.h"
+
+namespace kdtrain::cli {
+
+void add_checkpoint_input_options(CLI::App& command, CheckpointInputOptions& options, const std::string& window,
+                                  const std::string& device_help) {
+  command.add_option("--checkpoint", options.checkpoint,
+                     "model checkpoint directory, or a run directory (its latest checkpoint)")
+      ->required();
+  command.add_option("--data", options.data, "token shards (paths or glob patterns)")->required();
+  command.add_option("--seq-len", options.seq_len,
+                     "tokens per " + window +
+                         " (default: the checkpoint's train.seq_len, else 1024 clamped to "
+                         "max_position_embeddings)");
+  command.add_option("--device", options.device, device_help);
+}
+
+CheckpointInput::CheckpointInput(const CheckpointInputOptions& options, int64_t min_seq_len)
+    : backend(make_backend(options.device, 0)),
+      model_dir(eval::resolve_model_dir(options.checkpoint)),
+      model(eval::load_model_for_eval(model_dir, *backend)),
+      seq_len(eval::resolve_seq_len(options.seq_len, model_dir, model->config(), min_seq_len)),
+      dataset(options.data, seq_len, model->config().vocab_size) {}
+
+}  // namespace kdtrain::cli

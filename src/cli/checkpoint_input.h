@@ -1,0 +1,41 @@
+// What `kdtrain eval` and `kdtrain analyze` read: a checkpoint (or a run
+// directory's latest), loaded forward-only, and token shards cut into windows of
+// --seq-len (default: the length the checkpoint trained at).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "data/dataset.h"
+#include "eval/perplexity.h"
+#include "model/model.h"
+
+namespace kdtrain::cli {
+
+struct CheckpointInputOptions {
+  std::string checkpoint;
+  std::vector<std::string> data;
+  int64_t seq_len = eval::kSeqLenNotGiven;
+  std::string device = "cpu";
+};
+
+// --checkpoint, --data, --seq-len (`window`: what one window is called in the
+// help) and --device (`device_help`).
+void add_checkpoint_input_options(CLI::App& command, CheckpointInputOptions& options, const std::string& window,
+                                  const std::string& device_help);
+
+struct CheckpointInput {
+  // Windows shorter than min_seq_len tokens are refused (eval::resolve_seq_len).
+  CheckpointInput(const CheckpointInputOptions& options, int64_t min_seq_len);
+
+  std::unique_ptr<Backend> backend;
+  std::string model_dir;  // the checkpoint directory --checkpoint resolved to
+  std::unique_ptr<Model> model;
+  int64_t seq_len;
+  data::TokenDataset dataset;
+};
+
+}  // namespace kdtrain::cli
