@@ -103,21 +103,10 @@ Plan build_plan(const BlasContext& ctx, const MatmulKey& key, const bf16* bias) 
 bool gemm(const BlasContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const bf16* A, int64_t lda, const bf16* B, int64_t ldb, void* C, cudaDataType_t c_type,
           int64_t ldc, float beta, const bf16* bias, cudaStream_t stream) {
-  MatmulKey key;
-  key.trans_a = trans_a;
-  key.trans_b = trans_b;
-  key.m = m;
-  key.n = n;
-  key.k = k;
-  key.lda = lda;
-  key.ldb = ldb;
-  key.ldc = ldc;
-  key.c_type = static_cast<int>(c_type);
-  key.accumulate = beta != 0.f;
-  key.align_a = address_alignment(A);
-  key.align_b = address_alignment(B);
-  key.align_c = address_alignment(C);
-  key.epilogue = bias ? MatmulEpilogue::bias : MatmulEpilogue::none;
+  // In MatmulKey's field order (matmul_plan.h).
+  const MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, static_cast<int>(c_type),
+                      /*accumulate=*/beta != 0.f, address_alignment(A), address_alignment(B),
+                      address_alignment(C), bias ? MatmulEpilogue::bias : MatmulEpilogue::none};
   auto found = ctx.plans->plans.find(key);
   if (found == ctx.plans->plans.end())
     found = ctx.plans->plans.emplace(key, build_plan(ctx, key, bias)).first;
