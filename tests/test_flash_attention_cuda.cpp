@@ -36,6 +36,7 @@ TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][atte
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/host_dtype.h"
 #include "cuda_check.cuh"
 #include "cuda_guarded_buffer.h"
 #include "cuda_probe.h"
@@ -51,18 +52,8 @@ namespace {
 constexpr uint16_t kGuardHalf = 0x7fb3;   // bf16 NaN payload no kernel writes
 constexpr uint32_t kGuardWord = 0x7fb3c3c3u;  // fp32 NaN payload no kernel writes
 
-uint16_t bf16_bits(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-float bf16_value(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+// host_dtype.h's rounding is CUDA's __float2bfloat16, bit for bit.
+float bf16_value(uint16_t bits) { return bf16_bits_to_float(bits); }
 float round_bf16(float f) { return bf16_value(bf16_bits(f)); }
 
 float guard_float() {

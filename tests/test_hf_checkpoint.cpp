@@ -2,9 +2,6 @@
 // io/hf_export.h). The directories here are written by hand in the layout
 // transformers' save_pretrained produces; scripts/tests/test_hf_parity.py checks
 // the same paths against transformers itself.
-#include <unistd.h>
-
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <catch2/catch.hpp>
@@ -19,6 +16,7 @@
 #include "io/hf_modeling_sources.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
+#include "temp_dir.h"
 
 using namespace kdtrain;
 using namespace kdtrain::io;
@@ -27,21 +25,6 @@ using Catch::Matchers::Contains;
 using nlohmann::json;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("kdtrain_hf_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string sub(const std::string& name) const { return (path / name).string(); }
-};
 
 // config.json as transformers 4.57 writes it for a small GQA LLaMA with llama3
 // rope scaling (older "type" key) and no head_dim (so hidden / heads = 4).
@@ -125,7 +108,7 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 TEST_CASE("hf import: a transformers-style LLaMA directory loads (sharded, bf16)", "[hf]") {
-  TempDir tmp;
+  testing::TempDir tmp("hf");
   ModelConfig m;
   AttentionConfig a;
   parse_hf_config(llama_hf_config(), "config.json", &m, &a);
@@ -144,7 +127,7 @@ TEST_CASE("hf import: a transformers-style LLaMA directory loads (sharded, bf16)
   const std::vector<TensorRef> extra = {
       {"lm_head.weight", embed->shape, arena.data() + embed->offset},
       {"model.layers.0.self_attn.rotary_emb.inv_freq", {2}, inv_freq.data()}};
-  const std::string dir = tmp.sub("llama");
+  const std::string dir = tmp.file("llama");
   write_hf_dir(dir, llama_hf_config(), layout, arena, 3, /*bf16=*/true, "", extra);
 
   const WeightsSummary summary = check_model_weights(dir, layout);
@@ -217,7 +200,7 @@ TEST_CASE("hf import: unsupported configs are refused naming the key and file", 
 }
 
 TEST_CASE("hf import: missing tensors and shape mismatches are refused naming tensor and file", "[hf]") {
-  TempDir tmp;
+  testing::TempDir tmp("hf");
   ModelConfig m;
   AttentionConfig a;
   parse_hf_config(llama_hf_config(), "config.json", &m, &a);
@@ -226,20 +209,20 @@ TEST_CASE("hf import: missing tensors and shape mismatches are refused naming te
   std::vector<float> out(arena.size());
 
   SECTION("missing tensor, single file") {
-    const std::string dir = tmp.sub("missing");
+    const std::string dir = tmp.file("missing");
     write_hf_dir(dir, llama_hf_config(), layout, arena, 1, true, "model.layers.1.mlp.up_proj.weight");
     REQUIRE_THROWS_WITH(load_model_weights(dir, layout, out.data()),
                         Contains(dir + "/model.safetensors") &&
                             Contains("missing tensor 'model.layers.1.mlp.up_proj.weight'"));
   }
   SECTION("missing tensor, sharded") {
-    const std::string dir = tmp.sub("missing_sharded");
+    const std::string dir = tmp.file("missing_sharded");
     write_hf_dir(dir, llama_hf_config(), layout, arena, 2, true, "model.norm.weight");
     REQUIRE_THROWS_WITH(load_model_weights(dir, layout, out.data()),
                         Contains(dir) && Contains("missing tensor 'model.norm.weight'"));
   }
   SECTION("shape mismatch: the config's sizes disagree with the file") {
-    const std::string dir = tmp.sub("shape");
+    const std::string dir = tmp.file("shape");
     write_hf_dir(dir, llama_hf_config(), layout, arena, 1, false);
     json wrong = llama_hf_config();
     wrong["intermediate_size"] = 20;
@@ -255,7 +238,7 @@ TEST_CASE("hf import: missing tensors and shape mismatches are refused naming te
                             Contains("expected (20, 16)"));
   }
   SECTION("LLaMA o_proj bias tensor") {
-    const std::string dir = tmp.sub("obias");
+    const std::string dir = tmp.file("obias");
     std::vector<float> bias(16, 0.f);
     write_hf_dir(dir, llama_hf_config(), layout, arena, 1, false, "",
                  {{"model.layers.0.self_attn.o_proj.bias", {16}, bias.data()}});
@@ -264,7 +247,7 @@ TEST_CASE("hf import: missing tensors and shape mismatches are refused naming te
                             Contains("o_proj bias"));
   }
   SECTION("no safetensors at all") {
-    const std::string dir = tmp.sub("bin");
+    const std::string dir = tmp.file("bin");
     fs::create_directories(dir);
     write_json(dir + "/config.json", llama_hf_config());
     std::ofstream(dir + "/pytorch_model.bin") << "not read";
@@ -313,7 +296,7 @@ TEST_CASE("hf export: config.json per variant and family", "[hf]") {
 }
 
 TEST_CASE("hf export: writes the directory, bf16 by round to nearest even, reloads exactly", "[hf]") {
-  TempDir tmp;
+  testing::TempDir tmp("hf");
   ModelConfig m;
   AttentionConfig a;
   parse_hf_config(llama_hf_config(), "config.json", &m, &a);
@@ -323,16 +306,16 @@ TEST_CASE("hf export: writes the directory, bf16 by round to nearest even, reloa
   a.variant = AttentionVariant::sink;
   const ParamLayout layout = make_param_layout(m, a);
   const std::vector<float> arena = arena_for(layout);
-  const std::string src = tmp.sub("ckpt");
+  const std::string src = tmp.file("ckpt");
   write_model_checkpoint(src, m, a, layout, arena.data());
-  const std::string tok = tmp.sub("tok");
+  const std::string tok = tmp.file("tok");
   fs::create_directories(tok);
   write_json(tok + "/tokenizer_config.json", {{"eos_token", "</s>"}});
   write_json(tok + "/vocab.json", {{"a", 0}, {"b", 31}});
 
   ExportOptions o;
   o.checkpoint = src;
-  o.out = tmp.sub("hf");
+  o.out = tmp.file("hf");
   o.tokenizer = tok;
   o.dtype = ExportDtype::bf16;
   const ExportSummary s = export_hf_checkpoint(o);
@@ -356,7 +339,7 @@ TEST_CASE("hf export: writes the directory, bf16 by round to nearest even, reloa
   // The export loads back into kdtrain; exporting that again is bit-identical.
   ExportOptions again = o;
   again.checkpoint = o.out;
-  again.out = tmp.sub("hf2");
+  again.out = tmp.file("hf2");
   again.tokenizer.clear();
   export_hf_checkpoint(again);
   REQUIRE(read_file(o.out + "/model.safetensors") == read_file(again.out + "/model.safetensors"));
@@ -374,7 +357,7 @@ TEST_CASE("hf export: writes the directory, bf16 by round to nearest even, reloa
   SECTION("refuses a tokenizer with ids beyond the vocabulary") {
     write_json(tok + "/vocab.json", {{"a", 0}, {"b", 32}});
     ExportOptions bad = o;
-    bad.out = tmp.sub("hf3");
+    bad.out = tmp.file("hf3");
     REQUIRE_THROWS_WITH(export_hf_checkpoint(bad), Contains("vocab.json") && Contains("32"));
     REQUIRE_FALSE(fs::exists(bad.out));
   }
