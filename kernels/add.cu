@@ -1,6 +1,6 @@
 // Kernels for add.cuh: a flat map (elementwise.cuh).
-#include "add.cuh"
-#include "elementwise.cuh"
+#include "kernels/add.cuh"
+#include "kernels/elementwise.cuh"
 
 namespace kdtrain::cuda {
 namespace {

@@ -2,7 +2,7 @@
 // Each output is one fp32 sum of the two bf16 inputs, rounded once to bf16.
 // out may alias a or b (each element is read before it is written by the same thread).
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 void add(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);  // out = a + b

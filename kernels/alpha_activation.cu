@@ -1,8 +1,8 @@
 // Kernels for alpha_activation.cuh: flat maps (elementwise.cuh). The activation
 // is a runtime field of the map (one instantiation): the branch is uniform across
 // the grid, so it costs nothing.
-#include "alpha_activation.cuh"
-#include "elementwise.cuh"
+#include "kernels/alpha_activation.cuh"
+#include "kernels/elementwise.cuh"
 
 namespace kdtrain::cuda {
 namespace {

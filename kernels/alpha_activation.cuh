@@ -4,7 +4,7 @@
 // Elementwise, deterministic. `sigmoid` selects the activation (false: linear_clip);
 // a bool rather than the config enum keeps config headers out of nvcc.
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 // alpha(n) = phi(z(n))

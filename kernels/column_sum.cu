@@ -2,8 +2,8 @@
 // VEC adjacent columns and walks its chunk's rows in order (16-byte loads when
 // C allows; adjacent threads read adjacent packs, so loads coalesce). Pass 2: one
 // thread per column adds the chunks in order.
-#include "column_sum.cuh"
-#include "cuda_check.cuh"
+#include "kernels/column_sum.cuh"
+#include "kernels/cuda_check.cuh"
 
 namespace kdtrain::cuda {
 namespace {

@@ -7,7 +7,7 @@
 // chunks in order. The bits depend only on (N, C) and the inputs, never on the
 // GPU or its scheduling.
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 // Bytes of fp32 scratch column_sum_accumulate needs for this shape.

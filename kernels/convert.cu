@@ -1,7 +1,7 @@
 // Kernels for convert.cuh: flat maps (elementwise.cuh); 8 values per pack, so
 // 16-byte bf16 accesses and two 16-byte fp32 accesses.
-#include "convert.cuh"
-#include "elementwise.cuh"
+#include "kernels/convert.cuh"
+#include "kernels/elementwise.cuh"
 
 namespace kdtrain::cuda {
 namespace {

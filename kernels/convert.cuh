@@ -2,7 +2,7 @@
 // fp32 -> bf16 rounds to nearest even; bf16 -> fp32 is exact. Elementwise, so
 // deterministic for any grid.
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 void convert_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t stream);  // (n)

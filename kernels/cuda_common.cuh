@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "vec_layout.h"
+#include "kernels/vec_layout.h"
 
 namespace kdtrain::cuda {
 

@@ -9,8 +9,8 @@
 #pragma once
 #include <cuda/std/tuple>
 
-#include "cuda_check.cuh"
-#include "cuda_common.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 

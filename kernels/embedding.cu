@@ -1,6 +1,6 @@
 // Kernels for embedding.cuh, and the host-side bucketing of token positions.
-#include "cuda_check.cuh"
-#include "embedding.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/embedding.cuh"
 
 namespace kdtrain::cuda {
 namespace {

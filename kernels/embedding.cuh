@@ -12,7 +12,7 @@
 #pragma once
 #include <vector>
 
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 

@@ -14,8 +14,8 @@
 // threads' states merge by fixed block trees (deterministic).
 // Pass 2 reads the logits again and writes the gradient: expf(s - lse) (shared
 // with softmax(s/tau) when tau = 1) and expf(t' - lseT) per element.
-#include "cuda_check.cuh"
-#include "loss.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/loss.cuh"
 
 namespace kdtrain::cuda {
 namespace {

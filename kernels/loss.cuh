@@ -19,7 +19,7 @@
 // merged by fixed block trees, giving ce, the KD value and soft-CE; pass 2 writes
 // the gradient. Each thread owns a fixed strided set of columns: deterministic.
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 

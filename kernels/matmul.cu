@@ -3,10 +3,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "column_sum.cuh"
-#include "cuda_check.cuh"
-#include "matmul.cuh"
-#include "matmul_plan.h"
+#include "kernels/column_sum.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/matmul_plan.h"
 
 #define CUBLAS_CHECK(expr)                                                                  \
   do {                                                                                      \

@@ -27,7 +27,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 

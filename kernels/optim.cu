@@ -1,8 +1,8 @@
 // Kernels for optim.cuh.
 #include <cmath>
 
-#include "cuda_check.cuh"
-#include "optim.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/optim.cuh"
 
 namespace kdtrain::cuda {
 namespace {

@@ -14,7 +14,7 @@
 // rounding, up or down with probability proportional to the distance, from a
 // counter-based hash of (seed, index): reproducible run after run.
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 

@@ -11,9 +11,9 @@
 //   into scratch(chunks, C), then sum_chunk_partials adds the chunks in order.
 #include <climits>
 
-#include "column_sum.cuh"
-#include "cuda_check.cuh"
-#include "rmsnorm.cuh"
+#include "kernels/column_sum.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/rmsnorm.cuh"
 
 namespace kdtrain::cuda {
 namespace {

@@ -2,8 +2,8 @@
 // y over positions t, z over sequences b (each looping when the grid is capped), so
 // the position comes from the grid, not from a division. Each thread rotates VEC
 // pairs (x1 at offset i, x2 at i + D/2) with 16-byte loads when D/2 allows.
-#include "cuda_check.cuh"
-#include "rope.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/rope.cuh"
 
 namespace kdtrain::cuda {
 namespace {

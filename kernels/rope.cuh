@@ -5,7 +5,7 @@
 // rotation (s -> -s) to the gradient. fp32 math, one bf16 rounding per output;
 // each thread owns one (x1, x2) pair, so in place is safe and deterministic.
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 void rope_forward(bf16* x, const float* cos, const float* sin, int64_t B, int64_t T,

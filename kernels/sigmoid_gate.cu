@@ -1,6 +1,6 @@
 // Kernels for sigmoid_gate.cuh: flat packs (elementwise.cuh).
-#include "elementwise.cuh"
-#include "sigmoid_gate.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/sigmoid_gate.cuh"
 
 namespace kdtrain::cuda {
 namespace {

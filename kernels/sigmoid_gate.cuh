@@ -2,7 +2,7 @@
 // Backward writes (=) both dinp = dout*s and dgate = dout*inp*s*(1-s). Elementwise,
 // deterministic.
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 void sigmoid_gate_forward(bf16* out, const bf16* inp, const bf16* gate, int64_t n,

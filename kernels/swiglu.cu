@@ -1,8 +1,8 @@
 // Kernels for swiglu.cuh: rows from the grid's y dimension, VEC-wide packs of
 // the F columns from x (row_pack_loop in vec_layout.h; VEC divides F, so the gate
 // and up halves of every row start pack-aligned). No division per element.
-#include "cuda_check.cuh"
-#include "swiglu.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/swiglu.cuh"
 
 namespace kdtrain::cuda {
 namespace {

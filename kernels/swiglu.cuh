@@ -2,7 +2,7 @@
 // Backward writes (=) dgate_up(N,2F):  dgate = dout*up*(s + g s (1-s)),  dup = dout*silu(g).
 // Elementwise over (N,F), deterministic; any F.
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace kdtrain::cuda {
 void swiglu_forward(bf16* out, const bf16* gate_up, int64_t N, int64_t F, cudaStream_t stream);

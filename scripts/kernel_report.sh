@@ -7,7 +7,7 @@
 # Exits non-zero if any instantiation spills or touches local memory, or if the
 # forward kernels lack HMMA.16816 / LDSM / LDGSTS.
 #
-# usage: scripts/kernel_report.sh [kernels/flash_attention_fwd.cu ...]   (default: the
+# usage: scripts/kernel_report.sh [kernels/attention/flash_forward.cu ...]   (default: the
 #        forward, backward and prefix-scan files). Needs nvcc (CUDA 13) and, for the
 #        SASS part, cuobjdump + nvdisasm (the CUDA toolkit's, or
 #        `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`).
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ARCH=${ARCH:-sm_90}
 files=("$@")
-[[ ${#files[@]} -gt 0 ]] || files=(kernels/flash_attention_fwd.cu kernels/flash_attention_bwd.cu kernels/prefix_scan.cu)
+[[ ${#files[@]} -gt 0 ]] || files=(kernels/attention/flash_forward.cu kernels/attention/flash_backward.cu kernels/attention/prefix_scan.cu)
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [[ -x $NVCC ]] || { echo "kernel_report: nvcc not found (set NVCC)" >&2; exit 2; }
 
@@ -39,7 +39,7 @@ echo "| kernel | registers | stack | spill st/ld | static smem | HMMA.16816 | LD
 echo "|---|---|---|---|---|---|---|---|---|"
 for f in "${files[@]}"; do
   obj=$tmp/$(basename "$f").cubin
-  "$NVCC" -std=c++17 -arch="$ARCH" --expt-relaxed-constexpr -Isrc -Ikernels -cubin -Xptxas -v "$f" -o "$obj" \
+  "$NVCC" -std=c++17 -arch="$ARCH" --expt-relaxed-constexpr -Isrc -I. -cubin -Xptxas -v "$f" -o "$obj" \
     2> "$tmp/ptxas.txt"
   sass=$tmp/sass.txt
   if [[ -n $CUOBJDUMP && -n $NVDISASM ]]; then
@@ -76,7 +76,7 @@ done
 # Dynamic shared memory of the forward and backward instantiations, from the one tile table.
 cat > "$tmp/smem.cpp" <<'EOF'
 #include <cstdio>
-#include "flash_attention_bwd_kernel.cuh"
+#include "flash_backward_kernel.cuh"
 #include "flash_forward_kernel.cuh"
 template <int D> void row() {
   constexpr auto t = kdtrain::flash::flash_tiles(D, false, false, kdtrain::flash::FlashPass::forward);
@@ -95,7 +95,7 @@ EOF
 echo
 echo "| kernel | tiles | block | dynamic smem |"
 echo "|---|---|---|---|"
-${CXX:-c++} -std=c++17 -Isrc -Ikernels "$tmp/smem.cpp" -o "$tmp/smem" && "$tmp/smem"
+${CXX:-c++} -std=c++17 -Isrc -I. "$tmp/smem.cpp" -o "$tmp/smem" && "$tmp/smem"
 [[ -n $CUOBJDUMP && -n $NVDISASM ]] || echo "kernel_report: cuobjdump/nvdisasm not found: SASS columns skipped" >&2
 [[ $status -eq 0 ]] && echo "kernel_report: OK (no spills, no local memory)" || echo "kernel_report: FAILED (spills, local memory or missing instructions)"
 exit $status

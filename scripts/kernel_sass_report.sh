@@ -5,7 +5,7 @@
 # 16-byte global loads/stores (LDG.E.128 / STG.E.128), 64-bit integer divisions
 # (I2F.U64.RP opens nvcc's 64-bit division routine) and 32-bit ones (I2F.U32.RP).
 #
-#   scripts/kernel_sass_report.sh [FILE.cu ...]     (default: every kernels/*.cu but flash_*)
+#   scripts/kernel_sass_report.sh [FILE.cu ...]     (default: every kernels/*.cu outside kernels/attention/)
 #
 # cuobjdump comes from the CUDA toolkit or, where the toolkit lacks it, from the
 # PyPI package nvidia-cuda-cuobjdump (pip install nvidia-cuda-cuobjdump).
@@ -28,14 +28,14 @@ fi
 
 files=("$@")
 if ((${#files[@]} == 0)); then
-  for f in kernels/*.cu; do [[ "$(basename "$f")" == flash_* ]] || files+=("$f"); done
+  files=(kernels/*.cu)  # the attention family (kernels/attention/) has kernel_report.sh
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 printf "%-22s %5s %7s %6s %7s %7s %6s %6s\n" file regs spill stack LDG128 STG128 div64 div32
 for f in "${files[@]}"; do
   name="$(basename "$f" .cu)"
-  "$NVCC" -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -Isrc -Ikernels -c "$f" \
+  "$NVCC" -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -Isrc -I. -c "$f" \
     -o "$work/$name.o" -Xptxas -v 2>"$work/$name.ptxas"
   "$CUOBJDUMP" -sass "$work/$name.o" >"$work/$name.sass"
   regs=$(grep -o 'Used [0-9]* registers' "$work/$name.ptxas" | awk '{print $2}' | sort -n | tail -1)

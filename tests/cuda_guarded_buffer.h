@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda_check.cuh"
+#include "kernels/cuda_check.cuh"
 
 namespace kdtrain::cudatest {
 

@@ -1,5 +1,5 @@
 // Shared by the tests that run the attention kernel bodies in the host SIMT emulator
-// (test_flash_forward_sim.cpp, test_flash_attention_bwd_sim.cpp): buffers framed by
+// (test_flash_forward_sim.cpp, test_flash_backward_sim.cpp): buffers framed by
 // guard elements, the random bf16 attention inputs, and the prefix-scan launch.
 #pragma once
 #include <algorithm>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "prefix_scan_kernel.cuh"
-#include "sim/simt.h"
+#include "kernels/attention/prefix_scan_kernel.cuh"
+#include "kernels/tc/sim/simt.h"
 
 namespace kdtrain::simtest {
 

@@ -1,10 +1,10 @@
 // The reports' bookkeeping (src/backend/backend_stats.h) and the CUDA attention
-// path rule (kernels/attention_path.h), which are plain C++ and run on the CPU:
+// path rule (src/backend/cuda/attention_path.h), which are plain C++ and run on the CPU:
 // which implementation each shape gets, the per-shape log of paths that ran, and
 // the memory high-water mark, checked through the CPU backend as well.
 #include <catch2/catch.hpp>
 
-#include "attention_path.h"
+#include "backend/cuda/attention_path.h"
 #include "backend/backend.h"
 #include "backend/backend_stats.h"
 

@@ -1,4 +1,4 @@
-// CUDA attention through CudaBackend (whichever path attention_path.h picks: the
+// CUDA attention through CudaBackend (whichever path backend/cuda/attention_path.h picks: the
 // fused kernels for D = 64 and 128, the row kernels for D = 6 and 96) against the
 // CPU reference, forward and backward, every variant, GQA (H=6, Hkv=2) and MHA
 // (H=Hkv=4), T in {1, 7, 33, 130}, D in {6, 64, 128}; the row kernels' long-sequence

@@ -62,7 +62,7 @@ TEST_CASE("cuda embedding backward refuses out-of-vocabulary tokens", "[cuda][em
 }
 
 #ifdef KDTRAIN_HAVE_CUDA_BACKEND
-#include "embedding.cuh"
+#include "kernels/embedding.cuh"
 
 // The host half of the deterministic backward runs without a device.
 TEST_CASE("embedding token buckets group positions by id in order", "[cuda][embedding]") {

@@ -11,7 +11,7 @@
 #include "test_cuda_util.h"
 
 #ifdef KDTRAIN_HAVE_CUDA_BACKEND
-#include "cuda_backend.cuh"
+#include "backend/cuda/cuda_backend.cuh"
 #endif
 
 using namespace kdtrain;

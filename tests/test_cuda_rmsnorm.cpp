@@ -29,10 +29,10 @@ TEST_CASE("cuda rmsnorm matches the float64 reference", "[cuda][rmsnorm]") {
 #include <string>
 #include <vector>
 
-#include "cuda_check.cuh"
+#include "kernels/cuda_check.cuh"
 #include "cuda_guarded_buffer.h"
-#include "cuda_probe.h"
-#include "rmsnorm.cuh"
+#include "backend/cuda/cuda_probe.h"
+#include "kernels/rmsnorm.cuh"
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "attention_terms.h"
 #include "cpu_test_util.h"
-#include "flash_params.h"
+#include "kernels/attention/flash_shape.h"
 
 using namespace kdtrain;
 using namespace kdtrain::testutil;

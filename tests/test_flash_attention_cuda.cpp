@@ -37,11 +37,11 @@ TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][atte
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/host_dtype.h"
-#include "cuda_check.cuh"
+#include "kernels/cuda_check.cuh"
 #include "cuda_guarded_buffer.h"
-#include "cuda_probe.h"
-#include "attention_entry.cuh"
-#include "flash_attention.cuh"
+#include "backend/cuda/cuda_probe.h"
+#include "backend/cuda/attention_entry.cuh"
+#include "kernels/attention/flash.cuh"
 #include "attention_terms.h"
 
 using namespace kdtrain;

@@ -1,6 +1,6 @@
-// The real CUDA forward kernel source (kernels/flash_forward_kernel.cuh, and the prefix
-// scan it uses for affine, kernels/prefix_scan_kernel.cuh) executed by the host SIMT
-// emulator (kernels/sim/) against the CPU reference (cpu_attention.cpp, double) on the
+// The real CUDA forward kernel source (kernels/attention/flash_forward_kernel.cuh, and the prefix
+// scan it uses for affine, kernels/attention/prefix_scan_kernel.cuh) executed by the host SIMT
+// emulator (kernels/tc/sim/) against the CPU reference (cpu_attention.cpp, double) on the
 // same bf16 inputs: every variant, head dims 64 and 128, MHA and GQA, odd B and H,
 // T in {1, 7, 33, 64, 65, 130, 257}; outputs NaN-prefilled between guard sentinels;
 // two fiber schedules whose results must be bit-identical (forward order with cp.async
@@ -29,9 +29,9 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/cpu_prefix_scan.h"
-#include "flash_forward_kernel.cuh"
-#include "flash_params.h"
-#include "prefix_scan_kernel.cuh"
+#include "kernels/attention/flash_forward_kernel.cuh"
+#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/prefix_scan_kernel.cuh"
 #include "sim_test_util.h"
 
 using namespace kdtrain;

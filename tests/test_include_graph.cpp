@@ -4,14 +4,17 @@
 // its own and every lower rank; two directories of one rank stay apart):
 //   0 core      errors, logging, the small things everything uses
 //   1 config    the run configuration and its choices
-//   2 backend   Backend (src/backend, the CPU backend) and the CUDA kernels
-//               (kernels/, its host emulator kernels/sim); dist (communicators)
-//   3 model     the decoder written once against Backend, losses, parameter layout
-//   4 io        file formats: safetensors, checkpoints, Hugging Face import/export
-//   5 data      token shards, sampler, teacher cache
-//   6 eval, train   evaluation and analysis; the trainer, optimizer, checkpoints
-//   7 bench     kdtrain bench
-//   8 cli       one file per command, main.cpp
+//   1 kernels   the CUDA kernels, the tensor-core toolkit and its host emulator
+//               (kernels/tc/sim): a leaf that sees only core
+//   2 backend   Backend, the CPU backend (backend/cpu) and the CUDA backend
+//               (backend/cuda) that launches the kernels
+//   3 dist      communicators
+//   4 model     the decoder written once against Backend, losses, parameter layout
+//   5 io        file formats: safetensors, checkpoints, Hugging Face import/export
+//   6 data      token shards, sampler, teacher cache
+//   7 eval, train   evaluation and analysis; the trainer, optimizer, checkpoints
+//   8 bench     kdtrain bench
+//   9 cli       one file per command, main.cpp
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -27,32 +30,25 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::map<std::string, int> kRank = {
-    {"core", 0}, {"config", 1}, {"backend", 2}, {"kernels", 2}, {"sim", 2}, {"dist", 3},
-    {"model", 4}, {"io", 5},     {"data", 6},    {"eval", 7},   {"train", 7}, {"bench", 8},
+    {"core", 0}, {"config", 1}, {"kernels", 1}, {"backend", 2}, {"dist", 3}, {"model", 4},
+    {"io", 5},   {"data", 6},   {"eval", 7},    {"train", 7},   {"bench", 8},
     {"cli", 9}};
-// Directories of one rank that form one layer and may include each other: the
-// CPU backend mirrors the kernels' blocked schedules (kernels/flash_params.h ...),
-// and the CUDA backend implements Backend.
-bool same_layer(const std::string& a, const std::string& b) {
-  const std::set<std::string> backend = {"backend", "kernels", "sim"};
-  return a == b || (backend.count(a) && backend.count(b));
-}
 
-// The layer directory of a source file: src/<dir>/..., kernels/sim/..., kernels/...
+// The layer directory of a source file: src/<dir>/... or kernels/...
 std::string layer_of(const fs::path& root, const fs::path& file) {
   const fs::path rel = fs::relative(file, root);
   auto it = rel.begin();
   const std::string top = it->string();
-  if (top == "kernels") return ++it != rel.end() && it->string() == "sim" ? "sim" : "kernels";
+  if (top == "kernels") return "kernels";
   return (++it)->string();  // src/<dir>
 }
 
-// The layer a quoted include names: "model/model.h" -> model; a bare name is a
-// kernels/ header (the include path has kernels/), or a file beside the includer.
+// The layer a quoted include names: "model/model.h" -> model, "kernels/tc/sync.cuh"
+// -> kernels; a bare name is a file beside the includer.
 std::string layer_of_include(const fs::path& root, const fs::path& file, const std::string& inc) {
   if (fs::exists(file.parent_path() / inc)) return layer_of(root, file.parent_path() / inc);
   const size_t slash = inc.find('/');
-  if (slash == std::string::npos) return fs::exists(root / "kernels" / inc) ? "kernels" : "";
+  if (slash == std::string::npos) return "";
   const std::string dir = inc.substr(0, slash);
   return kRank.count(dir) ? dir : "";
 }
@@ -85,7 +81,7 @@ TEST_CASE("architecture: includes point down the layers of docs/architecture.md"
         std::smatch m;
         if (!std::regex_search(line, m, include_line)) continue;
         const std::string to = layer_of_include(root, entry.path(), m[1]);
-        if (to.empty() || same_layer(from, to)) continue;
+        if (to.empty() || to == from) continue;
         const std::string edge = fs::relative(entry.path(), root).string() + " -> " + m[1].str();
         if (kRank.at(to) >= kRank.at(from) && !kKnownUpward.count(edge))
           upward.push_back(fs::relative(entry.path(), root).string() + " (" + from + ") includes \"" +

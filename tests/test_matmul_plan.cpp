@@ -6,7 +6,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "matmul_plan.h"
+#include "kernels/matmul_plan.h"
 
 using namespace kdtrain::cuda;
 

@@ -1,5 +1,5 @@
-// The host SIMT emulator (kernels/sim/) and the tensor-core primitives it backs
-// (kernels/tc_primitives.cuh): fragment layouts against a plain matmul and against the
+// The host SIMT emulator (kernels/tc/sim/) and the tensor-core primitives it backs
+// (kernels/tc/primitives.cuh): fragment layouts against a plain matmul and against the
 // PTX ISA's stated positions, ldmatrix (+.trans) against direct indexing, the swizzle
 // (bijective, bank-conflict free per 8-lane phase), cp.async deferral, barrier
 // schedules exposing a missing sync_block, error reporting, bf16 rounding.
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "tc_primitives.cuh"
+#include "kernels/tc/primitives.cuh"
 
 #ifdef KDTRAIN_HAVE_CUDA
 #include <cuda_bf16.h>

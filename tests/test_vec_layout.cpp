@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "vec_layout.h"
+#include "kernels/vec_layout.h"
 
 using namespace kdtrain::cuda;
 

@@ -2,14 +2,14 @@
 #include "core/error.h"
 
 #ifdef KDTRAIN_HAVE_CUDA
-#include "cuda_probe.h"
+#include "backend/cuda/cuda_probe.h"
 #endif
 
 namespace kdtrain {
 
 std::unique_ptr<Backend> make_cpu_backend(int64_t threads);  // backend/cpu/cpu_backend.cpp
 #ifdef KDTRAIN_HAVE_CUDA_BACKEND
-std::unique_ptr<Backend> make_cuda_backend();  // kernels/cuda_backend.cu
+std::unique_ptr<Backend> make_cuda_backend();  // src/backend/cuda/cuda_backend.cu
 #endif
 
 bool cuda_available() {

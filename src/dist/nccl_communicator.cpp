@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "convert.cuh"
+#include "kernels/convert.cuh"
 #include "dist/grad_reducer.h"
 #include "dist/watchdog.h"
 

@@ -19,7 +19,7 @@
 //        alpha]; affine: S = prefix sums of v (forward scan) first, sigma_i = dO_i . S_i,
 //        and u_i = sum_h beta_ih dO_ih, reverse-scanned into R_j = sum_{i>=j} u_i;
 //        sink: partial sums per (h, b, chunk), then dsinks_h -= their sum in a fixed order;
-//     2. one item per (b, kv head, key tile of Bc rows), walked as flash_bwd_schedule.h
+//     2. one item per (b, kv head, key tile of Bc rows), walked as flash_backward_schedule.h
 //        says (query tiles downwards, the group's heads inner): dS = P (alpha dPraw - D),
 //        dv += (alpha P)^T dO, dk += dS^T Q; dq of (b, h, query tile) gets dS K from
 //        every key tile in key-tile order (stored by the first, added by the next,

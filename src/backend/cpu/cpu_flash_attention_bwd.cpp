@@ -1,4 +1,4 @@
-// CPU mirror of the fused attention backward (kernels/flash_attention_bwd.cu). Algorithm
+// CPU mirror of the fused attention backward (kernels/attention/flash_backward.cu). Algorithm
 // and numerics: cpu_flash_attention.h and docs/flash_attention.md. The loops are written
 // the way the CUDA kernel walks the tiles (work item = one CUDA block), with scalar inner
 // products in place of the tensor-core tile products.
@@ -10,7 +10,7 @@
 #include "backend/cpu/cpu_flash_attention.h"
 #include "backend/cpu/cpu_flash_attention_common.h"
 #include "backend/cpu/cpu_prefix_scan.h"
-#include "flash_bwd_schedule.h"
+#include "kernels/attention/flash_backward_schedule.h"
 
 namespace kdtrain::cpu {
 
@@ -99,7 +99,7 @@ void preprocess(Workspace<T>& ws, T* dsinks, const T* dout, const T* qkv, const 
     chunked_prefix_scan<T>(ws.vsum.data(), ws.u.data(), B, Tn, Hkv * D, Hkv * D, Tn * Hkv * D, true);
 }
 
-// The main pass: one work item per (b, kv head, key tile), walked as flash_bwd_schedule.h
+// The main pass: one work item per (b, kv head, key tile), walked as flash_backward_schedule.h
 // says. Items of one (b, kv head) run in key-tile order on one thread, which is the
 // order the CUDA semaphores enforce on the dq accumulator.
 template <typename T, typename Flags>

@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "backend/cpu/cpu_flash_attention.h"
-#include "flash_params.h"
+#include "kernels/attention/flash_shape.h"
 
 namespace kdtrain::cpu::flash_mirror {
 

@@ -1,4 +1,4 @@
-// CPU mirror of the fused attention forward (kernels/flash_forward_kernel.cuh). Algorithm
+// CPU mirror of the fused attention forward (kernels/attention/flash_forward_kernel.cuh). Algorithm
 // and numerics: cpu_flash_attention.h and docs/flash_attention.md. The loops walk the
 // tiles as the CUDA kernel does (work item = one CUDA block, the same flash_tiles(),
 // key tiles past the last row skipped, masks only on tiles crossing the diagonal), with

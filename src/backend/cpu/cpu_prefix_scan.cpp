@@ -1,11 +1,11 @@
-// CPU mirror of kernels/prefix_scan_kernel.cuh. One (batch, column) per iteration of
+// CPU mirror of kernels/attention/prefix_scan_kernel.cuh. One (batch, column) per iteration of
 // the outer loops; within it exactly the kernel's two passes.
 #include "backend/cpu/cpu_prefix_scan.h"
 
 #include <cstddef>
 #include <vector>
 
-#include "flash_params.h"
+#include "kernels/attention/flash_shape.h"
 
 namespace kdtrain::cpu {
 

@@ -1,5 +1,5 @@
 // CPU mirror of the deterministic chunked prefix/suffix scan of the CUDA kernels
-// (kernels/prefix_scan_kernel.cuh): the same chunks of flash::kScanChunkRows rows and
+// (kernels/attention/prefix_scan_kernel.cuh): the same chunks of flash::kScanChunkRows rows and
 // the same order of additions, so in float it reproduces the kernel's bits exactly
 // (tests/test_flash_forward_sim.cpp checks that against the emulated kernel).
 //   forward: out[b][i][c] = sum_{r <= i} in[b][r][c];  reverse: sum_{r >= i}.

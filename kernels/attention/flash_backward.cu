@@ -1,0 +1,101 @@
+// Fused causal attention, backward: the __global__ wrappers and the launcher. The kernel
+// bodies (flash_backward_prep.cuh, flash_backward_kernel.cuh) are shared with
+// the SIMT emulator; the order of launches is flash_backward_sequence.h; the work
+// order and its deadlock argument flash_backward_schedule.h; the CPU mirror
+// src/backend/cpu/cpu_flash_attention_bwd.cpp; docs/flash_attention.md has the rest.
+#include <cstdint>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/attention/flash.cuh"
+#include "kernels/attention/flash_backward_kernel.cuh"
+#include "kernels/attention/flash_backward_prep.cuh"
+#include "kernels/attention/flash_backward_sequence.h"
+#include "kernels/attention/prefix_scan.cuh"
+
+namespace kdtrain::cuda {
+namespace {
+
+using flash::BwdArgs;
+using flash::BwdGrid;
+
+template <int D, bool kSink, bool kAffine>
+__global__ void __launch_bounds__(flash_bwd::kPrepThreads)
+    bwd_prep_kernel(const __grid_constant__ BwdArgs a) {
+  __shared__ __align__(16) unsigned char smem[flash_bwd::PrepLayout::kBytes];
+  flash_bwd::bwd_prep<D, kSink, kAffine>(a, smem);
+}
+
+// One block per SM by design (registers: docs/flash_attention.md), hence the 1.
+template <int D, bool kAffine>
+__global__ void __launch_bounds__(flash::kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  flash_bwd::bwd_main<D, kAffine>(a, smem);
+}
+
+dim3 grid_of(const BwdGrid& g) {
+  if (g.x > 0x7fffffff || g.y > 65535 || g.z > 65535)
+    fail("flash attention backward: grid (", g.x, ", ", g.y, ", ", g.z, ") too large");
+  return dim3(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y), static_cast<unsigned>(g.z));
+}
+
+struct CudaLauncher {
+  cudaStream_t stream;
+  void zero(void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream)); }
+  template <typename In>
+  void scan(const flash::ScanArgs<In>& args) {
+    prefix_scan(args, stream);
+  }
+  template <int D, bool kSink, bool kAffine>
+  void prep(const BwdGrid& g, const BwdArgs& a) {
+    bwd_prep_kernel<D, kSink, kAffine><<<grid_of(g), flash_bwd::kPrepThreads, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+  }
+  template <int D, bool kAffine>
+  void main(const BwdGrid& g, const BwdArgs& a) {
+    constexpr size_t bytes = flash_bwd::MainLayout<D, kAffine>::kBytes;
+    auto kernel = bwd_main_kernel<D, kAffine>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    kernel<<<grid_of(g), flash::kBwdThreads, bytes, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+  }
+};
+
+}  // namespace
+
+size_t flash_attention_backward_workspace_bytes(const AttentionParams& p) {
+  return flash::bwd_workspace(p.B, p.T, p.H, p.Hkv, p.D, p.sink, p.affine).bytes;
+}
+
+void flash_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+                              cudaStream_t stream) {
+  check_flash_params(p, "flash attention backward");
+  if (p.B == 0 || p.T == 0 || p.H == 0) return;
+  if (p.T > (int64_t{1} << 30)) fail("flash attention backward: T = ", p.T, " is above 2^30");
+  const size_t need = flash_attention_backward_workspace_bytes(p);
+  if (workspace == nullptr || workspace_bytes < need)
+    fail("flash attention backward: workspace of ", workspace_bytes, " bytes, ", need, " needed");
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
+    fail("flash attention backward: the workspace must be 16-byte aligned");
+  BwdArgs a = flash::make_bwd_args(p, p.sink, p.affine, static_cast<unsigned char*>(workspace));
+  a.qkv = reinterpret_cast<const uint16_t*>(p.qkv);
+  a.out = reinterpret_cast<const uint16_t*>(p.out);
+  a.dout = reinterpret_cast<const uint16_t*>(p.dout);
+  a.lse = p.lse;
+  a.sinks = p.sinks;
+  a.alpha = reinterpret_cast<const uint16_t*>(p.alpha);
+  a.alpha_ma = p.alpha_ma;
+  a.dqkv = reinterpret_cast<uint16_t*>(p.dqkv);
+  a.dalpha = reinterpret_cast<uint16_t*>(p.dalpha);
+  a.dsinks = p.dsinks;
+  CudaLauncher launch{stream};
+  auto* ws = static_cast<unsigned char*>(workspace);
+  flash::flash_dispatch(p.sink, p.affine, [&](auto flags) {
+    using Flags = decltype(flags);
+    if (p.D == 64)
+      flash::run_bwd_sequence<64, Flags::kSink, Flags::kAffine>(launch, a, ws);
+    else
+      flash::run_bwd_sequence<128, Flags::kSink, Flags::kAffine>(launch, a, ws);
+  });
+}
+
+}  // namespace kdtrain::cuda

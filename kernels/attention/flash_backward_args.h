@@ -1,0 +1,98 @@
+// What the kernels of the fused attention backward read and write, as plain pointers
+// (bf16 as raw uint16_t words, so host code and the SIMT emulator need no CUDA header),
+// and how they are carved out of the caller's buffers and workspace. Shared by the CUDA
+// launcher (flash_backward.cu) and the emulated tests.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention/flash_backward_schedule.h"
+#include "kernels/attention/flash_backward_workspace.h"
+#include "kernels/attention/flash_shape.h"
+
+namespace kdtrain::flash {
+
+// Backward tiles, warps and dq slices: one place (flash_tiles) decides, the kernels
+// static_assert against these.
+constexpr FlashTiles kBwdTiles = flash_tiles(64, false, false, FlashPass::backward);
+constexpr int kBwdThreads = 32 * kBwdTiles.warps;
+constexpr int kBwdDqSlices = kBwdTiles.warps;  // one dq slice (and semaphore) per warp
+// (b, kv head) pairs ticketed together (flash_backward_schedule.h). Key tile kt + 1 of a group
+// takes its ticket kBwdChunkGroups tickets after key tile kt, about kBwdChunkGroups / 2
+// steps later on a full H100 (132 blocks finishing ~2 per step), so the dq tile it reads
+// was written that long ago: 4 steps x 132 blocks x (Br x D x 4 bytes) = 8.5 MB (D = 64),
+// 17 MB (D = 128) of dq traffic in between, well inside the 50 MB L2. More groups per
+// chunk keep more slots busy: the schedule model (tests/test_flash_backward_schedule.cpp)
+// at B = 8, T = 2048 leaves 4% (D = 64) / 7.5% (D = 128) of 132 slots idle with 8, 17% /
+// 26% with 1. To be tuned on a GPU.
+constexpr int64_t kBwdChunkGroups = 8;
+
+static_assert(flash_tiles(128, false, false, FlashPass::backward).Br == kBwdTiles.Br &&
+                  flash_tiles(128, false, false, FlashPass::backward).Bc == kBwdTiles.Bc &&
+                  flash_tiles(64, true, false, FlashPass::backward).Bc == kBwdTiles.Bc &&
+                  flash_tiles(64, false, true, FlashPass::backward).Bc == kBwdTiles.Bc,
+              "one backward tile shape for every head dim and variant (few instantiations)");
+
+struct BwdArgs {
+  FlashParams p;
+  BwdSchedule sched;
+  int64_t T_pad = 0;    // rows of the (B, H, T_pad) statistics
+  int64_t n_chunks = 0; // preprocessing row chunks per (b, kv head)
+  // Inputs.
+  const uint16_t* qkv = nullptr;    // (B, T, H + 2*Hkv, D) bf16
+  const uint16_t* out = nullptr;    // (B, T, H, D) bf16, the forward output
+  const uint16_t* dout = nullptr;   // (B, T, H, D) bf16
+  const float* lse = nullptr;       // (B, H, T)
+  const float* sinks = nullptr;     // (H)        [sink]
+  const uint16_t* alpha = nullptr;  // (B, T, H) bf16 [affine]
+  const float* alpha_ma = nullptr;  // (H)        [affine]
+  // Outputs.
+  uint16_t* dqkv = nullptr;    // (B, T, H + 2*Hkv, D) bf16, written
+  uint16_t* dalpha = nullptr;  // (B, T, H) bf16, written [affine]
+  float* dsinks = nullptr;     // (H), accumulated [sink; may be null]
+  // Workspace regions (flash_backward_workspace.h).
+  int* ints = nullptr;  // counters, then the semaphores
+  float* lse2 = nullptr;
+  float* drow = nullptr;
+  float* alpha_f = nullptr;
+  float* sigma = nullptr;
+  float* rs_acc = nullptr;
+  float* sink_part = nullptr;
+  float* vsum = nullptr;
+  float* scan_sums = nullptr;
+  float* u = nullptr;  // (B, T, Hkv, D) inside the dq_acc region, before the main kernel
+  float* dq_acc = nullptr;
+
+  constexpr int* sems() const { return ints + BwdWorkspace::kCounters; }
+};
+
+// The workspace of this call (tiles, dq slices and row chunk fixed above).
+inline BwdWorkspace bwd_workspace(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, bool sink,
+                                  bool affine) {
+  return BwdWorkspace(B, T, H, Hkv, D, sink, affine, kBwdTiles, kBwdDqSlices, kRowChunk);
+}
+
+inline BwdArgs make_bwd_args(const FlashParams& p, bool sink, bool affine, unsigned char* workspace) {
+  const BwdWorkspace ws = bwd_workspace(p.B, p.T, p.H, p.Hkv, p.D, sink, affine);
+  BwdArgs a;
+  a.p = p;
+  a.sched = make_bwd_schedule(p, kBwdTiles, kBwdChunkGroups);
+  a.T_pad = ws.T_pad;
+  a.n_chunks = ws.n_chunks;
+  auto f = [&](size_t off) { return reinterpret_cast<float*>(workspace + off); };
+  a.ints = reinterpret_cast<int*>(workspace + ws.ints);
+  a.lse2 = f(ws.lse2);
+  a.drow = f(ws.drow);
+  if (affine) {
+    a.alpha_f = f(ws.alpha);
+    a.sigma = f(ws.sigma);
+    a.rs_acc = f(ws.rs_acc);
+    a.vsum = f(ws.vsum);
+    a.scan_sums = f(ws.scan);
+    a.u = f(ws.dq_acc);
+  }
+  if (sink) a.sink_part = f(ws.sink);
+  a.dq_acc = f(ws.dq_acc);
+  return a;
+}
+
+}  // namespace kdtrain::flash

@@ -1,0 +1,144 @@
+// Preprocessing of the fused attention backward: one block per (row chunk of kRowChunk
+// rows, kv head g, batch b), 8 warps, every query head of the group. Same two targets as
+// flash_backward_kernel.cuh. Per row i and head h (warp per row, lanes over D):
+//   D_i = dO_i . (out_i - beta_i S_i)   (= dO'_i.(PV)_i, no division by alpha)
+//   lse2_i = lse_i log2(e), alpha_i in fp32; padded rows (T <= i < T_pad): lse2 = +inf,
+//   D = alpha = 0, so the main kernel reads whole tiles with no bounds checks
+//   affine: sigma_i = dO_i . S_i, and u_i = sum_h beta_ih dO_ih (for the reverse scan)
+//   sink: partial(h, b, chunk) = sum_i e^{s_h - lse_i} D_i (warp rows in order, then
+//   the warps in order); the last block to finish (an integer counter) adds, per head,
+//   the partials over (b, chunk) with a fixed lane stride and butterfly, and subtracts
+//   the total from dsinks. The bits never depend on which block finishes last.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention/flash_backward_args.h"
+#include "kernels/tc/primitives.cuh"
+#include "kernels/tc/sync.cuh"
+
+namespace kdtrain::flash_bwd {
+
+constexpr int kPrepWarps = 8;
+constexpr int kPrepThreads = 32 * kPrepWarps;
+constexpr int kPrepRowsPerWarp = flash::kRowChunk / kPrepWarps;
+static_assert(flash::kRowChunk % kPrepWarps == 0, "rows of a chunk split evenly over the warps");
+
+struct PrepLayout {
+  static constexpr size_t kPart = 0;                                // kPrepWarps floats
+  static constexpr size_t kLast = kPart + sizeof(float) * kPrepWarps;  // one int
+  static constexpr size_t kBytes = kLast + 16;
+};
+
+template <int D, bool kSink, bool kAffine>
+TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr int kPer = D / 32;  // columns per lane, contiguous
+  static_assert(D % 32 == 0, "lanes split the head dim evenly");
+  const flash::FlashParams& p = a.p;
+  const int warp = tc::warp_id(), lane = tc::lane_id();
+  const int64_t chunk = tc::block_idx().x, g = tc::block_idx().y, b = tc::block_idx().z;
+  const int64_t i_first = chunk * flash::kRowChunk + warp * kPrepRowsPerWarp;
+  auto* part = reinterpret_cast<float*>(smem + PrepLayout::kPart);
+
+  float u[kPrepRowsPerWarp][kPer];  // affine: sum over the group's heads of beta dO
+  TC_UNROLL
+  for (int r = 0; r < kPrepRowsPerWarp; ++r)
+    TC_UNROLL
+    for (int k = 0; k < kPer; ++k) u[r][k] = 0.f;
+
+  for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
+    float sink_acc = 0.f;  // lane 0: this warp's rows, in order
+    TC_UNROLL
+    for (int r = 0; r < kPrepRowsPerWarp; ++r) {
+      const int64_t i = i_first + r;
+      const int64_t row = (b * p.H + h) * a.T_pad + i;
+      if (i >= p.T) {
+        if (lane == 0) {
+          a.lse2[row] = tc::bits_to_float(0x7f800000u);  // +inf
+          a.drow[row] = 0.f;
+          if constexpr (kAffine) {
+            a.alpha_f[row] = 0.f;
+            a.sigma[row] = 0.f;
+          }
+        }
+        continue;
+      }
+      const int64_t o = b * p.o_batch + i * p.o_token + h * D + lane * kPer;
+      float beta = 0.f, alpha = 1.f;
+      const float* s = nullptr;
+      if constexpr (kAffine) {
+        alpha = tc::bf16_to_float(a.alpha[b * p.alpha_batch + i * p.alpha_token + h]);
+        beta = (a.alpha_ma[h] - alpha) / static_cast<float>(i + 1);
+        s = a.vsum + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer;
+      }
+      float dsum = 0.f, ssum = 0.f;
+      TC_UNROLL
+      for (int k = 0; k < kPer; ++k) {
+        const float go = tc::bf16_to_float(a.dout[o + k]);
+        float y = tc::bf16_to_float(a.out[o + k]);
+        if constexpr (kAffine) {
+          y -= beta * s[k];
+          ssum += go * s[k];
+          u[r][k] += beta * go;
+        }
+        dsum += go * y;
+      }
+      dsum = tc::warp_sum(dsum);
+      if constexpr (kAffine) ssum = tc::warp_sum(ssum);
+      const float lse = a.lse[b * p.lse_batch + h * p.lse_head + i];
+      if (lane == 0) {
+        a.lse2[row] = lse * kLog2e;
+        a.drow[row] = dsum;
+        if constexpr (kAffine) {
+          a.alpha_f[row] = alpha;
+          a.sigma[row] = ssum;
+        }
+        if constexpr (kSink) sink_acc += tc::exp2_approx((a.sinks[h] - lse) * kLog2e) * dsum;
+      }
+    }
+    if constexpr (kSink) {
+      if (lane == 0) part[warp] = sink_acc;
+      tc::sync_block();
+      if (warp == 0 && lane == 0) {
+        float total = 0.f;
+        for (int w = 0; w < kPrepWarps; ++w) total += part[w];
+        a.sink_part[(h * p.B + b) * a.n_chunks + chunk] = total;
+      }
+      tc::sync_block();  // part[] is reused by the next head
+    }
+  }
+
+  // affine: u_i, summed over the group's heads.
+  if constexpr (kAffine) {
+    TC_UNROLL
+    for (int r = 0; r < kPrepRowsPerWarp; ++r) {
+      const int64_t i = i_first + r;
+      if (i >= p.T) continue;
+      float* s = a.u + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer;
+      TC_UNROLL
+      for (int k = 0; k < kPer; ++k) s[k] = u[r][k];
+    }
+  }
+
+  if constexpr (kSink) {
+    // The last block of the grid reduces the partials; the counter is integer.
+    auto* is_last = reinterpret_cast<int*>(smem + PrepLayout::kLast);
+    const int64_t blocks = static_cast<int64_t>(tc::grid_dim().x) * tc::grid_dim().y * tc::grid_dim().z;
+    if (warp == 0 && lane == 0) {
+      tc::fence_gpu();  // this block's partials before its count
+      *is_last = tc::atomic_add(a.ints + flash::BwdWorkspace::kSinkDone, 1) == blocks - 1;
+    }
+    tc::sync_block();
+    if (!*is_last || a.dsinks == nullptr) return;
+    tc::fence_gpu();
+    const int64_t n = p.B * a.n_chunks;
+    for (int64_t h = warp; h < p.H; h += kPrepWarps) {
+      float acc = 0.f;
+      for (int64_t k = lane; k < n; k += 32) acc += tc::load_cg(a.sink_part + h * n + k);
+      acc = tc::warp_sum(acc);
+      if (lane == 0) a.dsinks[h] -= acc;
+    }
+  }
+}
+
+}  // namespace kdtrain::flash_bwd

@@ -1,0 +1,62 @@
+// The launch sequence of the fused attention backward, written once for both the CUDA
+// launcher (flash_backward.cu) and the emulated tests, which differ only in how a
+// launch happens. A Launcher provides:
+//   zero(void* p, size_t bytes)                       memset on the stream
+//   scan(const flash::ScanArgs<In>&)                  prefix_scan (prefix_scan_kernel.cuh)
+//   prep<D, kSink, kAffine>(BwdGrid, const BwdArgs&)  bwd_prep, kPrepThreads per block
+//   main<D, kAffine>(BwdGrid, const BwdArgs&)         bwd_main, kBwdThreads per block
+// Order (each step reads what the previous ones wrote; the stream orders them):
+//   1. zero the counters and semaphores;
+//   2. affine: S = forward scan of v into vsum;
+//   3. preprocessing: statistics, u [affine], dsinks [sink];
+//   4. affine: R = reverse scan of u into vsum;
+//   5. the main kernel, one block per work item.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention/flash_backward_args.h"
+#include "kernels/attention/prefix_scan_kernel.cuh"
+
+namespace kdtrain::flash {
+
+struct BwdGrid {
+  int64_t x = 1, y = 1, z = 1;
+};
+
+template <int D, bool kSink, bool kAffine, typename Launcher>
+void run_bwd_sequence(Launcher& launch, const BwdArgs& a, unsigned char* workspace) {
+  const FlashParams& p = a.p;
+  const BwdWorkspace ws = bwd_workspace(p.B, p.T, p.H, p.Hkv, p.D, kSink, kAffine);
+  launch.zero(workspace + ws.ints, ws.zeroed_bytes);
+  ScanArgs<uint16_t> v_scan;
+  ScanArgs<float> u_scan;
+  if constexpr (kAffine) {
+    // v rows of a token are the Hkv * D contiguous values at v_offset.
+    v_scan.in = a.qkv + p.v_offset;
+    v_scan.batches = p.B;
+    v_scan.rows = p.T;
+    v_scan.cols = p.Hkv * D;
+    v_scan.in_row_stride = p.qkv_token;
+    v_scan.in_batch_stride = p.qkv_batch;
+    v_scan.out = a.vsum;
+    v_scan.chunk_sums = a.scan_sums;
+    launch.scan(v_scan);
+  }
+  launch.template prep<D, kSink, kAffine>(BwdGrid{a.n_chunks, p.Hkv, p.B}, a);
+  if constexpr (kAffine) {
+    u_scan.in = a.u;
+    u_scan.batches = p.B;
+    u_scan.rows = p.T;
+    u_scan.cols = p.Hkv * D;
+    u_scan.in_row_stride = p.Hkv * D;
+    u_scan.in_batch_stride = p.T * p.Hkv * D;
+    u_scan.out = a.vsum;
+    u_scan.chunk_sums = a.scan_sums;
+    u_scan.reverse = true;
+    launch.scan(u_scan);
+  }
+  launch.template main<D, kAffine>(BwdGrid{a.sched.items, 1, 1}, a);
+}
+
+}  // namespace kdtrain::flash

@@ -1,0 +1,107 @@
+// Fused causal attention, forward: the __global__ wrapper around the kernel body
+// (flash_forward_kernel.cuh, also run by the host emulator in tests) and the launcher.
+// Contract and numerics: flash.cuh; algorithm: docs/flash_attention.md.
+#include <algorithm>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/attention/flash.cuh"
+#include "kernels/attention/flash_forward_kernel.cuh"
+#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/prefix_scan.cuh"
+
+namespace kdtrain::cuda {
+namespace {
+
+using kdtrain::flash::FlashParams;
+using kdtrain::flash::ForwardArgs;
+
+template <int D, int Br, int Bc, int Warps, bool kSink, bool kAffine>
+__global__ void __launch_bounds__(Warps * 32)
+    flash_forward_kernel(const __grid_constant__ ForwardArgs args) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  flash::flash_forward_block<D, Br, Bc, Warps, kSink, kAffine>(args, smem);
+}
+
+// The forward tiles of head dim D, from the one table in flash_shape.h.
+template <int D>
+constexpr flash::FlashTiles kForwardTiles = flash::flash_tiles(D, false, false, flash::FlashPass::forward);
+
+// Workspace layout: [prefix sums of v (B, T, Hkv*D) fp32][scan chunk totals], affine only.
+struct ForwardWorkspace {
+  size_t prefix_bytes = 0, totals_bytes = 0;
+  size_t total() const { return prefix_bytes + totals_bytes; }
+};
+
+constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+ForwardWorkspace forward_workspace(const AttentionParams& s) {
+  ForwardWorkspace w;
+  if (!s.affine) return w;
+  w.prefix_bytes = round_up(sizeof(float) * static_cast<size_t>(s.B * s.T * s.Hkv * s.D), 256);
+  w.totals_bytes = round_up(prefix_scan_workspace_bytes(s.B, s.T, s.Hkv * s.D), 256);
+  return w;
+}
+
+template <int D, typename Flags>
+void launch_forward(const ForwardArgs& args, cudaStream_t stream) {
+  constexpr auto tiles = kForwardTiles<D>;
+  using L = flash::ForwardLayout<D, tiles.Br, tiles.Bc, tiles.warps>;
+  auto kernel = flash_forward_kernel<D, tiles.Br, tiles.Bc, tiles.warps, Flags::kSink, Flags::kAffine>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
+  const int64_t blocks = flash::forward_blocks(args.p, tiles.Br);
+  if (blocks > 0x7fffffff) fail("flash attention: ", blocks, " blocks exceed the grid limit");
+  kernel<<<static_cast<unsigned>(blocks), L::kThreads, L::kSmemBytes, stream>>>(args);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t flash_attention_forward_workspace_bytes(const AttentionParams& p) {
+  return forward_workspace(p).total();
+}
+
+void flash_attention_forward(const AttentionParams& s, void* workspace, size_t workspace_bytes,
+                             cudaStream_t stream) {
+  check_flash_params(s, "flash attention forward");
+  if (s.B == 0 || s.T == 0 || s.H == 0) return;
+  const ForwardWorkspace ws = forward_workspace(s);
+  if (workspace_bytes < ws.total() || (ws.total() > 0 && workspace == nullptr))
+    fail("flash attention forward: workspace of ", workspace_bytes, " bytes, ", ws.total(), " needed");
+
+  // The kernel's argument pack: the same sizes and pointers, bf16 as raw words.
+  ForwardArgs fa;
+  fa.p = s;
+  if (fa.p.qkv_token * 128 > 0x7fffffff)  // tile offsets are 32-bit (flash_forward_kernel.cuh)
+    fail("flash attention: qkv rows of ", fa.p.qkv_token, " elements are too wide");
+  fa.qkv = reinterpret_cast<const uint16_t*>(s.qkv);
+  fa.sinks = s.sinks;
+  fa.alpha = reinterpret_cast<const uint16_t*>(s.alpha);
+  fa.alpha_ma = s.alpha_ma;
+  fa.out = reinterpret_cast<uint16_t*>(s.out);
+  fa.lse = s.lse;
+  if (s.affine) {
+    // prefix[b][i][g*D + d] = sum_{j<=i} v_j: all kv heads' v columns are one contiguous
+    // run of Hkv*D columns inside each qkv token row.
+    auto* base = static_cast<unsigned char*>(workspace);
+    flash::ScanArgs<uint16_t> scan;
+    scan.in = fa.qkv + fa.p.v_offset;
+    scan.batches = s.B;
+    scan.rows = s.T;
+    scan.cols = s.Hkv * s.D;
+    scan.in_row_stride = fa.p.qkv_token;
+    scan.in_batch_stride = fa.p.qkv_batch;
+    scan.out = reinterpret_cast<float*>(base);
+    scan.chunk_sums = reinterpret_cast<float*>(base + ws.prefix_bytes);
+    prefix_scan(scan, stream);
+    fa.prefix = scan.out;
+  }
+  kdtrain::flash::flash_dispatch(s.sink, s.affine, [&](auto flags) {
+    using Flags = decltype(flags);
+    if (s.D == 64)
+      launch_forward<64, Flags>(fa, stream);
+    else
+      launch_forward<128, Flags>(fa, stream);
+  });
+}
+
+}  // namespace kdtrain::cuda

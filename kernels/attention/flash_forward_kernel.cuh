@@ -1,0 +1,314 @@
+// Fused causal attention forward, FlashAttention-2 class: the kernel body, written
+// against primitives.cuh so the same source runs on the GPU (flash_forward.cu
+// wraps it in a __global__) and in the host SIMT emulator (tests/test_flash_forward_sim.cpp).
+// Algorithm and tile arithmetic: docs/flash_attention.md.
+//
+// One block per (b, h, query tile of Br rows); blockIdx.x enumerates the heaviest
+// tiles (most keys) first, all (b, h) of a tile rank together. Warp w owns m-tiles of
+// 16 rows at tile rows mt*16*Warps + 16w. Per thread (lane = 4g + t):
+//   Q fragments (A operand) in registers for the whole key loop;
+//   per key tile of Bc rows: S = Q K^T into C fragments (K via ldmatrix from swizzled
+//   shared memory), online softmax in the exp2 domain on those registers, P re-packed
+//   as bf16 A fragments (C fragment of n-blocks 2k, 2k+1 == A fragment of k-block k),
+//   O += P V (V via ldmatrix.trans). S and P never touch shared memory.
+// K/V tiles arrive by cp.async into a 2-stage ring: tile kt+1 is in flight while tile kt
+// computes. Key tiles past the block's last row are skipped, masks applied only where a
+// tile crosses an m-tile's diagonal, m-tiles entirely above the diagonal skipped.
+// Statistics: m (running max of scale*log2(e)*s, sink included) and l (this lane's part
+// of the running sum; the quad's four parts are added in the epilogue), so
+// lse = ln2 * (m + log2 l). affine: out = alpha (O / l) + beta prefix, the fp32 prefix
+// sums of v coming from prefix_scan_kernel.cuh.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/flash_shape.h"
+#include "kernels/tc/primitives.cuh"
+
+namespace kdtrain::flash {
+
+// Pointers of one forward call. bf16 tensors are raw 16-bit words.
+struct ForwardArgs {
+  FlashParams p;
+  const uint16_t* qkv = nullptr;    // (B, T, H + 2*Hkv, D)
+  const float* sinks = nullptr;     // (H)                                 [sink]
+  const uint16_t* alpha = nullptr;  // (B, T, H)                           [affine]
+  const float* alpha_ma = nullptr;  // (H)                                 [affine]
+  const float* prefix = nullptr;    // (B, T, Hkv*D) fp32 sum_{j<=i} v_j   [affine]
+  uint16_t* out = nullptr;          // (B, T, H, D)
+  float* lse = nullptr;             // (B, H, T)
+};
+
+// Shared-memory layout and derived counts of one instantiation.
+template <int D, int Br, int Bc, int Warps>
+struct ForwardLayout {
+  static constexpr int kThreads = Warps * tc::kWarpSize;
+  static constexpr int kMTiles = Br / (16 * Warps);  // 16-row m-tiles per warp
+  static constexpr int kStages = 2;                  // K/V ring depth
+  static constexpr int kTileQBytes = Br * D * 2;
+  static constexpr int kTileKVBytes = Bc * D * 2;
+  static constexpr int kQOffset = 0;  // Q, then the output staging
+  static constexpr int kKVOffset = kTileQBytes;  // stage s: K at +2s*KV, V at +(2s+1)*KV
+  static constexpr int kSmemBytes = kTileQBytes + kStages * 2 * kTileKVBytes;
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static_assert(Br % (16 * Warps) == 0 && (kMTiles == 1 || kMTiles == 2),
+                "each warp owns one or two 16-row m-tiles");
+  static_assert(Bc % 16 == 0 && Bc >= 16, "key tiles are whole 16-key mma k-blocks");
+  static_assert((Br * D / 8) % kThreads == 0 && (Bc * D / 8) % kThreads == 0,
+                "tile loads give every thread the same number of 16-byte chunks");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block (sm_90: 227 KB)");
+};
+
+// Grid of one call: one block per (b, h, query tile).
+constexpr int64_t forward_query_tiles(int64_t T, int Br) { return (T + Br - 1) / Br; }
+constexpr int64_t forward_blocks(const FlashParams& p, int Br) {
+  return forward_query_tiles(p.T, Br) * p.B * p.H;
+}
+
+namespace fwd_detail {
+
+// rows x D bf16 tile, rows [valid, rows) zero-filled, into swizzled shared memory.
+// Thread tid copies the 16-byte chunk tid % (D/8) of rows tid / (D/8) + k * kRowStep:
+// consecutive lanes read consecutive chunks of a row (coalesced), and kRowStep is a
+// multiple of 8, so every copy of a thread has the same swizzle and its addresses
+// differ by constants (few registers). Offsets inside a tile fit in 32 bits (checked
+// by the launcher).
+template <int D, int kRows, int kThreads>
+TC_DEVICE void load_tile(uint16_t* dst, const uint16_t* src, int row_stride, int valid, int tid) {
+  constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "tile load shape");
+  const int r0 = tid / kChunks, col = (tid % kChunks) * 8;
+  uint16_t* d = dst + tc::Swizzle<D>::offset(r0, col);
+  const uint16_t* s = src + r0 * row_stride + col;
+  TC_UNROLL
+  for (int k = 0; k < kRows / kRowStep; ++k) {
+    const bool ok = r0 + k * kRowStep < valid;
+    tc::cp_async_16(d + k * kRowStep * D, ok ? s + k * kRowStep * row_stride : src, ok);
+  }
+}
+
+}  // namespace fwd_detail
+
+template <int D, int Br, int Bc, int Warps, bool kSink, bool kAffine>
+TC_DEVICE void flash_forward_block(const ForwardArgs& a, unsigned char* smem) {
+  using L = ForwardLayout<D, Br, Bc, Warps>;
+  using Swz = tc::Swizzle<D>;
+  using fwd_detail::load_tile;
+  constexpr int kMT = L::kMTiles, kNT = Bc / 8, kDT = D / 8, kKQ = D / 16, kKP = Bc / 16;
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  const FlashParams& p = a.p;
+  const int T = static_cast<int>(p.T);
+
+  // Block -> (b, h, query tile), heaviest tiles first.
+  const int64_t heads = p.B * p.H, linear = tc::block_idx().x;
+  const int qt = static_cast<int>(forward_query_tiles(p.T, Br) - 1 - linear / heads);
+  const int64_t b = (linear % heads) / p.H, h = linear % p.H, g = h / p.group;
+  const int i0 = qt * Br;
+  const int tid = static_cast<int>(tc::thread_idx().x), warp = tid / 32, lane = tid % 32;
+  const int qrow = lane / 4, qcol = lane % 4;  // the ISA's groupID, threadID_in_group
+
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::kQOffset);
+  auto sK = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + 2 * s * L::kTileKVBytes); };
+  auto sV = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + (2 * s + 1) * L::kTileKVBytes); };
+  const uint16_t* q_g = a.qkv + b * p.qkv_batch + h * D;
+  const uint16_t* k_g = a.qkv + b * p.qkv_batch + p.k_offset + g * D;
+  const uint16_t* v_g = a.qkv + b * p.qkv_batch + p.v_offset + g * D;
+
+  const int kend = T < i0 + Br ? T : i0 + Br;  // keys past the last row are never visible
+  const int n_kt = (kend + Bc - 1) / Bc;
+  const int ld = static_cast<int>(p.qkv_token);
+  load_tile<D, Br, L::kThreads>(sQ, q_g + static_cast<int64_t>(i0) * p.qkv_token, ld, T - i0, tid);
+  load_tile<D, Bc, L::kThreads>(sK(0), k_g, ld, T, tid);
+  load_tile<D, Bc, L::kThreads>(sV(0), v_g, ld, T, tid);
+  tc::cp_async_commit();
+
+  // First query row of each of this warp's m-tiles (block-relative).
+  int mrow[kMT];
+  TC_UNROLL
+  for (int mt = 0; mt < kMT; ++mt) mrow[mt] = mt * 16 * Warps + warp * 16;
+
+  uint32_t qf[kMT][kKQ][4];
+  float acc[kMT][kDT][4];
+  float m[kMT][2], l[kMT][2];
+  // The sink is a key of logit s_h and value 0: it seeds the max and (once per quad) the sum.
+  const float m_init = kSink ? a.sinks[h] * kLog2e : -INFINITY;
+  TC_UNROLL
+  for (int mt = 0; mt < kMT; ++mt) {
+    TC_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      m[mt][hh] = m_init;
+      l[mt][hh] = (kSink && qcol == 0) ? 1.f : 0.f;
+    }
+    TC_UNROLL
+    for (int d = 0; d < kDT; ++d) acc[mt][d][0] = acc[mt][d][1] = acc[mt][d][2] = acc[mt][d][3] = 0.f;
+  }
+  const float scale_log2 = p.scale * kLog2e;
+
+  // Q (and tile 0) landed, Q fragments into registers for the whole key loop.
+  tc::cp_async_wait<0>();
+  tc::sync_block();
+  TC_UNROLL
+  for (int mt = 0; mt < kMT; ++mt) {
+    TC_UNROLL
+    for (int kb = 0; kb < kKQ; ++kb)
+      tc::ldmatrix<4>(qf[mt][kb], sQ + Swz::offset(mrow[mt] + lane % 16, kb * 16 + (lane / 16) * 8));
+  }
+
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int j0 = kt * Bc;
+    if (kt + 1 < n_kt) {
+      const int64_t next = static_cast<int64_t>(j0 + Bc) * p.qkv_token;
+      load_tile<D, Bc, L::kThreads>(sK((kt + 1) & 1), k_g + next, ld, T - j0 - Bc, tid);
+      load_tile<D, Bc, L::kThreads>(sV((kt + 1) & 1), v_g + next, ld, T - j0 - Bc, tid);
+    }
+    tc::cp_async_commit();
+    tc::cp_async_wait<1>();  // this thread's copies of tile kt have landed
+    tc::sync_block();        // ... and everyone's
+    const uint16_t* K = sK(kt & 1);
+    const uint16_t* V = sV(kt & 1);
+    bool active[kMT];  // m-tile has a visible key in this tile (warp-uniform)
+    TC_UNROLL
+    for (int mt = 0; mt < kMT; ++mt) active[mt] = j0 <= i0 + mrow[mt] + 15;
+
+    // S = Q K^T: per 16 keys and 16 dims one ldmatrix.x4 feeds 2 mma per m-tile.
+    float s[kMT][kNT][4];
+    TC_UNROLL
+    for (int mt = 0; mt < kMT; ++mt) {
+      TC_UNROLL
+      for (int n = 0; n < kNT; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+    }
+    TC_UNROLL
+    for (int n2 = 0; n2 < kNT / 2; ++n2) {
+      TC_UNROLL
+      for (int kb = 0; kb < kKQ; ++kb) {
+        uint32_t r[4];
+        tc::ldmatrix<4>(r, K + Swz::offset(n2 * 16 + (lane / 16) * 8 + lane % 8, kb * 16 + ((lane / 8) & 1) * 8));
+        const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+        TC_UNROLL
+        for (int mt = 0; mt < kMT; ++mt) {
+          if (!active[mt]) continue;
+          tc::mma_bf16_16816(s[mt][2 * n2], qf[mt][kb], b0);
+          tc::mma_bf16_16816(s[mt][2 * n2 + 1], qf[mt][kb], b1);
+        }
+      }
+    }
+
+    // Online softmax on the C fragments (rows qrow and qrow + 8 of each m-tile).
+    TC_UNROLL
+    for (int mt = 0; mt < kMT; ++mt) {
+      if (!active[mt]) continue;
+      const int row_top = i0 + mrow[mt];
+      const bool diag = j0 + Bc - 1 > row_top;  // some key of the tile is after some row
+      TC_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = row_top + qrow + 8 * hh;
+        float mx = -INFINITY;
+        TC_UNROLL
+        for (int n = 0; n < kNT; ++n) {
+          TC_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[mt][n][2 * hh + e];
+            if (diag && j0 + n * 8 + 2 * qcol + e > row) x = -INFINITY;
+            mx = fmaxf(mx, x);
+          }
+        }
+        // max commutes with the positive scale, so this is the max of the scaled logits.
+        const float m_new = fmaxf(m[mt][hh], tc::quad_max(mx) * scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no NaN from -inf - -inf
+        const float corr = tc::exp2_approx(m[mt][hh] - m_use);
+        m[mt][hh] = m_new;
+        float sum = 0.f;
+        TC_UNROLL
+        for (int n = 0; n < kNT; ++n) {
+          TC_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[mt][n][2 * hh + e];
+            x = tc::exp2_approx(fmaf(x, scale_log2, -m_use));
+            sum += x;
+          }
+        }
+        l[mt][hh] = l[mt][hh] * corr + sum;
+        TC_UNROLL
+        for (int d = 0; d < kDT; ++d) {
+          acc[mt][d][2 * hh] *= corr;
+          acc[mt][d][2 * hh + 1] *= corr;
+        }
+      }
+    }
+
+    // O += P V: P's A fragment for keys [16k, 16k+16) is the C fragments of n-blocks 2k, 2k+1.
+    TC_UNROLL
+    for (int kb = 0; kb < kKP; ++kb) {
+      uint32_t pf[kMT][4];
+      TC_UNROLL
+      for (int mt = 0; mt < kMT; ++mt) {
+        pf[mt][0] = tc::pack_bf16x2(s[mt][2 * kb][0], s[mt][2 * kb][1]);
+        pf[mt][1] = tc::pack_bf16x2(s[mt][2 * kb][2], s[mt][2 * kb][3]);
+        pf[mt][2] = tc::pack_bf16x2(s[mt][2 * kb + 1][0], s[mt][2 * kb + 1][1]);
+        pf[mt][3] = tc::pack_bf16x2(s[mt][2 * kb + 1][2], s[mt][2 * kb + 1][3]);
+      }
+      TC_UNROLL
+      for (int d2 = 0; d2 < kDT / 2; ++d2) {
+        uint32_t r[4];
+        tc::ldmatrix<4, true>(r, V + Swz::offset(kb * 16 + ((lane / 8) & 1) * 8 + lane % 8, d2 * 16 + (lane / 16) * 8));
+        const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+        TC_UNROLL
+        for (int mt = 0; mt < kMT; ++mt) {
+          if (!active[mt]) continue;
+          tc::mma_bf16_16816(acc[mt][2 * d2], pf[mt], b0);
+          tc::mma_bf16_16816(acc[mt][2 * d2 + 1], pf[mt], b1);
+        }
+      }
+    }
+    tc::sync_block();  // stage kt & 1 is refilled by the next iteration's loads
+  }
+
+  // Epilogue: normalise, affine term, stage the bf16 rows in this warp's rows of the Q
+  // buffer (read only by this warp, at kt == 0), then 16-byte coalesced stores.
+  TC_UNROLL
+  for (int mt = 0; mt < kMT; ++mt) {
+    TC_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      const int local = mrow[mt] + qrow + 8 * hh, row = i0 + local;
+      const float l_row = tc::quad_sum(l[mt][hh]);
+      const float inv = 1.f / l_row;
+      float alpha_i = 1.f, beta = 0.f;
+      const float* pre = nullptr;
+      if constexpr (kAffine) {
+        if (row < T) {
+          alpha_i = tc::bf16_to_float(a.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
+          beta = (a.alpha_ma[h] - alpha_i) / static_cast<float>(row + 1);
+          pre = a.prefix + (b * p.T + row) * (p.Hkv * D) + g * D;
+        }
+      }
+      TC_UNROLL
+      for (int d = 0; d < kDT; ++d) {
+        const int col = d * 8 + 2 * qcol;
+        float o0 = acc[mt][d][2 * hh] * inv, o1 = acc[mt][d][2 * hh + 1] * inv;
+        if constexpr (kAffine) {
+          if (pre != nullptr) {
+            o0 = alpha_i * o0 + beta * pre[col];
+            o1 = alpha_i * o1 + beta * pre[col + 1];
+          }
+        }
+        *reinterpret_cast<uint32_t*>(sQ + Swz::offset(local, col)) = tc::pack_bf16x2(o0, o1);
+      }
+      if (qcol == 0 && row < T) a.lse[b * p.lse_batch + h * p.lse_head + row] = kLn2 * (m[mt][hh] + tc::log2_approx(l_row));
+    }
+  }
+  tc::sync_warp();
+  constexpr int kChunks = D / 8;
+  TC_UNROLL
+  for (int mt = 0; mt < kMT; ++mt) {
+    TC_UNROLL
+    for (int it = 0; it < 16 * kChunks / 32; ++it) {
+      const int c = lane + 32 * it, local = mrow[mt] + c / kChunks, col = (c % kChunks) * 8;
+      const int row = i0 + local;
+      if (row < T)
+        tc::copy16(a.out + b * p.o_batch + static_cast<int64_t>(row) * p.o_token + h * D + col,
+                   sQ + Swz::offset(local, col));
+    }
+  }
+}
+
+}  // namespace kdtrain::flash

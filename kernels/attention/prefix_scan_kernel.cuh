@@ -1,0 +1,82 @@
+// Deterministic chunked prefix (or suffix) sums over the rows of a strided matrix, per
+// batch and column, fp32 output: the kernel bodies, written against primitives.cuh so
+// they run on the GPU (prefix_scan.cu) and in the host SIMT emulator.
+//
+//   forward:  out[b][i][c] = sum_{r <= i} in[b][r][c]
+//   reverse:  out[b][i][c] = sum_{r >= i} in[b][r][c]
+//
+// Two launches over the same grid (x: column groups of kScanThreads, y: chunks of
+// kScanChunkRows rows, z: batches), one thread per (batch, chunk, column):
+//   1. chunk_totals: the sum of the chunk's rows, in row order (reverse: descending);
+//   2. chunk_scan: start from the totals of the chunks before it (reverse: after it),
+//      added in scan order, then add the chunk's rows in scan order, writing each.
+// Every output is the same fixed sequence of fp32 additions whatever the launch, so
+// results are bit-reproducible; no atomics. The attention forward uses it for the affine
+// term's sum_{j<=i} v_j, the backward's reverse mode for sum_{i>=j} of its weighted rows.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention/flash_shape.h"
+#include "kernels/tc/primitives.cuh"
+
+namespace kdtrain::flash {
+
+constexpr int kScanThreads = 128;
+
+template <typename In>  // uint16_t (bf16 bits) or float
+struct ScanArgs {
+  const In* in = nullptr;
+  int64_t batches = 0, rows = 0, cols = 0;
+  int64_t in_row_stride = 0, in_batch_stride = 0;  // elements; columns are contiguous
+  float* out = nullptr;          // (batches, rows, cols), contiguous
+  float* chunk_sums = nullptr;   // (batches, scan_chunks(rows), cols) workspace
+  bool reverse = false;
+};
+
+constexpr int64_t scan_chunks(int64_t rows) { return (rows + kScanChunkRows - 1) / kScanChunkRows; }
+
+namespace scan_detail {
+TC_DEVICE float load(const float* p) { return *p; }
+TC_DEVICE float load(const uint16_t* p) { return tc::bf16_to_float(*p); }
+}  // namespace scan_detail
+
+template <typename In>
+TC_DEVICE void scan_chunk_totals(const ScanArgs<In>& a) {
+  const int64_t col = static_cast<int64_t>(tc::block_idx().x) * kScanThreads + tc::thread_idx().x;
+  const int64_t chunk = tc::block_idx().y, b = tc::block_idx().z;
+  if (col >= a.cols) return;
+  const int64_t r0 = chunk * kScanChunkRows;
+  const int n = static_cast<int>(a.rows - r0 < kScanChunkRows ? a.rows - r0 : kScanChunkRows);
+  const In* src = a.in + b * a.in_batch_stride + r0 * a.in_row_stride + col;
+  float sum = 0.f;
+  for (int k = 0; k < n; ++k) {
+    const int r = a.reverse ? n - 1 - k : k;
+    sum += scan_detail::load(src + r * a.in_row_stride);
+  }
+  a.chunk_sums[(b * scan_chunks(a.rows) + chunk) * a.cols + col] = sum;
+}
+
+template <typename In>
+TC_DEVICE void scan_chunk_apply(const ScanArgs<In>& a) {
+  const int64_t col = static_cast<int64_t>(tc::block_idx().x) * kScanThreads + tc::thread_idx().x;
+  const int64_t chunk = tc::block_idx().y, b = tc::block_idx().z, n_chunks = scan_chunks(a.rows);
+  if (col >= a.cols) return;
+  const float* totals = a.chunk_sums + b * n_chunks * a.cols + col;
+  float run = 0.f;
+  if (!a.reverse) {
+    for (int64_t c = 0; c < chunk; ++c) run += totals[c * a.cols];
+  } else {
+    for (int64_t c = n_chunks - 1; c > chunk; --c) run += totals[c * a.cols];
+  }
+  const int64_t r0 = chunk * kScanChunkRows;
+  const int n = static_cast<int>(a.rows - r0 < kScanChunkRows ? a.rows - r0 : kScanChunkRows);
+  const In* src = a.in + b * a.in_batch_stride + r0 * a.in_row_stride + col;
+  float* dst = a.out + (b * a.rows + r0) * a.cols + col;
+  for (int k = 0; k < n; ++k) {
+    const int r = a.reverse ? n - 1 - k : k;
+    run += scan_detail::load(src + r * a.in_row_stride);
+    dst[r * a.cols] = run;
+  }
+}
+
+}  // namespace kdtrain::flash

@@ -1,0 +1,98 @@
+// Host SIMT emulator: runs CUDA kernel bodies written against kernels/tc/primitives.cuh
+// on the CPU, so the real kernel source is executed and tested without a GPU.
+// Test-only: linked into kdtrain_tests, never into the kdtrain binary.
+//
+// Model (what it checks and what it does not):
+// - Blocks run one after another. A block's threads are cooperative fibers on ONE OS
+//   thread (deterministic): a fiber runs until it reaches a barrier, then the next
+//   ready fiber runs. Which one is the schedule: forward / reverse always pick the
+//   lowest / highest ready thread, so each warp runs as far ahead of the others as its
+//   barriers allow, in opposite orders; shuffled runs every ready fiber once per round
+//   in a seeded random order. A missing sync_block() shows up as a difference between
+//   schedules.
+// - sync_block() is a block barrier: released when every live thread has arrived; a
+//   thread that exits while others wait there is an error (__syncthreads in divergent code).
+// - Warp collectives (sync_warp, shuffles, mma, ldmatrix) are warp barriers: each lane
+//   deposits its operands; when all lanes of the warp have arrived at the SAME
+//   collective, every lane's result is computed from the PTX ISA's fragment layouts
+//   (primitives.cuh lists them). Lanes at different collectives is an error.
+// - cp.async is deferred: the copy happens at the cp_async_wait() that retires its
+//   group, so a missing wait reads stale data; copies never waited for are dropped and
+//   counted (LaunchStats::cp_async_dropped). LaunchConfig::cp_async_at_issue lands them
+//   at issue instead, exposing a refill that races with other threads' reads.
+// - Shared memory starts every block filled with kSharedPoison (a NaN both as fp32 and
+//   as bf16). Addresses given to ldmatrix/cp.async must lie inside it, 16-byte aligned.
+// - Arithmetic: mma products of bf16 are exact in fp32 and summed in fp32 in k order
+//   onto c (hardware may sum in another order: compare with tolerances, not bits);
+//   exp2/log2 are std::exp2/log2 (hardware: .approx); bf16 rounding is round to nearest
+//   even, bit-identical to __float2bfloat16_rn. Emulated runs are bit-reproducible.
+// - Not modelled: memory ordering between lanes of a warp without a collective in
+//   between (every collective is a rendezvous), bank conflicts and timing.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace kdtrain::sim {
+
+struct Index3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+enum class Schedule { forward, reverse, shuffled };
+
+// 0x7fb3 is a bf16 NaN, 0x7fb37fb3 an fp32 NaN: unwritten shared memory poisons any
+// product or sum that reads it.
+constexpr uint32_t kSharedPoison = 0x7fb37fb3u;
+
+struct LaunchConfig {
+  Index3 grid{1, 1, 1};
+  Index3 block{1, 1, 1};
+  size_t shared_bytes = 0;                // dynamic shared memory of every block
+  Schedule schedule = Schedule::forward;  // fiber order between barriers
+  uint64_t seed = 1;                      // for Schedule::shuffled
+  size_t stack_bytes = 128 * 1024;        // per fiber
+  // cp.async data lands at the cp_async_wait that retires its group (default: a missing
+  // wait reads stale data) or, with true, at issue (a refill of a buffer other threads
+  // still read, without a barrier in between, corrupts their reads). Hardware may do
+  // either; correct code gives the same bits both ways.
+  bool cp_async_at_issue = false;
+};
+
+struct LaunchStats {
+  uint64_t blocks = 0;
+  uint64_t block_barriers = 0;  // sync_block releases
+  uint64_t warp_collectives = 0;
+  uint64_t mma = 0;             // warp-wide mma.sync instructions
+  uint64_t ldmatrix = 0;
+  uint64_t cp_async = 0;        // 16-byte copies issued (all threads)
+  uint64_t cp_async_zero_fill = 0;
+  uint64_t cp_async_dropped = 0;  // never retired by a wait: their data never landed
+};
+
+// Runs body(shared memory of the block) once per thread of every block of the grid.
+// Throws std::runtime_error naming the block and thread on a deadlock, a divergent
+// collective, a bad address, or an exception thrown by the body.
+LaunchStats launch(const LaunchConfig& config, const std::function<void(unsigned char* smem)>& body);
+
+// ---- called through primitives.cuh from inside launch() (one fiber = one thread)
+Index3 thread_idx();
+Index3 block_idx();
+Index3 block_dim();
+Index3 grid_dim();
+void sync_block();
+void sync_warp();
+uint32_t shfl_xor(uint32_t value, int lane_mask);
+uint32_t shfl_idx(uint32_t value, int src_lane);
+void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]);
+void ldmatrix(uint32_t* r, int num, bool trans, const void* smem_row);
+void cp_async_16(void* smem_dst, const void* gmem_src, bool valid);
+void cp_async_commit();
+void cp_async_wait(int pending_groups);
+void check_aligned16(const void* p, const char* what);
+
+// ---- pure helpers, usable anywhere on the host
+uint16_t bf16_round(float x);  // round to nearest even; NaN -> 0x7fff
+float bf16_value(uint16_t bits);
+
+}  // namespace kdtrain::sim

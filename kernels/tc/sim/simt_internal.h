@@ -1,0 +1,76 @@
+// Internals shared by simt.cpp (fibers, scheduler, block barrier, cp.async) and
+// simt_warp.cpp (warp collectives). Not for kernel code.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/tc/sim/simt.h"
+
+namespace kdtrain::sim::detail {
+
+enum class FiberState { ready, at_block_barrier, at_warp_collective, done };
+
+struct PendingCopy {
+  unsigned char* dst;
+  const unsigned char* src;
+  bool valid;  // false: zero-fill
+};
+
+struct Fiber {
+  void* sp = nullptr;       // saved stack pointer (x86-64 switch)
+  void* ucontext = nullptr; // ucontext_t (portable fallback)
+  unsigned char* stack = nullptr;
+  size_t stack_bytes = 0;
+  FiberState state = FiberState::ready;
+  Index3 tid;
+  unsigned linear = 0, warp = 0, lane = 0;
+  std::vector<PendingCopy> open_group;           // issued, not yet committed
+  std::deque<std::vector<PendingCopy>> groups;   // committed, oldest first
+};
+
+enum class Collective { none, sync, shfl_xor, shfl_idx, mma, ldmatrix };
+
+// One lane's operands and results of the warp's current collective.
+struct LaneIO {
+  uint32_t in[10] = {};             // mma: a[0..3], b[0..1], c[0..3] (fp32 bits); shfl: value, lane arg
+  const unsigned char* addr = nullptr;  // ldmatrix row address
+  uint32_t out[4] = {};
+};
+
+struct Warp {
+  Collective op = Collective::none;
+  int num = 0;         // ldmatrix matrices
+  bool trans = false;  // ldmatrix .trans
+  int arrived = 0;
+  int lanes = 0;       // threads in this warp (the last warp of a block may be partial)
+  LaneIO io[32];
+};
+
+struct BlockRun {
+  const LaunchConfig* config = nullptr;
+  const std::function<void(unsigned char*)>* body = nullptr;
+  LaunchStats* stats = nullptr;
+  Index3 block;
+  unsigned char* smem = nullptr;
+  size_t smem_bytes = 0;
+  std::vector<Fiber>* fibers = nullptr;
+  std::vector<Warp> warps;
+  Fiber* current = nullptr;
+  void* scheduler_sp = nullptr;
+  void* scheduler_ucontext = nullptr;
+  std::string error;  // set by a failing fiber; the scheduler rethrows it
+};
+
+// The block being run on this OS thread; throws when called outside sim::launch().
+BlockRun& current_run();
+// Marks the current fiber `state` and returns to the scheduler; resumes when released.
+void wait_as(FiberState state);
+// Throws std::runtime_error naming the current block and thread.
+[[noreturn]] void fail(const std::string& what);
+// Throws unless [p, p + bytes) lies in the current block's shared memory.
+void check_shared(const void* p, size_t bytes, const char* what);
+
+}  // namespace kdtrain::sim::detail

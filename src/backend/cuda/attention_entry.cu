@@ -1,0 +1,80 @@
+// The CUDA attention entry (backend/cuda/attention_entry.cuh).
+#include "kernels/attention/row.cuh"
+#include "backend/cuda/attention_entry.cuh"
+#include "kernels/attention/flash.cuh"
+
+namespace kdtrain::cuda {
+namespace {
+
+template <typename Args>
+AttentionParams common_params(const Args& a) {
+  const AttentionShape& s = a.shape;
+  KD_CHECK(s.Hkv > 0 && s.H > 0 && s.H % s.Hkv == 0, "attention: n_kv_heads (", s.Hkv,
+           ") must divide n_heads (", s.H, ")");
+  KD_CHECK(s.B >= 0 && s.T >= 0 && s.D > 0, "attention: bad shape B=", s.B, " T=", s.T,
+           " D=", s.D);
+  AttentionParams p;
+  static_cast<flash::FlashParams&>(p) = flash::make_flash_params(s.B, s.T, s.H, s.Hkv, s.D, a.scale);
+  p.sink = has_sink(a.variant);
+  p.affine = has_affine(a.variant);
+  KD_CHECK(!p.sink || a.sinks != nullptr, "attention (sink): sinks must be given");
+  KD_CHECK(!p.affine || (a.alpha != nullptr && a.alpha_ma != nullptr),
+           "attention (affine variants): alpha and alpha_ma must be given");
+  p.qkv = static_cast<const bf16*>(a.qkv);
+  p.sinks = p.sink ? a.sinks : nullptr;
+  p.alpha = p.affine ? static_cast<const bf16*>(a.alpha) : nullptr;
+  p.alpha_ma = p.affine ? a.alpha_ma : nullptr;
+  return p;
+}
+
+}  // namespace
+
+AttentionParams attention_params(const AttentionForwardArgs& a) {
+  AttentionParams p = common_params(a);
+  p.out = static_cast<bf16*>(a.out);
+  p.lse = a.lse;
+  return p;
+}
+
+AttentionParams attention_params(const AttentionBackwardArgs& a) {
+  AttentionParams p = common_params(a);
+  KD_CHECK(!p.affine || a.dalpha != nullptr, "attention backward (affine): dalpha must be given");
+  // The backward only reads out and lse; the struct is shared with the forward.
+  p.out = const_cast<bf16*>(static_cast<const bf16*>(a.out));
+  p.lse = const_cast<float*>(a.lse);
+  p.dout = static_cast<const bf16*>(a.dout);
+  p.dqkv = static_cast<bf16*>(a.dqkv);
+  p.dsinks = p.sink ? a.dsinks : nullptr;
+  p.dalpha = p.affine ? static_cast<bf16*>(a.dalpha) : nullptr;
+  return p;
+}
+
+AttentionPathChoice attention_path(const AttentionParams& p) {
+  const bool aligned = aligned_16(p.qkv) && aligned_16(p.out) && aligned_16(p.dout) &&
+                       aligned_16(p.dqkv);
+  return choose_attention_path(AttentionShape{p.B, p.T, p.H, p.Hkv, p.D}, aligned);
+}
+
+size_t attention_workspace_bytes(const AttentionParams& p, AttentionPass pass, AttentionPath path) {
+  if (path == AttentionPath::flash)
+    return pass == AttentionPass::forward ? flash_attention_forward_workspace_bytes(p)
+                                          : flash_attention_backward_workspace_bytes(p);
+  return pass == AttentionPass::forward ? 0 : row_attention_backward_workspace_bytes(p);
+}
+
+void attention_run(const AttentionParams& p, AttentionPass pass, AttentionPath path,
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (path == AttentionPath::flash) {
+    if (pass == AttentionPass::forward)
+      flash_attention_forward(p, workspace, workspace_bytes, stream);
+    else
+      flash_attention_backward(p, workspace, workspace_bytes, stream);
+  } else {
+    if (pass == AttentionPass::forward)
+      row_attention_forward(p, stream);
+    else
+      row_attention_backward(p, workspace, workspace_bytes, stream);
+  }
+}
+
+}  // namespace kdtrain::cuda

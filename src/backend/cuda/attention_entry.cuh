@@ -1,0 +1,33 @@
+// The one attention entry of the CUDA side. CudaBackend hands it backend.h's
+// arguments; it translates them once into AttentionParams (params.h),
+// resolving the variant into its features, asks choose_attention_path
+// (backend/cuda/attention_path.h) which implementation runs, and launches it with the
+// workspace the backend provides.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/attention/params.h"
+#include "backend/cuda/attention_path.h"
+#include "backend/backend.h"
+
+namespace kdtrain::cuda {
+
+enum class AttentionPass { forward, backward };
+
+// The translation (and the checks of the variant's inputs), once per call.
+AttentionParams attention_params(const AttentionForwardArgs& args);
+AttentionParams attention_params(const AttentionBackwardArgs& args);
+
+// The path this call takes: the shape rule plus the alignment of its buffers.
+AttentionPathChoice attention_path(const AttentionParams& p);
+
+// Device workspace the chosen implementation needs for this pass (may be 0).
+size_t attention_workspace_bytes(const AttentionParams& p, AttentionPass pass, AttentionPath path);
+
+// Launches `pass` on `path`; `workspace` holds attention_workspace_bytes() bytes.
+void attention_run(const AttentionParams& p, AttentionPass pass, AttentionPath path,
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace kdtrain::cuda
