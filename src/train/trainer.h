@@ -1,13 +1,16 @@
 // The training loop (SPEC §3), top-down as torchtitan reads:
-//   load or resume → while steps remain: train_step → log → validate → checkpoint.
-// train_step: zero grads → micro-batches (teacher forward, student forward,
-// fused KD+CE loss, backward) → global grad norm → non-finite check → clip →
-// AdamW with the scheduled lr → alpha_ma update from the batch's mean alpha.
-// Data parallel (docs/distributed.md): under an MPI launcher every rank takes
-// its slice of each global batch; gradients are reduce-scattered (ZeRO-1,
-// dist.zero1) or all-reduced, loss and alpha sums all-reduced, the norm taken
-// over all shards, and the updated master weights all-gathered. Only rank 0
-// logs and writes metrics and the model; an error on any rank ends the job.
+//   build the run's parts (train/run_parts.h) → start fresh or resume → while
+//   steps remain: step → report → checkpoint where due.
+// Three companions do the work, each with its own tests:
+//   train/train_step.h    one optimizer step: zero, micro-batches, reduce across
+//                         ranks, norm, non-finite guard, optimizer, schedule;
+//   train/reporter.h      metrics.jsonl, the progress line, the validation
+//                         cadence and the summary (rank 0);
+//   train/checkpointer.h  the checkpoint cadence, the stop policy, the save
+//                         ordering, resume and the run lock.
+// Data parallel (docs/distributed.md): under an MPI launcher every rank runs
+// this loop on its slice of each global batch; only rank 0 logs and writes
+// metrics and the model; an error on any rank ends the job.
 #pragma once
 #include <string>
 

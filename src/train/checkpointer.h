@@ -1,0 +1,61 @@
+// When and how a run is saved, stopped and continued:
+//   - cadence: every checkpoint.interval steps, on the last step, and on a stop;
+//   - stop policy: SIGINT/SIGTERM (train/signals.h) or rank 0 failing to write
+//     its logs, on any rank, stops every rank after the same step, after a checkpoint;
+//   - save ordering: metrics.jsonl is fsynced before the checkpoint, so a
+//     checkpoint is never durable ahead of the metrics it follows;
+//   - resume: weights, moments, sampler and counters from a checkpoint, after
+//     the checks of train/resume_checks.h;
+//   - the run lock (train/run_lock.h): rank 0 owns the run directory.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "train/checkpoint.h"
+#include "train/reporter.h"
+#include "train/run_lock.h"
+#include "train/run_parts.h"
+#include "train/train_step.h"
+#include "train/trainer.h"
+
+namespace kdtrain {
+
+// A checkpoint is due after `step` every checkpoint.interval steps (0: never),
+// on the last step, and when the run stops.
+bool checkpoint_due(const Config& config, int64_t step, bool stopping);
+
+class Checkpointer {
+ public:
+  Checkpointer(RunParts& parts, const TrainOptions& options) : parts_(parts), options_(options) {}
+
+  // A fresh run, everything checked: rank 0 locks the run directory (creating
+  // it) and writes config.json.
+  void start_fresh();
+  // Continues from options.resume: locks the run directory, loads the weights
+  // into the student and the moments into parts.optimizer, checks that the run
+  // may go on (data, config, teacher, `latest`), restores the sampler and
+  // writes config.json. Returns the checkpoint's state.
+  TrainingState resume();
+
+  // Every rank's vote, after each step: stop when a signal arrived or rank 0
+  // failed to write its logs (`write_failed`) on any rank.
+  bool stop_agreed(bool write_failed);
+  void log_stop(int64_t step) const;
+
+  // Saves the checkpoint of `step` after syncing the metrics. When the logs
+  // failed (`failure` non-empty, or the sync fails), still saves (the
+  // checkpoint carries the unwritten records), then throws saying so.
+  void save(int64_t step, const SkipCounts& skips, Reporter& reporter, std::string failure);
+  const std::string& last() const { return last_; }
+
+ private:
+  std::string write(int64_t step, const SkipCounts& skips, const nlohmann::json& pending);
+
+  RunParts& parts_;
+  TrainOptions options_;
+  std::unique_ptr<RunLock> lock_;  // rank 0: this process owns the run directory
+  std::string last_;               // the last checkpoint written
+};
+
+}  // namespace kdtrain

@@ -1,0 +1,72 @@
+#include "train/run_parts.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "core/error.h"
+#include "data/shard_manifest.h"
+#include "io/checksums.h"
+#include "io/model_dir.h"
+#include "model/cached_teacher_loss.h"
+
+namespace kdtrain {
+
+void RunParts::build() {
+  const TrainConfig& t = config.train;
+  // train.threads = 0 means all cores; ranks sharing a node share them out,
+  // else their thread pools oversubscribe the cores and every step crawls.
+  int64_t threads = t.threads;
+  if (threads == 0 && comm.local_world() > 1)
+    threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / comm.local_world());
+  backend = make_backend(t.device, threads);
+  student = std::make_unique<Model>(config.model, config.attention, *backend, true);
+  loss = std::make_unique<FusedLoss>(*backend);
+  // Optimizer range: this rank's shard under ZeRO-1, else the whole arena.
+  const int64_t total_params = student->layout().total;
+  opt_range = zero1() ? dist::shard_range(total_params, comm.rank(), comm.world()) : dist::Range{0, total_params};
+  load_data();
+  load_teacher();
+  optimizer = std::make_unique<AdamW>(*student, config.optimizer, opt_range.begin, opt_range.end);
+}
+
+void RunParts::load_data() {
+  const TrainConfig& t = config.train;
+  const int64_t vocab = config.model.vocab_size;
+  KD_CHECK(!config.data.train.empty(), "data.train: no training shards given");
+  data::check_manifest_vocab(config.data.train, vocab, "data.train");
+  train_data = std::make_unique<data::TokenDataset>(config.data.train, t.seq_len, vocab);
+  if (!config.data.val.empty()) {
+    data::check_manifest_vocab(config.data.val, vocab, "data.val");
+    val_data = std::make_unique<data::TokenDataset>(config.data.val, t.seq_len, vocab);
+  }
+  const int64_t windows = train_data->num_windows();
+  KD_CHECK(windows >= t.global_batch, "data.train: only ", windows, " windows of train.seq_len+1 = ",
+           t.seq_len + 1, " tokens, fewer than one global batch (", t.global_batch, " sequences)");
+  sampler = std::make_unique<data::Sampler>(windows, t.seed);
+}
+
+// kd.teacher (a model run online) or kd.teacher_cache (its stored top-k rows,
+// which replace it), and the fingerprint a resume compares.
+void RunParts::load_teacher() {
+  const KdConfig& kd = config.kd;
+  const int64_t vocab = config.model.vocab_size;
+  if (!kd.teacher.empty()) {
+    LoadedModel loaded = load_model_dir(kd.teacher);
+    KD_CHECK(loaded.model.vocab_size == vocab, "kd.teacher: ", kd.teacher, " has vocab_size ",
+             loaded.model.vocab_size, " but the student has ", vocab,
+             "; student and teacher must share the vocabulary");
+    teacher = std::make_unique<Model>(loaded.model, loaded.attention, *backend, ModelUse::teacher);
+    teacher->set_params(loaded.params);
+    teacher_fingerprint = "model:" + io::hex64(data::teacher_hash(loaded));
+  }
+  if (!kd.teacher_cache.empty()) {
+    cache = std::make_unique<data::TeacherCache>(kd.teacher_cache);
+    cache->require_match(*train_data, vocab, "kd.teacher_cache");
+    const data::CacheHeader& h = cache->header();
+    teacher_fingerprint = "cache:" + io::hex64(h.teacher_hash) + ",top_k=" + std::to_string(h.K) +
+                          (h.value_type == data::CacheValueType::bf16 ? ",bf16" : ",f32");
+    check_cached_loss_kind(kd.loss, kd.cache_tail);
+  }
+}
+
+}  // namespace kdtrain

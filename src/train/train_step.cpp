@@ -1,0 +1,173 @@
+#include "train/train_step.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/cached_teacher_loss.h"
+#include "train/observer.h"
+#include "train/schedule.h"
+
+namespace kdtrain {
+
+// The gradient reduction (dist/grad_reducer.h): the student's backward marks
+// each range final; the reducer launches each complete bucket, in a fixed
+// order, during the backward (dist.overlap) or after it.
+TrainStep::TrainStep(RunParts& parts, TrainObserver* observer) : parts_(parts), observer_(observer) {
+  const DistConfig& d = parts.config.dist;
+  dist::GradReduceOptions options;
+  options.bucket_elements = dist::bucket_elements_for_mib(d.bucket_mb);
+  options.overlap = d.overlap;
+  options.bf16 = d.reduce_dtype == ReduceDtype::bf16;
+  Model& student = *parts.student;
+  reducer_ = std::make_unique<dist::GradReducer>(parts.comm, student.grads(), student.layout().total, options,
+                                                 parts.backend->native_stream());
+  student.set_grads_final_hook([this](int64_t begin, int64_t end) { reducer_->mark_final(begin, end); });
+  if (observer_)
+    reducer_->set_before_launch([this](const dist::Range& bucket) {
+      observer_->on_grads_ready(step_, bucket.begin, bucket.end, *parts_.student);
+    });
+}
+
+StepResult TrainStep::run(int64_t step) {
+  const TrainConfig& t = parts_.config.train;
+  step_ = step;
+  // Every rank draws the same global batch and keeps its contiguous slice.
+  windows_ = data::rank_slice(parts_.sampler->next_global_batch(t.global_batch), parts_.comm.rank(),
+                              parts_.comm.world());
+  StepResult r;
+  r.sums = micro_batches(step, windows_);
+  int64_t alpha_tokens = 0;
+  std::vector<double> alpha_sums = parts_.student->take_alpha_sums(&alpha_tokens);
+  reduce_across_ranks(r.sums, alpha_sums, alpha_tokens);
+  r.grad_norm = global_grad_norm();
+  r.lr = learning_rate(parts_.config.schedule, parts_.config.optimizer.lr, step - 1, t.steps);
+  r.loss = parts_.mixed_loss(r.sums);
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    r.applied = false;
+    skip_nonfinite(step, r.loss, r.grad_norm);
+  } else {
+    skips_.consecutive = 0;
+    apply(r);
+    if (!alpha_sums.empty()) update_alpha_ma(alpha_sums, alpha_tokens, r);
+  }
+  if (observer_) {
+    StepObservation o;
+    o.step = step;
+    o.rank = parts_.comm.rank();
+    o.world = parts_.comm.world();
+    o.windows = &windows_;
+    o.loss = r.loss;
+    o.grad_norm = r.grad_norm;
+    o.applied = r.applied;
+    observer_->on_step_end(o, *parts_.student);
+  }
+  return r;
+}
+
+// Forward, loss and backward of each micro-batch; the gradients accumulate,
+// scaled by 1/(global tokens) so that their sum over ranks is the mean.
+LossSums TrainStep::micro_batches(int64_t step, const std::vector<int64_t>& windows) {
+  const int64_t b = parts_.config.train.micro_batch, T = parts_.config.train.seq_len;
+  const float grad_scale = 1.f / static_cast<float>(parts_.config.train.global_batch * T);
+  const int64_t micros = parts_.accumulation_steps();
+  Model& student = *parts_.student;
+  std::vector<int32_t> inputs(b * T), targets(b * T);
+  LossSums sums;
+  student.zero_grads();
+  for (int64_t micro = 0; micro < micros; ++micro) {
+    // The last micro-batch's backward makes the gradients final, bucket by bucket.
+    if (micro + 1 == micros) reducer_->begin_step();
+    std::vector<int64_t> ids(windows.begin() + micro * b, windows.begin() + (micro + 1) * b);
+    parts_.train_data->fill_batch(ids, inputs.data(), targets.data());
+    if (observer_) observer_->on_micro_batch(step, inputs.data(), b, T);
+    if (parts_.teacher) parts_.teacher->forward(inputs.data(), b, T, false);
+    student.forward(inputs.data(), b, T, true);
+    LossSums s;
+    if (parts_.cache) {  // the cached teacher rows of this micro-batch's windows
+      CachedRows rows;
+      for (int64_t w : ids) parts_.cache->append_window(w, rows);
+      s = run_cached_loss(*parts_.loss, student, rows, parts_.config.kd.cache_tail, targets.data(),
+                          parts_.loss_settings(), grad_scale, true);
+    } else {
+      s = parts_.loss->run(student, parts_.teacher.get(), targets.data(), parts_.loss_settings(), grad_scale,
+                           true);
+    }
+    student.backward();
+    sums += s;
+  }
+  reducer_->finish();
+  return sums;
+}
+
+// Sums over ranks after the gradient buckets: under ZeRO-1 each rank holds
+// the summed gradients of its shard; with dist.zero1=false they are
+// all-gathered so every rank holds all of them. Loss sums and alpha sums are
+// all-reduced in one call, so every rank takes the same non-finite decision
+// and holds the same alpha_ma.
+void TrainStep::reduce_across_ranks(LossSums& sums, std::vector<double>& alpha_sums, int64_t& alpha_tokens) {
+  dist::Communicator& comm = parts_.comm;
+  if (!comm.distributed()) return;
+  Model& student = *parts_.student;
+  if (!parts_.zero1()) comm.all_gather(student.grads(), student.layout().total);
+  std::vector<double> host = {sums.ce, sums.kd, static_cast<double>(sums.tokens),
+                              static_cast<double>(alpha_tokens), sums.soft_ce};
+  host.insert(host.end(), alpha_sums.begin(), alpha_sums.end());
+  comm.all_reduce_sum_host(host.data(), static_cast<int64_t>(host.size()));
+  sums.ce = host[0];
+  sums.kd = host[1];
+  sums.tokens = static_cast<int64_t>(host[2]);
+  alpha_tokens = static_cast<int64_t>(host[3]);
+  sums.soft_ce = host[4];
+  std::copy(host.begin() + 5, host.end(), alpha_sums.begin());
+}
+
+// The global gradient norm: per-shard sums of squares added over ranks under ZeRO-1.
+double TrainStep::global_grad_norm() {
+  double sum = parts_.optimizer->grad_sum_squares();
+  if (parts_.zero1()) parts_.comm.all_reduce_sum_host(&sum, 1);
+  return std::sqrt(sum);
+}
+
+void TrainStep::skip_nonfinite(int64_t step, double loss, double grad_norm) {
+  const TrainConfig& t = parts_.config.train;
+  if (t.on_nonfinite == NonFinitePolicy::stop)
+    fail("step ", step, ": non-finite ", std::isfinite(loss) ? "gradient norm" : "loss", " (loss ", loss,
+         ", grad norm ", grad_norm,
+         "); the update was not applied and the last checkpoint is intact. Set "
+         "train.on_nonfinite=skip to skip such steps.");
+  ++skips_.skipped;
+  ++skips_.consecutive;
+  // Skipping forever is a diverged run reported as a success.
+  KD_CHECK(skips_.consecutive < t.max_consecutive_skips, "step ", step, ": ", skips_.consecutive,
+           " steps in a row had a non-finite loss or gradient norm (loss ", loss, ", grad norm ", grad_norm,
+           ") and were skipped; stopping at train.max_consecutive_skips = ", t.max_consecutive_skips,
+           ". The run is diverging: lower optimizer.lr or clip gradients (optimizer.grad_clip), then "
+           "resume from the last checkpoint.");
+}
+
+// Clip and AdamW; under ZeRO-1 every rank updated its shard of the master
+// weights, which are then shared.
+void TrainStep::apply(const StepResult& r) {
+  parts_.optimizer->step(static_cast<float>(r.lr), clip_scale(r.grad_norm, parts_.config.optimizer.grad_clip));
+  if (!parts_.zero1()) return;
+  Model& student = *parts_.student;
+  parts_.backend->synchronize();
+  parts_.comm.all_gather(student.master(), student.layout().total);
+  student.refresh_compute_weights();
+}
+
+// alpha_ma <- rho*alpha_ma + (1-rho)*mean(alpha) per (layer, head), after the update,
+// so every forward of this step used the value from before it (SPEC §2).
+void TrainStep::update_alpha_ma(const std::vector<double>& sums, int64_t tokens, StepResult& r) {
+  const double rho = parts_.config.attention.alpha_momentum;
+  Model& student = *parts_.student;
+  std::vector<float> ma = student.alpha_ma();
+  r.alpha_mean.resize(sums.size());
+  for (size_t i = 0; i < ma.size(); ++i) {
+    r.alpha_mean[i] = sums[i] / static_cast<double>(tokens);
+    ma[i] = static_cast<float>(rho * ma[i] + (1.0 - rho) * r.alpha_mean[i]);
+  }
+  student.set_alpha_ma(ma);
+}
+
+}  // namespace kdtrain

@@ -1,0 +1,70 @@
+// One optimizer step (SPEC §3): zero the gradients → micro-batches (teacher
+// forward, student forward, fused KD+CE loss, backward) → reduce across ranks →
+// global gradient norm → non-finite guard → clip → AdamW with the scheduled lr →
+// the variant's end-of-step update (alpha_ma).
+//
+// Data parallel (docs/distributed.md): every rank draws the same global batch
+// and keeps its slice; gradients are reduce-scattered (ZeRO-1) or all-reduced
+// bucket by bucket during the backward, loss sums all-reduced, the norm taken
+// over all shards and the updated master weights all-gathered, so every rank
+// takes the same non-finite decision and holds the same weights.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dist/grad_reducer.h"
+#include "model/loss.h"
+#include "train/run_parts.h"
+
+namespace kdtrain {
+
+class TrainObserver;  // train/observer.h
+
+struct StepResult {
+  LossSums sums;        // over all ranks' tokens of the step
+  double loss = 0.0;    // the optimised loss (RunParts::mixed_loss of sums)
+  double grad_norm = 0.0;
+  double lr = 0.0;
+  bool applied = true;  // false: a non-finite step skipped under train.on_nonfinite=skip
+  std::vector<double> alpha_mean;  // (L*H) the step's mean alpha, affine variants only
+};
+
+// The non-finite policy's counters, carried by checkpoints.
+struct SkipCounts {
+  int64_t skipped = 0;      // non-finite steps skipped so far
+  int64_t consecutive = 0;  // of which in a row, up to the last step
+};
+
+class TrainStep {
+ public:
+  // Builds the gradient reducer and hooks it to the student's backward.
+  // `parts.optimizer` must be set before the first run().
+  TrainStep(RunParts& parts, TrainObserver* observer);
+
+  // Computes optimizer step `step` (1-based) and applies it, unless its loss or
+  // gradient norm is not finite: then train.on_nonfinite=stop throws and skip
+  // counts it (throwing after train.max_consecutive_skips in a row).
+  StepResult run(int64_t step);
+
+  SkipCounts& skips() { return skips_; }
+  const dist::GradReducer& reducer() const { return *reducer_; }
+
+ private:
+  LossSums micro_batches(int64_t step, const std::vector<int64_t>& windows);
+  void reduce_across_ranks(LossSums& sums, std::vector<double>& alpha_sums, int64_t& alpha_tokens);
+  double global_grad_norm();
+  // Throws under on_nonfinite=stop or after too many skips in a row.
+  void skip_nonfinite(int64_t step, double loss, double grad_norm);
+  void apply(const StepResult& r);
+  void update_alpha_ma(const std::vector<double>& sums, int64_t tokens, StepResult& r);
+
+  RunParts& parts_;
+  TrainObserver* observer_;  // null in production
+  std::unique_ptr<dist::GradReducer> reducer_;  // calls into the student's arena
+  SkipCounts skips_;
+  int64_t step_ = 0;  // the step being computed, for the observer's hooks
+  std::vector<int64_t> windows_;  // this rank's windows of the step
+};
+
+}  // namespace kdtrain
