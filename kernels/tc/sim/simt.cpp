@@ -76,12 +76,13 @@ std::string where(const BlockRun& r) {
   return s.str();
 }
 
-void retire(const std::vector<PendingCopy>& group) {
+void retire(BlockRun& r, Fiber& f, const std::vector<PendingCopy>& group) {
   for (const PendingCopy& c : group) {
     if (c.valid)
       std::memcpy(c.dst, c.src, 16);
     else
       std::memset(c.dst, 0, 16);
+    note_cp_async_landing(r, f, c.dst);
   }
 }
 
@@ -101,6 +102,7 @@ void fiber_main() {
   r.stats->cp_async_dropped += dropped;
   f->open_group.clear();
   f->groups.clear();
+  f->unfenced_chunks.clear();
 #if KDTRAIN_SIM_X86_SWITCH
   kdtrain_sim_switch(&f->sp, r.scheduler_sp);
 #else
@@ -205,8 +207,11 @@ void run_block(BlockRun& r, std::vector<Fiber>& fibers, StackArena& arena) {
     f.stack_bytes = arena.usable();
     f.open_group.clear();
     f.groups.clear();
+    f.unfenced_chunks.clear();
     start_fiber(r, f);
   }
+  std::fill(r.unfenced_owner.begin(), r.unfenced_owner.end(), 0u);
+  reset_warpgroups(r);
   for (Warp& w : r.warps) {
     w.op = Collective::none;
     w.arrived = 0;
@@ -247,13 +252,15 @@ void run_block(BlockRun& r, std::vector<Fiber>& fibers, StackArena& arena) {
       for (Fiber* f : order)
         if (f->state == FiberState::ready) run(*f);
     }
+    finish_warpgroups(r);
     return;
   }
   // Greedy: always the lowest (forward) or highest (reverse) ready thread, so a warp runs
   // as far ahead of the others as its barriers allow (maximal skew between warps).
-  // Only the running fiber's warp changes state inside run(), so the search starts at
-  // that warp's first (forward) or last (reverse) thread: every thread before it is
-  // still not ready.
+  // Only the running fiber's warpgroup changes state inside run() (a warp collective
+  // releases its warp, a wgmma collective its warpgroup of 4 warps), so the search
+  // starts at that warpgroup's first (forward) or last (reverse) thread: every thread
+  // before it is still not ready.
   const bool reverse = cfg.schedule == Schedule::reverse;
   const size_t n = fibers.size();
   size_t from = 0;  // search start, counted in schedule order
@@ -264,13 +271,16 @@ void run_block(BlockRun& r, std::vector<Fiber>& fibers, StackArena& arena) {
       if (f.state == FiberState::ready) next = &f;
     }
     if (next == nullptr) {
-      if (!release_or_stall()) break;
+      if (!release_or_stall()) {
+        finish_warpgroups(r);
+        break;
+      }
       from = 0;
       continue;
     }
     run(*next);
-    const size_t warp_first = size_t(next->warp) * 32, warp_last = std::min(n, warp_first + 32) - 1;
-    from = reverse ? n - 1 - warp_last : warp_first;
+    const size_t group_first = size_t(next->warp / 4) * 128, group_last = std::min(n, group_first + 128) - 1;
+    from = reverse ? n - 1 - group_last : group_first;
   }
 }
 
@@ -343,6 +353,7 @@ LaunchStats launch(const LaunchConfig& cfg, const std::function<void(unsigned ch
   r.stats = &stats;
   r.smem = smem;
   r.smem_bytes = cfg.shared_bytes;
+  r.unfenced_owner.assign(cfg.shared_bytes / 16 + 1, 0u);
   r.fibers = &fibers;
   r.warps.resize((nthreads + 31) / 32);
   for (size_t w = 0; w < r.warps.size(); ++w)
@@ -387,7 +398,7 @@ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
   check_aligned16(gmem_src, "cp.async source");
   const PendingCopy copy{static_cast<unsigned char*>(smem_dst), static_cast<const unsigned char*>(gmem_src), valid};
   if (r.config->cp_async_at_issue)
-    retire({copy});  // lands now; the group bookkeeping below stays the same
+    retire(r, *r.current, {copy});  // lands now; the group bookkeeping below stays the same
   else
     r.current->open_group.push_back(copy);
   ++r.stats->cp_async;
@@ -401,9 +412,10 @@ void cp_async_commit() {
 }
 
 void cp_async_wait(int pending_groups) {
-  Fiber* f = current_run().current;
+  BlockRun& r = current_run();
+  Fiber* f = r.current;
   while (f->groups.size() > static_cast<size_t>(pending_groups)) {
-    retire(f->groups.front());
+    retire(r, *f, f->groups.front());
     f->groups.pop_front();
   }
 }

@@ -26,6 +26,15 @@
 //   onto c (hardware may sum in another order: compare with tolerances, not bits);
 //   exp2/log2 are std::exp2/log2 (hardware: .approx); bf16 rounding is round to nearest
 //   even, bit-identical to __float2bfloat16_rn. Emulated runs are bit-reproducible.
+// - wgmma (simt_wgmma.cpp; kernels/tc/wgmma.cuh): fence / mma_async / commit_group /
+//   wait_group are collectives of a warpgroup (4 consecutive warps from a warp index
+//   divisible by 4). An mma_async is deferred like cp.async: its shared-memory operands
+//   are read, and its accumulators written, at the wait_group that retires its group;
+//   until then the accumulator registers hold NaN, so reading them early shows. An
+//   mma_async needs a wgmma.fence since the warpgroup's last wait_group (or its start),
+//   and shared memory landed by cp.async must be ordered for the async proxy by the
+//   landing thread's fence.proxy.async before a wgmma reads it. Descriptors must be
+//   uniform over the warpgroup, with base offset 0 (kernels/tc/wgmma_desc.h).
 // - Not modelled: memory ordering between lanes of a warp without a collective in
 //   between (every collective is a rendezvous), bank conflicts and timing.
 #pragma once
@@ -68,6 +77,7 @@ struct LaunchStats {
   uint64_t cp_async = 0;        // 16-byte copies issued (all threads)
   uint64_t cp_async_zero_fill = 0;
   uint64_t cp_async_dropped = 0;  // never retired by a wait: their data never landed
+  uint64_t wgmma = 0;           // warpgroup-wide wgmma.mma_async instructions
 };
 
 // Runs body(shared memory of the block) once per thread of every block of the grid.
@@ -90,6 +100,15 @@ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid);
 void cp_async_commit();
 void cp_async_wait(int pending_groups);
 void check_aligned16(const void* p, const char* what);
+// wgmma (simt_wgmma.cpp). d: this thread's n/2 accumulators; a_regs: its 4 A registers,
+// or null when A comes from shared memory through a_desc.
+uint32_t shared_address(const void* p);  // byte offset in the block's shared memory
+void wgmma_fence();
+void wgmma_commit();
+void wgmma_wait(int pending_groups);
+void wgmma_bf16(float* d, int n, uint64_t a_desc, const uint32_t* a_regs, uint64_t b_desc, bool trans_a,
+                bool trans_b, bool accumulate);
+void fence_proxy_async();
 
 // ---- pure helpers, usable anywhere on the host
 uint16_t bf16_round(float x);  // round to nearest even; NaN -> 0x7fff

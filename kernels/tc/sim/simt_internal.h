@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct Fiber {
   unsigned linear = 0, warp = 0, lane = 0;
   std::vector<PendingCopy> open_group;           // issued, not yet committed
   std::deque<std::vector<PendingCopy>> groups;   // committed, oldest first
+  std::vector<uint32_t> unfenced_chunks;         // smem chunks it landed by cp.async, not yet proxy-fenced
 };
 
 enum class Collective { none, sync, shfl_xor, shfl_idx, mma, ldmatrix };
@@ -49,6 +51,8 @@ struct Warp {
   LaneIO io[32];
 };
 
+struct Warpgroup;  // simt_wgmma.cpp
+
 struct BlockRun {
   const LaunchConfig* config = nullptr;
   const std::function<void(unsigned char*)>* body = nullptr;
@@ -62,6 +66,10 @@ struct BlockRun {
   void* scheduler_sp = nullptr;
   void* scheduler_ucontext = nullptr;
   std::string error;  // set by a failing fiber; the scheduler rethrows it
+  std::vector<std::shared_ptr<Warpgroup>> warpgroups;  // wgmma state, created on first use
+  // Per 16-byte chunk of shared memory: 1 + the thread whose cp.async landed it there
+  // and has not yet executed fence.proxy.async; 0 when the async proxy may read it.
+  std::vector<uint32_t> unfenced_owner;
 };
 
 // The block being run on this OS thread; throws when called outside sim::launch().
@@ -72,5 +80,11 @@ void wait_as(FiberState state);
 [[noreturn]] void fail(const std::string& what);
 // Throws unless [p, p + bytes) lies in the current block's shared memory.
 void check_shared(const void* p, size_t bytes, const char* what);
+// A 16-byte cp.async landing by `f` at `dst` (for the proxy-fence check of wgmma).
+void note_cp_async_landing(BlockRun& r, Fiber& f, const unsigned char* dst);
+// Start of a block: no wgmma state. End of a block: throws if a warpgroup left wgmma
+// groups unretired (their accumulators would never be written).
+void reset_warpgroups(BlockRun& r);
+void finish_warpgroups(BlockRun& r);
 
 }  // namespace kdtrain::sim::detail
