@@ -1,0 +1,246 @@
+// Fused causal attention forward for Hopper (sm_90a): the kernel body, written against
+// primitives.cuh and wgmma.cuh so the same source runs on the GPU
+// (flash_forward_sm90a.cu) and in the host SIMT emulator
+// (tests/test_flash_forward_sm90a_sim.cpp). Same contract, arguments (ForwardArgs) and
+// maths as the mma.sync forward (flash_forward_kernel.cuh); what differs is the tensor
+// core instruction. Algorithm and predicted time: docs/flash_attention.md.
+//
+// One block per (b, h, query tile of Br = 64 kWarpgroups rows), heaviest tiles first.
+// Warpgroup wg owns query rows [64 wg, 64 wg + 64) of the tile; per key tile of Bc rows:
+//   S (64 x Bc) = Q K^T: D/16 wgmma k-steps, Q and K both K-major from shared memory;
+//   online softmax in the exp2 domain on the accumulator registers (thread 32w + 4g + q
+//   of the warpgroup holds rows 16w + g and 16w + g + 8, columns 8j + 2q, +1);
+//   P re-packed as bf16 A fragments in registers (accumulator columns 16k..16k+15 are
+//   the A fragment of k-step k), O (64 x D) += P V: Bc/16 wgmma k-steps, V MN-major.
+// Q, K and V tiles live in the 128-byte-swizzled layout of tc::WgmmaTile, K/V in a
+// 2-stage cp.async ring (tile kt+1 in flight while tile kt computes); every landing
+// thread fences its copies for the async proxy before the barrier. No warp
+// specialisation: every thread loads, then each warpgroup issues its own wgmma.
+// Statistics and epilogue (sink, affine) exactly as flash_forward_kernel.cuh.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/flash_forward_kernel.cuh"
+#include "kernels/attention/flash_shape.h"
+#include "kernels/tc/primitives.cuh"
+#include "kernels/tc/wgmma.cuh"
+
+namespace kdtrain::flash {
+
+// Shared-memory layout and counts of one instantiation.
+template <int D, int Bc_, int kWarpgroups_>
+struct ForwardSm90aLayout {
+  static constexpr int Bc = Bc_, kWarpgroups = kWarpgroups_;
+  static constexpr int kBr = 64 * kWarpgroups;  // query rows: one wgmma M of 64 per warpgroup
+  static constexpr int kThreads = kWarpgroups * tc::kWarpgroupThreads;
+  static constexpr int kStages = 2;
+  using QTile = tc::WgmmaTile<kBr, D>;
+  using KVTile = tc::WgmmaTile<Bc, D>;
+  static constexpr int kQOffset = 0;  // Q, then the output staging
+  static constexpr int kKVOffset = QTile::kBytes;  // stage s: K at +2s*KV, V at +(2s+1)*KV
+  static constexpr int kSmemBytes = QTile::kBytes + kStages * 2 * KVTile::kBytes;
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static_assert(Bc == 64 || Bc == 128, "key tiles are one wgmma N (64 or 128)");
+  static_assert(QTile::kBytes % 1024 == 0 && KVTile::kBytes % 1024 == 0, "tiles keep 1024-byte alignment");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block (sm_90: 227 KB)");
+};
+
+// The instantiation the launcher (flash_forward_sm90a.cu) and the emulator tests run:
+// two warpgroups (128 query rows) and key tiles of 128, the FlashAttention-3 shape at
+// D 128 (docs/flash_attention.md: registers and shared memory).
+template <int D>
+using ForwardSm90a = ForwardSm90aLayout<D, 128, 2>;
+
+namespace sm90a_detail {
+
+// rows x D bf16 tile, rows [valid, rows) zero-filled, into the WgmmaTile layout at dst.
+// Consecutive threads copy consecutive 16-byte chunks of a row (coalesced reads).
+template <int D, int kRows, int kThreads>
+TC_DEVICE void load_tile(uint16_t* dst, const uint16_t* src, int row_stride, int valid, int tid) {
+  constexpr int kChunks = D / 8;
+  static_assert((kRows * kChunks) % kThreads == 0, "every thread copies the same number of chunks");
+  TC_UNROLL
+  for (int k = 0; k < kRows * kChunks / kThreads; ++k) {
+    const int c = tid + k * kThreads, row = c / kChunks, col = (c % kChunks) * 8;
+    const bool ok = row < valid;
+    tc::cp_async_16(dst + tc::WgmmaTile<kRows, D>::offset(row, col), ok ? src + row * row_stride + col : src, ok);
+  }
+}
+
+}  // namespace sm90a_detail
+
+template <int D, int Bc, int kWarpgroups, bool kSink, bool kAffine>
+TC_DEVICE void flash_forward_sm90a_block(const ForwardArgs& a, unsigned char* smem) {
+  using L = ForwardSm90aLayout<D, Bc, kWarpgroups>;
+  using QT = typename L::QTile;
+  using KVT = typename L::KVTile;
+  using sm90a_detail::load_tile;
+  constexpr int Br = L::kBr, kNT = Bc / 8, kDT = D / 8, kKQ = D / 16, kKP = Bc / 16;
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  const FlashParams& p = a.p;
+  const int T = static_cast<int>(p.T);
+
+  // Block -> (b, h, query tile), heaviest tiles first (as flash_forward_kernel.cuh).
+  const int64_t heads = p.B * p.H, linear = tc::block_idx().x;
+  const int qt = static_cast<int>(forward_query_tiles(p.T, Br) - 1 - linear / heads);
+  const int64_t b = (linear % heads) / p.H, h = linear % p.H, g = h / p.group;
+  const int i0 = qt * Br;
+  const int tid = static_cast<int>(tc::thread_idx().x);
+  const int wg = tid / tc::kWarpgroupThreads, warp = (tid % tc::kWarpgroupThreads) / 32, lane = tid % 32;
+  const int qrow = lane / 4, qcol = lane % 4;
+  const int wg_row0 = 64 * wg;  // first tile row of this warpgroup
+
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::kQOffset);
+  auto sK = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + 2 * s * KVT::kBytes); };
+  auto sV = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + (2 * s + 1) * KVT::kBytes); };
+  const uint16_t* q_g = a.qkv + b * p.qkv_batch + h * D;
+  const uint16_t* k_g = a.qkv + b * p.qkv_batch + p.k_offset + g * D;
+  const uint16_t* v_g = a.qkv + b * p.qkv_batch + p.v_offset + g * D;
+
+  const int kend = T < i0 + Br ? T : i0 + Br;  // keys past the last row are never visible
+  const int n_kt = (kend + Bc - 1) / Bc;
+  const int ld = static_cast<int>(p.qkv_token);
+  load_tile<D, Br, L::kThreads>(sQ, q_g + static_cast<int64_t>(i0) * p.qkv_token, ld, T - i0, tid);
+  load_tile<D, Bc, L::kThreads>(sK(0), k_g, ld, T, tid);
+  load_tile<D, Bc, L::kThreads>(sV(0), v_g, ld, T, tid);
+  tc::cp_async_commit();
+
+  float o[D / 2];
+  float m[2], l[2];
+  // The sink is a key of logit s_h and value 0: it seeds the max and (once per quad) the sum.
+  const float m_init = kSink ? a.sinks[h] * kLog2e : -INFINITY;
+  TC_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    m[hh] = m_init;
+    l[hh] = (kSink && qcol == 0) ? 1.f : 0.f;
+  }
+  TC_UNROLL
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  const float scale_log2 = p.scale * kLog2e;
+  const uint32_t q_base = tc::shared_address(sQ);
+  const int row_top = i0 + wg_row0 + 16 * warp;  // first query row of this warp
+
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int j0 = kt * Bc;
+    if (kt + 1 < n_kt) {
+      const int64_t next = static_cast<int64_t>(j0 + Bc) * p.qkv_token;
+      load_tile<D, Bc, L::kThreads>(sK((kt + 1) & 1), k_g + next, ld, T - j0 - Bc, tid);
+      load_tile<D, Bc, L::kThreads>(sV((kt + 1) & 1), v_g + next, ld, T - j0 - Bc, tid);
+    }
+    tc::cp_async_commit();
+    tc::cp_async_wait<1>();    // this thread's copies of tile kt (and Q) have landed
+    tc::fence_proxy_async();   // ... are visible to wgmma
+    tc::sync_block();          // ... and everyone's
+    // The warpgroup has a visible key in this tile (uniform over the warpgroup).
+    if (j0 <= i0 + wg_row0 + 63) {
+      const uint32_t k_base = tc::shared_address(sK(kt & 1)), v_base = tc::shared_address(sV(kt & 1));
+      float s[Bc / 2];
+      tc::wgmma_fence();  // o was rescaled in registers since the last wgmma
+      TC_UNROLL
+      for (int kb = 0; kb < kKQ; ++kb)
+        tc::wgmma_ss<Bc, false, false>(s, QT::desc_k_major(q_base, wg_row0, kb), KVT::desc_k_major(k_base, 0, kb), kb > 0);
+      tc::wgmma_commit();
+      tc::wgmma_wait<0>();
+      tc::wgmma_fence_operand(s);
+
+      // Online softmax on rows qrow, qrow + 8 of the warp (accumulator j: 2hh + e of n-block j/4).
+      const bool diag = j0 + Bc - 1 > row_top;  // some key of the tile is after some row of the warp
+      TC_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = row_top + qrow + 8 * hh;
+        float mx = -INFINITY;
+        TC_UNROLL
+        for (int n = 0; n < kNT; ++n) {
+          TC_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[4 * n + 2 * hh + e];
+            if (diag && j0 + n * 8 + 2 * qcol + e > row) x = -INFINITY;
+            mx = fmaxf(mx, x);
+          }
+        }
+        // max commutes with the positive scale, so this is the max of the scaled logits.
+        const float m_new = fmaxf(m[hh], tc::quad_max(mx) * scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no NaN from -inf - -inf
+        const float corr = tc::exp2_approx(m[hh] - m_use);
+        m[hh] = m_new;
+        float sum = 0.f;
+        TC_UNROLL
+        for (int n = 0; n < kNT; ++n) {
+          TC_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[4 * n + 2 * hh + e];
+            x = tc::exp2_approx(fmaf(x, scale_log2, -m_use));
+            sum += x;
+          }
+        }
+        l[hh] = l[hh] * corr + sum;
+        TC_UNROLL
+        for (int d = 0; d < kDT; ++d) {
+          o[4 * d + 2 * hh] *= corr;
+          o[4 * d + 2 * hh + 1] *= corr;
+        }
+      }
+
+      // O += P V: P's A fragment of k-step k is the accumulators of n-blocks 2k, 2k+1.
+      uint32_t pf[kKP][4];
+      TC_UNROLL
+      for (int kb = 0; kb < kKP; ++kb) {
+        pf[kb][0] = tc::pack_bf16x2(s[8 * kb + 0], s[8 * kb + 1]);
+        pf[kb][1] = tc::pack_bf16x2(s[8 * kb + 2], s[8 * kb + 3]);
+        pf[kb][2] = tc::pack_bf16x2(s[8 * kb + 4], s[8 * kb + 5]);
+        pf[kb][3] = tc::pack_bf16x2(s[8 * kb + 6], s[8 * kb + 7]);
+      }
+      tc::wgmma_fence_operand(o);
+      tc::wgmma_fence();
+      TC_UNROLL
+      for (int kb = 0; kb < kKP; ++kb) tc::wgmma_rs<D, true>(o, pf[kb], KVT::desc_mn_major(v_base, kb), true);
+      tc::wgmma_commit();
+      tc::wgmma_wait<0>();
+      tc::wgmma_fence_operand(o);
+    }
+    tc::sync_block();  // stage kt & 1 is refilled by the next iteration's loads
+  }
+
+  // Epilogue: normalise, affine term, stage the bf16 rows in this warp's rows of the Q
+  // tile (read by this warpgroup's wgmma only, all retired), then 16-byte stores.
+  TC_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    const int local = wg_row0 + 16 * warp + qrow + 8 * hh, row = i0 + local;
+    const float l_row = tc::quad_sum(l[hh]);
+    const float inv = 1.f / l_row;
+    float alpha_i = 1.f, beta = 0.f;
+    const float* pre = nullptr;
+    if constexpr (kAffine) {
+      if (row < T) {
+        alpha_i = tc::bf16_to_float(a.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
+        beta = (a.alpha_ma[h] - alpha_i) / static_cast<float>(row + 1);
+        pre = a.prefix + (b * p.T + row) * (p.Hkv * D) + g * D;
+      }
+    }
+    TC_UNROLL
+    for (int d = 0; d < kDT; ++d) {
+      const int col = d * 8 + 2 * qcol;
+      float o0 = o[4 * d + 2 * hh] * inv, o1 = o[4 * d + 2 * hh + 1] * inv;
+      if constexpr (kAffine) {
+        if (pre != nullptr) {
+          o0 = alpha_i * o0 + beta * pre[col];
+          o1 = alpha_i * o1 + beta * pre[col + 1];
+        }
+      }
+      *reinterpret_cast<uint32_t*>(sQ + QT::offset(local, col)) = tc::pack_bf16x2(o0, o1);
+    }
+    if (qcol == 0 && row < T) a.lse[b * p.lse_batch + h * p.lse_head + row] = kLn2 * (m[hh] + tc::log2_approx(l_row));
+  }
+  tc::sync_warp();
+  constexpr int kChunks = D / 8;
+  TC_UNROLL
+  for (int it = 0; it < 16 * kChunks / 32; ++it) {
+    const int c = lane + 32 * it, local = wg_row0 + 16 * warp + c / kChunks, col = (c % kChunks) * 8;
+    const int row = i0 + local;
+    if (row < T)
+      tc::copy16(a.out + b * p.o_batch + static_cast<int64_t>(row) * p.o_token + h * D + col, sQ + QT::offset(local, col));
+  }
+}
+
+}  // namespace kdtrain::flash
