@@ -6,6 +6,9 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash_forward_kernel.cuh"
+#if KDTRAIN_HAVE_SM90A
+#include "kernels/attention/flash_forward_sm90a.h"
+#endif
 #include "kernels/attention/flash_shape.h"
 #include "kernels/attention/prefix_scan.cuh"
 
@@ -61,7 +64,7 @@ size_t flash_attention_forward_workspace_bytes(const AttentionParams& p) {
 }
 
 void flash_attention_forward(const AttentionParams& s, void* workspace, size_t workspace_bytes,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, bool wgmma_sm90a) {
   check_flash_params(s, "flash attention forward");
   if (s.B == 0 || s.T == 0 || s.H == 0) return;
   const ForwardWorkspace ws = forward_workspace(s);
@@ -94,6 +97,14 @@ void flash_attention_forward(const AttentionParams& s, void* workspace, size_t w
     scan.chunk_sums = reinterpret_cast<float*>(base + ws.prefix_bytes);
     prefix_scan(scan, stream);
     fa.prefix = scan.out;
+  }
+  if (wgmma_sm90a) {
+#if KDTRAIN_HAVE_SM90A
+    launch_flash_forward_sm90a(fa, s.sink, s.affine, stream);
+    return;
+#else
+    fail("flash attention forward: the sm_90a (wgmma) kernel is not in this build (CMake KDTRAIN_CUDA_SM90A=OFF)");
+#endif
   }
   kdtrain::flash::flash_dispatch(s.sink, s.affine, [&](auto flags) {
     using Flags = decltype(flags);

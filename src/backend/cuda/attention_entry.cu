@@ -2,6 +2,9 @@
 #include "kernels/attention/row.cuh"
 #include "backend/cuda/attention_entry.cuh"
 #include "kernels/attention/flash.cuh"
+#include "kernels/cuda_check.cuh"
+
+#include <cstdlib>
 
 namespace kdtrain::cuda {
 namespace {
@@ -62,11 +65,26 @@ size_t attention_workspace_bytes(const AttentionParams& p, AttentionPass pass, A
   return pass == AttentionPass::forward ? 0 : row_attention_backward_workspace_bytes(p);
 }
 
+#if defined(KDTRAIN_HAVE_SM90A)
+constexpr bool kSm90aForwardBuilt = true;  // CMake KDTRAIN_CUDA_SM90A
+#else
+constexpr bool kSm90aForwardBuilt = false;
+#endif
+
+FlashForwardKernel flash_forward_kernel(const AttentionParams& p) {
+  int device = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return choose_flash_forward_kernel(p.D, major, minor, kSm90aForwardBuilt, std::getenv("KDTRAIN_FLASH_FORWARD"));
+}
+
 void attention_run(const AttentionParams& p, AttentionPass pass, AttentionPath path,
                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (path == AttentionPath::flash) {
     if (pass == AttentionPass::forward)
-      flash_attention_forward(p, workspace, workspace_bytes, stream);
+      flash_attention_forward(p, workspace, workspace_bytes, stream,
+                              flash_forward_kernel(p) == FlashForwardKernel::wgmma_sm90a);
     else
       flash_attention_backward(p, workspace, workspace_bytes, stream);
   } else {

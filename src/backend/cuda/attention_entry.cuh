@@ -26,6 +26,10 @@ AttentionPathChoice attention_path(const AttentionParams& p);
 // Device workspace the chosen implementation needs for this pass (may be 0).
 size_t attention_workspace_bytes(const AttentionParams& p, AttentionPass pass, AttentionPath path);
 
+// The fused forward's kernel on the current device (choose_flash_forward_kernel with
+// its compute capability, this build and $KDTRAIN_FLASH_FORWARD).
+FlashForwardKernel flash_forward_kernel(const AttentionParams& p);
+
 // Launches `pass` on `path`; `workspace` holds attention_workspace_bytes() bytes.
 void attention_run(const AttentionParams& p, AttentionPass pass, AttentionPath path,
                    void* workspace, size_t workspace_bytes, cudaStream_t stream);

@@ -11,8 +11,10 @@
 // Plain C++ with no CUDA types, so the rule is unit-tested on the CPU.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "kernels/attention/flash_shape.h"
 
 namespace kdtrain::cuda {
@@ -38,6 +40,37 @@ inline AttentionPathChoice choose_attention_path(const AttentionShape& s, bool b
     return {AttentionPath::row, "batch or heads above 65535"};
   if (!buffers_aligned) return {AttentionPath::row, "a buffer is not 16-byte aligned"};
   return {AttentionPath::flash, "fused kernels"};
+}
+
+// Within the fused path, which forward kernel: the mma.sync one (sm_80 instructions,
+// any head dim the fused path takes) or the Hopper one (wgmma, sm_90a).
+enum class FlashForwardKernel { mma_sync, wgmma_sm90a };
+
+inline const char* to_string(FlashForwardKernel k) {
+  return k == FlashForwardKernel::wgmma_sm90a ? "wgmma_sm90a" : "mma_sync";
+}
+
+constexpr int64_t kSm90aForwardHeadDim = 128;  // flash_forward_sm90a.h instantiates this one
+
+// The wgmma kernel runs where it was built (`built`: CMake KDTRAIN_CUDA_SM90A), on a device of compute capability
+// exactly 9.0 (sm_90a code runs on no other) and at head dim 128; elsewhere the mma.sync
+// kernel. `request` is $KDTRAIN_FLASH_FORWARD (null or "" or "auto": that rule;
+// "mma_sync": always the mma.sync kernel, e.g. to time both; "wgmma": the wgmma kernel,
+// an error where it cannot run).
+inline FlashForwardKernel choose_flash_forward_kernel(int64_t D, int cc_major, int cc_minor, bool built,
+                                                      const char* request) {
+  const std::string r = request != nullptr ? request : "";
+  KD_CHECK(r.empty() || r == "auto" || r == "mma_sync" || r == "wgmma", "KDTRAIN_FLASH_FORWARD=", r,
+           ": expected auto, mma_sync or wgmma");
+  const bool possible = built && cc_major == 9 && cc_minor == 0 && D == kSm90aForwardHeadDim;
+  if (r == "wgmma") {
+    KD_CHECK(possible, "KDTRAIN_FLASH_FORWARD=wgmma: the wgmma forward needs a build with KDTRAIN_CUDA_SM90A (",
+             built ? "yes" : "no", "), compute capability 9.0 (", cc_major, ".", cc_minor, ") and head dim ",
+             kSm90aForwardHeadDim, " (", D, ")");
+    return FlashForwardKernel::wgmma_sm90a;
+  }
+  if (r == "mma_sync") return FlashForwardKernel::mma_sync;
+  return possible ? FlashForwardKernel::wgmma_sm90a : FlashForwardKernel::mma_sync;
 }
 
 }  // namespace kdtrain::cuda

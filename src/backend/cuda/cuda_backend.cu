@@ -260,8 +260,10 @@ void CudaBackend::run_attention(const cuda::AttentionParams& p, cuda::AttentionP
   const size_t bytes = cuda::attention_workspace_bytes(p, pass, choice.path);
   void* workspace = bytes > 0 ? scratch(bytes) : nullptr;
   cuda::attention_run(p, pass, choice.path, workspace, bytes, stream_);
-  paths_.record(shape, variant, pass == cuda::AttentionPass::backward, cuda::to_string(choice.path),
-                choice.reason);
+  std::string reason = choice.reason;
+  if (choice.path == cuda::AttentionPath::flash && pass == cuda::AttentionPass::forward)
+    reason += std::string("; forward kernel ") + cuda::to_string(cuda::flash_forward_kernel(p));
+  paths_.record(shape, variant, pass == cuda::AttentionPass::backward, cuda::to_string(choice.path), reason);
 }
 void CudaBackend::attention_forward(const AttentionForwardArgs& a) {
   op_checks::attention_forward(a);
