@@ -20,10 +20,12 @@
 #include <vector>
 
 #include "kernels/tc/wgmma.cuh"
+#include "wgmma_test_util.h"
 
 using namespace kdtrain;
 using tc::WgmmaMajor;
 using tc::WgmmaSwizzle;
+using namespace kdtrain::wgmmatest;
 
 namespace {
 
@@ -32,65 +34,6 @@ sim::LaunchConfig block_of(unsigned threads, size_t smem) {
   c.block = {threads, 1, 1};
   c.shared_bytes = smem;
   return c;
-}
-
-uint16_t bf(float x) { return sim::bf16_round(x); }
-
-std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
-  std::vector<uint16_t> v(n);
-  for (auto& x : v) x = bf(u(rng));
-  return v;
-}
-
-// This file's reading of the ISA's canonical layouts (9.7.15.5.1.1): byte offset of
-// element (mn, k), k < 16, from a start aligned to the swizzle pattern. W chunks of 16
-// bytes per row; within each 128-byte line chunk c sits at c ^ (line % W).
-int placed_at(WgmmaSwizzle s, WgmmaMajor major, int lbo, int sbo, int mn, int k) {
-  const int W = tc::wgmma_swizzle_chunks(s);
-  if (s == WgmmaSwizzle::none) {
-    // Core matrices of 8 rows x 16 bytes, each contiguous.
-    if (major == WgmmaMajor::k) return (mn / 8) * sbo + (k / 8) * lbo + (mn % 8) * 16 + (k % 8) * 2;
-    return (mn / 8) * sbo + (k / 8) * lbo + (k % 8) * 16 + (mn % 8) * 2;
-  }
-  // Swizzled: rows of 16W bytes, 8 rows to a pattern; row = mn (K-major) or k (MN-major).
-  const int row = major == WgmmaMajor::k ? mn % 8 : k % 8, col = major == WgmmaMajor::k ? k : mn % (8 * W);
-  const int group = major == WgmmaMajor::k ? (mn / 8) * sbo : (k / 8) * sbo + (mn / (8 * W)) * lbo;
-  const int p = row * 16 * W + (col / 8) * 16;  // the 16-byte chunk, unswizzled
-  const int line = p / 128, chunk = (p % 128) / 16;
-  return group + line * 128 + (chunk ^ (line % W)) * 16 + (col % 8) * 2;
-}
-
-struct Operand {
-  WgmmaSwizzle swizzle;
-  WgmmaMajor major;
-  int lbo, sbo;  // bytes
-};
-
-// LBO/SBO of a dense placement of an mn_extent x 16 operand in each mode.
-Operand dense(WgmmaSwizzle s, WgmmaMajor major, int mn_extent) {
-  const int W = tc::wgmma_swizzle_chunks(s);
-  if (s == WgmmaSwizzle::none) {
-    if (major == WgmmaMajor::k) return {s, major, 128, 256};  // k halves 128 apart, 8-row groups 256
-    return {s, major, 128 * (mn_extent / 8), 128};            // 8-k groups after all mn core matrices
-  }
-  if (major == WgmmaMajor::k) return {s, major, 16, 8 * 16 * W};
-  // MN-major: a pattern is 8 k rows of one block of 8W mn; the mn blocks are adjacent,
-  // the second k group after all of them.
-  return {s, major, 8 * 16 * W, 8 * 16 * W * (mn_extent / (8 * W))};
-}
-
-size_t operand_bytes(const Operand& o, int mn_extent) {
-  size_t hi = 0;
-  for (int mn = 0; mn < mn_extent; ++mn)
-    for (int k = 0; k < 16; ++k)
-      hi = std::max(hi, static_cast<size_t>(placed_at(o.swizzle, o.major, o.lbo, o.sbo, mn, k)) + 2);
-  return (hi + 1023) / 1024 * 1024;
-}
-
-const char* name(WgmmaSwizzle s) {
-  return s == WgmmaSwizzle::none ? "none" : s == WgmmaSwizzle::b32 ? "32B" : s == WgmmaSwizzle::b64 ? "64B" : "128B";
 }
 
 }  // namespace
@@ -146,64 +89,15 @@ TEST_CASE("wgmma canonical layouts: the decoder agrees with the ISA's figures, l
 
 namespace {
 
-// D = A B + C on one warpgroup: A (64 x 16) from shared memory (a.has_value) or from
-// registers, B (16 x N) from shared memory, the product read back through the ISA's D
-// positions, against a double matmul (fp32 sum of 17 terms: |err| <= 17 2^-24 sum |t|).
+// One wgmma case (wgmma_test_util.h: operands placed by this file's reading of the
+// layouts, C and A registers at the ISA's fragment positions) run by the emulator
+// through the probe body, against a double matmul.
 template <int N, bool kTransA, bool kTransB>
 void check_product(const Operand* a, const Operand& b, bool accumulate, uint32_t seed) {
-  const std::vector<uint16_t> A = random_bf16(64 * 16, seed), B = random_bf16(16 * N, seed + 1);
-  std::vector<float> C(64 * N);
-  std::mt19937 rng(seed + 2);
-  std::uniform_real_distribution<float> u(-4.f, 4.f);
-  for (auto& c : C) c = u(rng);
-  const size_t a_bytes = a != nullptr ? operand_bytes(*a, 64) : 0, b_bytes = operand_bytes(b, N);
-  std::vector<float> D(64 * N, NAN);
-  const sim::LaunchStats st = sim::launch(block_of(128, a_bytes + b_bytes), [&](unsigned char* smem) {
-    const int t = static_cast<int>(tc::thread_idx().x), w = t / 32, g = (t % 32) / 4, q = t % 4;
-    auto* sa = reinterpret_cast<uint16_t*>(smem);
-    auto* sb = reinterpret_cast<uint16_t*>(smem + a_bytes);
-    if (t == 0) {
-      for (int k = 0; k < 16; ++k) {
-        if (a != nullptr)
-          for (int m = 0; m < 64; ++m) sa[placed_at(a->swizzle, a->major, a->lbo, a->sbo, m, k) / 2] = A[m * 16 + k];
-        for (int n = 0; n < N; ++n) sb[placed_at(b.swizzle, b.major, b.lbo, b.sbo, n, k) / 2] = B[k * N + n];
-      }
-    }
-    tc::fence_proxy_async();
-    tc::sync_block();
-    float d[N / 2];
-    for (int i = 0; i < N / 2; ++i) d[i] = C[(16 * w + g + 8 * ((i % 4) / 2)) * N + 8 * (i / 4) + 2 * q + i % 2];
-    const uint64_t bd = tc::wgmma_desc(tc::shared_address(sb), b.lbo, b.sbo, b.swizzle);
-    tc::wgmma_fence();
-    if (a != nullptr) {
-      tc::wgmma_ss<N, kTransA, kTransB>(d, tc::wgmma_desc(tc::shared_address(sa), a->lbo, a->sbo, a->swizzle), bd,
-                                         accumulate);
-    } else {
-      // The ISA's A fragment: register j holds (row 16w + g + 8(j%2), cols 2q + 8(j/2), +1).
-      uint32_t af[4];
-      for (int j = 0; j < 4; ++j) {
-        const int row = 16 * w + g + 8 * (j % 2), col = 2 * q + 8 * (j / 2);
-        af[j] = A[row * 16 + col] | (uint32_t(A[row * 16 + col + 1]) << 16);
-      }
-      tc::wgmma_rs<N, kTransB>(d, af, bd, accumulate);
-    }
-    tc::wgmma_commit();
-    tc::wgmma_wait<0>();
-    for (int i = 0; i < N / 2; ++i) D[(16 * w + g + 8 * ((i % 4) / 2)) * N + 8 * (i / 4) + 2 * q + i % 2] = d[i];
-  });
-  CHECK(st.wgmma == 1);
-  int bad = 0;
-  for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < N; ++n) {
-      double ref = accumulate ? C[m * N + n] : 0.0, mag = std::fabs(ref);
-      for (int k = 0; k < 16; ++k) {
-        const double p = double(sim::bf16_value(A[m * 16 + k])) * sim::bf16_value(B[k * N + n]);
-        ref += p;
-        mag += std::fabs(p);
-      }
-      bad += !(std::fabs(D[m * N + n] - ref) <= 17 * std::ldexp(mag, -24));
-    }
-  CHECK(bad == 0);
+  WgmmaCase w;
+  make_case<N>(w, a, b, kTransA, kTransB, accumulate, seed);
+  const std::vector<float> d = emulate(w);
+  CHECK(count_off_reference(w, d) == 0);
 }
 
 }  // namespace
