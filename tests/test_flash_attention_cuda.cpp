@@ -1,6 +1,7 @@
 // CUDA fused attention (kernels/flash_attention_*.cu) against the fp32 CPU reference
 // (cpu_attention.cpp), every variant, head dims 64 and 128, MHA and GQA,
-// T in {1, 7, 128, 1000, 2048}.
+// T in {1, 7, 128, 1000, 2048}; and the Hopper wgmma forward (D 128) where the device
+// runs it.
 //
 // Tolerance rule (FlashAttention's): per output,
 //   max |kernel - truth| <= 2 * max |lowp - truth| + atol,   atol = 2^-8 * max |truth|
@@ -114,7 +115,10 @@ Outputs reference(const Host& in, cpu::AttnDims dims, AttentionVariant v, bool r
   return r;
 }
 
-void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, AttentionVariant variant) {
+// wgmma_forward: the forward runs the Hopper wgmma kernel (flash_forward_sm90a_kernel.cuh)
+// instead of the mma.sync one; the backward is the same either way.
+void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, AttentionVariant variant,
+              bool wgmma_forward = false) {
   INFO("variant " << static_cast<int>(variant) << " B=" << B << " T=" << T << " H=" << H
                   << " Hkv=" << Hkv << " D=" << D);
   const cpu::AttnDims dims{B, T, H, Hkv, D};
@@ -186,7 +190,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
     dqkv.put(std::vector<uint16_t>(n_qkv, kGuardHalf), kGuardHalf);
     dalpha.put(std::vector<uint16_t>(n_alpha, has_affine(variant) ? kGuardHalf : uint16_t{0}), kGuardHalf);
     dsinks.put(std::vector<float>(static_cast<size_t>(H), 0.f), guard_float());
-    cuda::flash_attention_forward(fp, fws.ptr, fws_bytes, stream);
+    cuda::flash_attention_forward(fp, fws.ptr, fws_bytes, stream, wgmma_forward);
     cuda::flash_attention_backward(bp, ws.ptr, ws_bytes, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     out_h[run] = out.get();
@@ -238,6 +242,23 @@ TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][atte
           const int64_t B = T >= 1000 ? 1 : 2;
           run_case(B, T, 4, Hkv, D, v);
         }
+}
+
+TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flash][attention][sm90a]") {
+  if (!cuda::device_present()) {
+    WARN("SKIPPED: no CUDA device");
+    return;
+  }
+  cuda::AttentionParams probe;
+  probe.D = 128;
+  if (cuda::flash_forward_kernel(probe) != cuda::FlashForwardKernel::wgmma_sm90a) {
+    WARN("SKIPPED: the wgmma forward does not run here (needs compute capability 9.0, a build with "
+         "KDTRAIN_CUDA_SM90A, KDTRAIN_FLASH_FORWARD unset or wgmma)");
+    return;
+  }
+  for (AttentionVariant v : {AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
+                             AttentionVariant::gated, AttentionVariant::affine_gated})
+    for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, 128, v, true);  // GQA, group 2
 }
 
 #endif  // KDTRAIN_HAVE_CUDA
