@@ -15,7 +15,9 @@
 // Q, K and V tiles live in the 128-byte-swizzled layout of tc::WgmmaTile, K/V in a
 // 2-stage cp.async ring (tile kt+1 in flight while tile kt computes); every landing
 // thread fences its copies for the async proxy before the barrier. No warp
-// specialisation: every thread loads, then each warpgroup issues its own wgmma.
+// specialisation: every thread loads, then each warpgroup issues its own wgmma. The two
+// warpgroups take turns issuing S (FlashAttention-3's ping-pong, through two named
+// barriers), so one's softmax runs while the other's S occupies the tensor cores.
 // Statistics and epilogue (sink, affine) exactly as flash_forward_kernel.cuh.
 #pragma once
 #include <cmath>
@@ -23,6 +25,7 @@
 
 #include "kernels/attention/flash_forward_kernel.cuh"
 #include "kernels/attention/flash_shape.h"
+#include "kernels/tc/named_barrier.cuh"
 #include "kernels/tc/primitives.cuh"
 #include "kernels/tc/wgmma.cuh"
 
@@ -42,6 +45,10 @@ struct ForwardSm90aLayout {
   static constexpr int kSmemBytes = QTile::kBytes + kStages * 2 * KVTile::kBytes;
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
   static_assert(Bc == 64 || Bc == 128, "key tiles are one wgmma N (64 or 128)");
+  // Key tiles as tall as query tiles start at or before the tile's first row, so every
+  // key tile a block visits has visible keys for every warpgroup: they all take every
+  // turn of the ping-pong (no per-warpgroup skipping to keep in step).
+  static_assert(Bc == kBr && kWarpgroups == 2, "two warpgroups, Bc = Br: the ping-pong's shape");
   static_assert(QTile::kBytes % 1024 == 0 && KVTile::kBytes % 1024 == 0, "tiles keep 1024-byte alignment");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block (sm_90: 227 KB)");
 };
@@ -120,6 +127,11 @@ TC_DEVICE void flash_forward_sm90a_block(const ForwardArgs& a, unsigned char* sm
   const float scale_log2 = p.scale * kLog2e;
   const uint32_t q_base = tc::shared_address(sQ);
   const int row_top = i0 + wg_row0 + 16 * warp;  // first query row of this warp
+  // Turns: warpgroup w issues its S after syncing on barrier kTurn + w, which the other
+  // warpgroup arrives at once it has issued its own S; warpgroup 1's first arrival lets
+  // warpgroup 0 start, and it skips its last one so no arrival is left over.
+  constexpr int kTurn = 1;
+  if (wg == 1) tc::named_barrier_arrive(kTurn, L::kThreads);
 
   for (int kt = 0; kt < n_kt; ++kt) {
     const int j0 = kt * Bc;
@@ -132,15 +144,16 @@ TC_DEVICE void flash_forward_sm90a_block(const ForwardArgs& a, unsigned char* sm
     tc::cp_async_wait<1>();    // this thread's copies of tile kt (and Q) have landed
     tc::fence_proxy_async();   // ... are visible to wgmma
     tc::sync_block();          // ... and everyone's
-    // The warpgroup has a visible key in this tile (uniform over the warpgroup).
-    if (j0 <= i0 + wg_row0 + 63) {
+    {
       const uint32_t k_base = tc::shared_address(sK(kt & 1)), v_base = tc::shared_address(sV(kt & 1));
       float s[Bc / 2];
+      tc::named_barrier_sync(kTurn + wg, L::kThreads);  // this warpgroup's turn
       tc::wgmma_fence();  // o was rescaled in registers since the last wgmma
       TC_UNROLL
       for (int kb = 0; kb < kKQ; ++kb)
         tc::wgmma_ss<Bc, false, false>(s, QT::desc_k_major(q_base, wg_row0, kb), KVT::desc_k_major(k_base, 0, kb), kb > 0);
       tc::wgmma_commit();
+      if (wg == 0 || kt + 1 < n_kt) tc::named_barrier_arrive(kTurn + 1 - wg, L::kThreads);  // the other's turn
       tc::wgmma_wait<0>();
       tc::wgmma_fence_operand(s);
 

@@ -208,9 +208,12 @@ void run_block(BlockRun& r, std::vector<Fiber>& fibers, StackArena& arena) {
     f.open_group.clear();
     f.groups.clear();
     f.unfenced_chunks.clear();
+    f.named_barrier = 0;
     start_fiber(r, f);
   }
   std::fill(r.unfenced_owner.begin(), r.unfenced_owner.end(), 0u);
+  std::fill(r.named.begin(), r.named.end(), BlockRun::NamedBarrier{});
+  r.released_elsewhere = false;
   reset_warpgroups(r);
   for (Warp& w : r.warps) {
     w.op = Collective::none;
@@ -253,6 +256,7 @@ void run_block(BlockRun& r, std::vector<Fiber>& fibers, StackArena& arena) {
         if (f->state == FiberState::ready) run(*f);
     }
     finish_warpgroups(r);
+    finish_named_barriers(r);
     return;
   }
   // Greedy: always the lowest (forward) or highest (reverse) ready thread, so a warp runs
@@ -260,7 +264,8 @@ void run_block(BlockRun& r, std::vector<Fiber>& fibers, StackArena& arena) {
   // Only the running fiber's warpgroup changes state inside run() (a warp collective
   // releases its warp, a wgmma collective its warpgroup of 4 warps), so the search
   // starts at that warpgroup's first (forward) or last (reverse) thread: every thread
-  // before it is still not ready.
+  // before it is still not ready. A named barrier may release any thread: then the
+  // search starts over.
   const bool reverse = cfg.schedule == Schedule::reverse;
   const size_t n = fibers.size();
   size_t from = 0;  // search start, counted in schedule order
@@ -273,6 +278,7 @@ void run_block(BlockRun& r, std::vector<Fiber>& fibers, StackArena& arena) {
     if (next == nullptr) {
       if (!release_or_stall()) {
         finish_warpgroups(r);
+        finish_named_barriers(r);
         break;
       }
       from = 0;
@@ -281,6 +287,10 @@ void run_block(BlockRun& r, std::vector<Fiber>& fibers, StackArena& arena) {
     run(*next);
     const size_t group_first = size_t(next->warp / 4) * 128, group_last = std::min(n, group_first + 128) - 1;
     from = reverse ? n - 1 - group_last : group_first;
+    if (r.released_elsewhere) {
+      from = 0;
+      r.released_elsewhere = false;
+    }
   }
 }
 

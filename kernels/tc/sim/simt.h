@@ -35,6 +35,11 @@
 //   and shared memory landed by cp.async must be ordered for the async proxy by the
 //   landing thread's fence.proxy.async before a wgmma reads it. Descriptors must be
 //   uniform over the warpgroup, with base offset 0 (kernels/tc/wgmma_desc.h).
+// - Named barriers (simt_barrier.cpp; kernels/tc/named_barrier.cuh): bar.sync / bar.arrive
+//   on ids 1..15 with a thread count; sync waits until that many threads have arrived
+//   (arrive counts without waiting), then the barrier starts over. Different counts in
+//   one phase of a barrier are an error; a barrier that never completes is a stall, and
+//   one left with arrivals of an unfinished phase when the block exits is an error.
 // - Not modelled: memory ordering between lanes of a warp without a collective in
 //   between (every collective is a rendezvous), bank conflicts and timing.
 #pragma once
@@ -109,6 +114,9 @@ void wgmma_wait(int pending_groups);
 void wgmma_bf16(float* d, int n, uint64_t a_desc, const uint32_t* a_regs, uint64_t b_desc, bool trans_a,
                 bool trans_b, bool accumulate);
 void fence_proxy_async();
+// Named barriers (simt_barrier.cpp).
+void named_barrier_sync(int id, int threads);
+void named_barrier_arrive(int id, int threads);
 
 // ---- pure helpers, usable anywhere on the host
 uint16_t bf16_round(float x);  // round to nearest even; NaN -> 0x7fff

@@ -31,6 +31,7 @@ struct Fiber {
   std::vector<PendingCopy> open_group;           // issued, not yet committed
   std::deque<std::vector<PendingCopy>> groups;   // committed, oldest first
   std::vector<uint32_t> unfenced_chunks;         // smem chunks it landed by cp.async, not yet proxy-fenced
+  int named_barrier = 0;                         // the named barrier it waits at (0: none)
 };
 
 enum class Collective { none, sync, shfl_xor, shfl_idx, mma, ldmatrix };
@@ -70,6 +71,12 @@ struct BlockRun {
   // Per 16-byte chunk of shared memory: 1 + the thread whose cp.async landed it there
   // and has not yet executed fence.proxy.async; 0 when the async proxy may read it.
   std::vector<uint32_t> unfenced_owner;
+  // Named barriers 1..15 (index 0 unused: sync_block).
+  struct NamedBarrier {
+    int expected = 0, arrived = 0;
+  };
+  std::vector<NamedBarrier> named = std::vector<NamedBarrier>(16);
+  bool released_elsewhere = false;  // a named barrier released threads outside the running warpgroup
 };
 
 // The block being run on this OS thread; throws when called outside sim::launch().
@@ -86,5 +93,8 @@ void note_cp_async_landing(BlockRun& r, Fiber& f, const unsigned char* dst);
 // groups unretired (their accumulators would never be written).
 void reset_warpgroups(BlockRun& r);
 void finish_warpgroups(BlockRun& r);
+// End of a block: throws if a named barrier holds arrivals of an unfinished phase (a
+// turn handed over that nobody took).
+void finish_named_barriers(BlockRun& r);
 
 }  // namespace kdtrain::sim::detail
