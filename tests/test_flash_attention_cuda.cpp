@@ -1,7 +1,7 @@
 // CUDA fused attention (kernels/flash_attention_*.cu) against the fp32 CPU reference
 // (cpu_attention.cpp), every variant, head dims 64 and 128, MHA and GQA,
-// T in {1, 7, 128, 1000, 2048}; and the Hopper wgmma forward (D 128) where the device
-// runs it.
+// T in {1, 7, 128, 1000, 2048}; and the Hopper wgmma forward (D 128 and 64) where the
+// device runs it.
 //
 // Tolerance rule (FlashAttention's): per output,
 //   max |kernel - truth| <= 2 * max |lowp - truth| + atol,   atol = 2^-8 * max |truth|
@@ -258,7 +258,8 @@ TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flas
   }
   for (AttentionVariant v : {AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
                              AttentionVariant::gated, AttentionVariant::affine_gated})
-    for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, 128, v, true);  // GQA, group 2
+    for (int64_t D : {128, 64})  // 64: built, chosen only on request
+      for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, true);  // GQA, group 2
 }
 
 #endif  // KDTRAIN_HAVE_CUDA

@@ -2,8 +2,9 @@
 // executed by the host SIMT emulator, wgmma included (kernels/tc/sim/simt_wgmma.cpp),
 // against the CPU reference in double, with the mma.sync forward's bounds
 // (forward_reference_check.h: the same precision, bf16 P and output, fp32 elsewhere):
-// every variant at head dim 128, GQA (group 2, where h / group and h % Hkv differ),
-// T in {1, 7, 1000, 2048}, outputs NaN-prefilled between guards. Up to T 1000 runs in the
+// every variant at head dim 128 (and 64: built, chosen only on request), GQA (group 2,
+// where h / group and h % Hkv differ), T in {1, 7, 1000, 2048} (64: up to 1000), outputs
+// NaN-prefilled between guards. Up to T 1000 (64: 7) runs in the
 // reverse fiber order with cp.async landing at issue, and in a seeded shuffled order, must
 // give the same bits.
 #include <catch2/catch.hpp>
@@ -19,10 +20,9 @@ using namespace kdtrain;
 namespace {
 
 using namespace simtest;
-using L = flash::ForwardSm90a<128>;
-
-template <bool kSink, bool kAffine>
+template <int D, bool kSink, bool kAffine>
 sim::LaunchStats launch_sm90a(const flash::ForwardArgs& args, sim::Schedule sched) {
+  using L = flash::ForwardSm90a<D>;
   sim::LaunchConfig c;
   c.grid = {static_cast<unsigned>(flash::forward_blocks(args.p, L::kBr)), 1, 1};
   c.block = {L::kThreads, 1, 1};
@@ -31,14 +31,14 @@ sim::LaunchStats launch_sm90a(const flash::ForwardArgs& args, sim::Schedule sche
   c.cp_async_at_issue = sched == sim::Schedule::reverse;
   c.seed = 0x90a;
   return sim::launch(c, [&](unsigned char* smem) {
-    flash::flash_forward_sm90a_block<128, L::Bc, L::kWarpgroups, kSink, kAffine>(args, smem);
+    flash::flash_forward_sm90a_block<D, L::Bc, L::kWarpgroups, kSink, kAffine>(args, smem);
   });
 }
 
 EmulatedForward run(const AttnInputs& pb, sim::Schedule sched) {
   return run_forward_emulated(pb, sched, [&](const flash::ForwardArgs& a, auto flags) {
     using F = decltype(flags);
-    return launch_sm90a<F::kSink, F::kAffine>(a, sched);
+    return pb.D == 64 ? launch_sm90a<64, F::kSink, F::kAffine>(a, sched) : launch_sm90a<128, F::kSink, F::kAffine>(a, sched);
   });
 }
 
@@ -69,6 +69,14 @@ TEST_CASE("emulated sm_90a forward kernel matches the reference at head dim 128"
     for (int64_t T : {1, 7, 1000}) {
       const int64_t B = T <= 7 ? 2 : 1;
       check_problem(AttnInputs(B, T, 4, 2, 128, v, 3000 * T + static_cast<int>(v)), true);
+    }
+}
+
+TEST_CASE("emulated sm_90a forward kernel matches the reference at head dim 64", "[flash][sim][attention][sm90a]") {
+  for (AttentionVariant v : kVariants)
+    for (int64_t T : {1, 7, 1000}) {
+      const int64_t B = T <= 7 ? 2 : 1;
+      check_problem(AttnInputs(B, T, 4, 2, 64, v, 5000 * T + static_cast<int>(v)), T <= 7);
     }
 }
 

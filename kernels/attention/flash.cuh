@@ -46,7 +46,7 @@ size_t flash_attention_backward_workspace_bytes(const AttentionParams& p);
 // out (B,T,H,D) bf16 and lse (B,H,T) fp32 written. `workspace` holds at least
 // flash_attention_forward_workspace_bytes(p) bytes (the fp32 prefix sums of v and
 // their scan's chunk totals for affine; may be null when that is 0). `wgmma_sm90a`:
-// run the Hopper wgmma kernel (flash_forward_sm90a_kernel.cuh; head dim 128, a device of
+// run the Hopper wgmma kernel (flash_forward_sm90a_kernel.cuh; head dim 64 or 128, a device of
 // compute capability 9.0, a build with KDTRAIN_CUDA_SM90A) instead of the mma.sync one;
 // backend/cuda/attention_path.h's choose_flash_forward_kernel decides.
 void flash_attention_forward(const AttentionParams& p, void* workspace, size_t workspace_bytes,

@@ -10,19 +10,20 @@
 namespace kdtrain::cuda {
 namespace {
 
-using L = flash::ForwardSm90a<kFlashForwardSm90aHeadDim>;
-
-// One block of two warpgroups per SM at most (160 KB of shared memory), so the
-// register cap of 255 per thread is the compiler's to use.
-template <bool kSink, bool kAffine>
-__global__ void __launch_bounds__(L::kThreads, 1) flash_forward_sm90a_kernel(const __grid_constant__ flash::ForwardArgs args) {
+// One block of two warpgroups per SM at most (160 KB of shared memory at D 128; the
+// registers at D 64), so the register cap of 255 per thread is the compiler's to use.
+template <int D, bool kSink, bool kAffine>
+__global__ void __launch_bounds__(flash::ForwardSm90a<D>::kThreads, 1)
+    flash_forward_sm90a_kernel(const __grid_constant__ flash::ForwardArgs args) {
+  using L = flash::ForwardSm90a<D>;
   extern __shared__ __align__(1024) unsigned char smem[];
-  flash::flash_forward_sm90a_block<kFlashForwardSm90aHeadDim, L::Bc, L::kWarpgroups, kSink, kAffine>(args, smem);
+  flash::flash_forward_sm90a_block<D, L::Bc, L::kWarpgroups, kSink, kAffine>(args, smem);
 }
 
-template <bool kSink, bool kAffine>
+template <int D, bool kSink, bool kAffine>
 void launch(const flash::ForwardArgs& args, cudaStream_t stream) {
-  auto kernel = flash_forward_sm90a_kernel<kSink, kAffine>;
+  using L = flash::ForwardSm90a<D>;
+  auto kernel = flash_forward_sm90a_kernel<D, kSink, kAffine>;
   static const bool attribute_set = [&] {  // once per instantiation, not per launch
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
     return true;
@@ -37,11 +38,14 @@ void launch(const flash::ForwardArgs& args, cudaStream_t stream) {
 }  // namespace
 
 void launch_flash_forward_sm90a(const flash::ForwardArgs& args, bool sink, bool affine, cudaStream_t stream) {
-  KD_CHECK(args.p.D == kFlashForwardSm90aHeadDim, "flash attention (sm_90a): head dim ", args.p.D, " (the wgmma forward takes ",
-           kFlashForwardSm90aHeadDim, ")");
+  KD_CHECK(args.p.D == 64 || args.p.D == 128, "flash attention (sm_90a): head dim ", args.p.D,
+           " (the wgmma forward takes 64 and 128)");
   flash::flash_dispatch(sink, affine, [&](auto flags) {
     using F = decltype(flags);
-    launch<F::kSink, F::kAffine>(args, stream);
+    if (args.p.D == 64)
+      launch<64, F::kSink, F::kAffine>(args, stream);
+    else
+      launch<128, F::kSink, F::kAffine>(args, stream);
   });
 }
 

@@ -9,10 +9,7 @@
 
 namespace kdtrain::cuda {
 
-// The head dim the wgmma forward is instantiated for.
-constexpr int kFlashForwardSm90aHeadDim = 128;
-
-// Launches the wgmma forward (head dim kFlashForwardSm90aHeadDim) on prepared arguments.
+// Launches the wgmma forward (head dims 64 and 128) on prepared arguments.
 void launch_flash_forward_sm90a(const flash::ForwardArgs& args, bool sink, bool affine, cudaStream_t stream);
 
 }  // namespace kdtrain::cuda

@@ -50,27 +50,32 @@ inline const char* to_string(FlashForwardKernel k) {
   return k == FlashForwardKernel::wgmma_sm90a ? "wgmma_sm90a" : "mma_sync";
 }
 
-constexpr int64_t kSm90aForwardHeadDim = 128;  // flash_forward_sm90a.h instantiates this one
+// The wgmma kernel is built for head dims 64 and 128 and chosen by default at 128 only:
+// at 64 the forward is bound by its exponentials, not the tensor cores, so whether it
+// pays there is for a GPU to measure (docs/flash_attention.md, "Hopper forward").
+constexpr int64_t kSm90aForwardDefaultHeadDim = 128;
 
-// The wgmma kernel runs where it was built (`built`: CMake KDTRAIN_CUDA_SM90A), on a device of compute capability
-// exactly 9.0 (sm_90a code runs on no other) and at head dim 128; elsewhere the mma.sync
-// kernel. `request` is $KDTRAIN_FLASH_FORWARD (null or "" or "auto": that rule;
-// "mma_sync": always the mma.sync kernel, e.g. to time both; "wgmma": the wgmma kernel,
+// The wgmma kernel runs where it was built (`built`: CMake KDTRAIN_CUDA_SM90A), on a
+// device of compute capability exactly 9.0 (sm_90a code runs on no other), by default at
+// head dim kSm90aForwardDefaultHeadDim; elsewhere the mma.sync kernel. `request` is
+// $KDTRAIN_FLASH_FORWARD (null or "" or "auto": that rule; "mma_sync": always the
+// mma.sync kernel, e.g. to time both; "wgmma": the wgmma kernel at head dim 64 or 128,
 // an error where it cannot run).
 inline FlashForwardKernel choose_flash_forward_kernel(int64_t D, int cc_major, int cc_minor, bool built,
                                                       const char* request) {
   const std::string r = request != nullptr ? request : "";
   KD_CHECK(r.empty() || r == "auto" || r == "mma_sync" || r == "wgmma", "KDTRAIN_FLASH_FORWARD=", r,
            ": expected auto, mma_sync or wgmma");
-  const bool possible = built && cc_major == 9 && cc_minor == 0 && D == kSm90aForwardHeadDim;
+  const bool runs_here = built && cc_major == 9 && cc_minor == 0;
   if (r == "wgmma") {
-    KD_CHECK(possible, "KDTRAIN_FLASH_FORWARD=wgmma: the wgmma forward needs a build with KDTRAIN_CUDA_SM90A (",
-             built ? "yes" : "no", "), compute capability 9.0 (", cc_major, ".", cc_minor, ") and head dim ",
-             kSm90aForwardHeadDim, " (", D, ")");
+    KD_CHECK(runs_here && flash_supports_head_dim(D),
+             "KDTRAIN_FLASH_FORWARD=wgmma: the wgmma forward needs a build with KDTRAIN_CUDA_SM90A (",
+             built ? "yes" : "no", "), compute capability 9.0 (", cc_major, ".", cc_minor, ") and head dim 64 or 128 (",
+             D, ")");
     return FlashForwardKernel::wgmma_sm90a;
   }
   if (r == "mma_sync") return FlashForwardKernel::mma_sync;
-  return possible ? FlashForwardKernel::wgmma_sm90a : FlashForwardKernel::mma_sync;
+  return runs_here && D == kSm90aForwardDefaultHeadDim ? FlashForwardKernel::wgmma_sm90a : FlashForwardKernel::mma_sync;
 }
 
 }  // namespace kdtrain::cuda
