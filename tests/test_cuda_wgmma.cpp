@@ -1,5 +1,5 @@
 // wgmma on the hardware against the emulator's reading of the PTX ISA, on identical
-// inputs (tests/cuda/wgmma_probe_body.cuh run by wgmma_probe_sm90a.cu and by the
+// inputs (tests/sm90a/wgmma_probe_body.cuh run by wgmma_probe_sm90a.cu and by the
 // emulator): every swizzle mode, K-major and MN-major A and B, A from registers, N 64 and
 // 128. Both must lie within the fp32 bound of a 17-term sum of the double product
 // (|err| <= 17 2^-24 sum |terms|; the hardware may add in another order), so a wrong
@@ -19,7 +19,7 @@ TEST_CASE("cuda wgmma matches the emulator", "[cuda][wgmma][sm90a]") {
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_probe.h"
-#include "cuda/wgmma_probe.h"
+#include "sm90a/wgmma_probe.h"
 #include "wgmma_test_util.h"
 
 using namespace kdtrain;

@@ -2,7 +2,7 @@
 // hardware against the emulator): random bf16 operands, the tests' own reading of the
 // ISA's canonical layouts, and one wgmma as a self-contained case (a shared-memory image,
 // descriptors relative to it, A registers, C) with the kernel body that runs it
-// (tests/cuda/wgmma_probe_body.cuh) under the emulator.
+// (tests/sm90a/wgmma_probe_body.cuh) under the emulator.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 #include <cmath>
 
-#include "cuda/wgmma_probe_body.cuh"
+#include "sm90a/wgmma_probe_body.cuh"
 #include "kernels/tc/sim/simt.h"
 #include "kernels/tc/wgmma_desc.h"
 
