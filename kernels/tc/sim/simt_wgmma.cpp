@@ -10,7 +10,8 @@
 //   A (64 x 16) and B (16 x N) from shared memory through descriptors; imm-trans-a/b = 0
 //     means K-major, 1 MN-major.
 // D = A B + (scale-d ? D : 0), the 16 exact bf16 products summed in fp32 in k order onto
-// the accumulator, as the emulator's mma.sync.
+// the accumulator, as the emulator's mma.sync. imm-scale-a/b are +1 (the wrappers in
+// kernels/tc/wgmma.cuh use no other); only .bf16 inputs with .f32 accumulators exist here.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
