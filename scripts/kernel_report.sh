@@ -27,8 +27,8 @@ find_tool() {  # $1: name
     [[ -x $d/$1 ]] && { echo "$d/$1"; return; }
   done
 }
-CUOBJDUMP=$(find_tool cuobjdump)
-NVDISASM=$(find_tool nvdisasm)
+CUOBJDUMP=$(find_tool cuobjdump || true)  # optional: the SASS columns
+NVDISASM=$(find_tool nvdisasm || true)
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -76,8 +76,8 @@ done
 # Dynamic shared memory of the forward and backward instantiations, from the one tile table.
 cat > "$tmp/smem.cpp" <<'EOF'
 #include <cstdio>
-#include "flash_backward_kernel.cuh"
-#include "flash_forward_kernel.cuh"
+#include "kernels/attention/flash_backward_kernel.cuh"
+#include "kernels/attention/flash_forward_kernel.cuh"
 template <int D> void row() {
   constexpr auto t = kdtrain::flash::flash_tiles(D, false, false, kdtrain::flash::FlashPass::forward);
   using L = kdtrain::flash::ForwardLayout<D, t.Br, t.Bc, t.warps>;

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kdtrain_hf.variants import ALPHA_ACTIVATIONS, ATTENTION_VARIANTS as VARIANTS, features
+from kdtrain_hf.variants import (AFFINE_BIAS_DIVISOR_BEFORE_KEY, AFFINE_BIAS_DIVISORS, ALPHA_ACTIVATIONS,
+                                 ATTENTION_VARIANTS as VARIANTS, features)
 DTYPE = torch.float64
 
 SHARD_HEADER_INTS = 256
@@ -59,6 +60,8 @@ class RefConfig:
     attention_variant: str = "baseline"
     alpha_activation: str = "linear_clip"
     alpha_momentum: float = 0.9
+    # N of beta (SPEC §2); a config.json without the key predates it: "visible".
+    affine_bias_divisor: str = AFFINE_BIAS_DIVISOR_BEFORE_KEY
     extra: dict = field(default_factory=dict)  # keys we do not use, kept for inspection
 
     @property
@@ -91,6 +94,9 @@ def config_from_dict(d: dict) -> RefConfig:
         raise ValueError(f"config.json: attention_variant {cfg.attention_variant!r} not in {VARIANTS}")
     if cfg.alpha_activation not in ALPHA_ACTIVATIONS:
         raise ValueError(f"config.json: alpha_activation {cfg.alpha_activation!r} not in {ALPHA_ACTIVATIONS}")
+    if cfg.affine_bias_divisor not in AFFINE_BIAS_DIVISORS:
+        raise ValueError(f"config.json: affine_bias_divisor {cfg.affine_bias_divisor!r} not in "
+                         f"{AFFINE_BIAS_DIVISORS}")
     if cfg.num_attention_heads % cfg.num_key_value_heads != 0:
         raise ValueError("config.json: num_key_value_heads must divide num_attention_heads")
     if cfg.head_dim % 2 != 0:
@@ -281,12 +287,13 @@ def alpha_activation(z: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 def attention_core(q, k, v, variant: str, *, sinks=None, alpha=None, alpha_ma=None,
-                   return_weights: bool = False):
+                   bias_divisor: str = "sequence", return_weights: bool = False):
     """Causal attention for every variant (SPEC §2), before the gate and o_proj.
 
     q (B, H, T, D); k, v (B, Hkv, T, D) with RoPE applied; query head h reads kv head
     h // (H/Hkv). sinks (H) for `sink`; alpha (B, H, T) activated and alpha_ma (H) for
-    the affine variants. Returns O (B, H, T, D) and, if asked, the effective weights
+    the affine variants, whose bias beta_i = (alpha_ma - alpha_i) / N sits on the visible
+    keys with N = T (bias_divisor "sequence") or i + 1 ("visible"). Returns O (B, H, T, D) and, if asked, the effective weights
     W (B, H, T, T) with O = W V (the affine bias folded in as beta on every visible key).
     """
     B, H, T, D = q.shape
@@ -307,8 +314,13 @@ def attention_core(q, k, v, variant: str, *, sinks=None, alpha=None, alpha_ma=No
     weights = probs
     if f.affine:
         a = alpha.unsqueeze(-1)                                   # (B, H, T, 1)
-        n_visible = torch.arange(1, T + 1, dtype=DTYPE).view(1, 1, T, 1)
-        beta = (alpha_ma.detach().to(DTYPE).view(1, H, 1, 1) - a) / n_visible
+        if bias_divisor == "sequence":
+            n_keys = torch.full((1, 1, 1, 1), float(T), dtype=DTYPE)
+        elif bias_divisor == "visible":
+            n_keys = torch.arange(1, T + 1, dtype=DTYPE).view(1, 1, T, 1)
+        else:
+            raise ValueError(f"unknown affine bias divisor {bias_divisor!r} (one of {AFFINE_BIAS_DIVISORS})")
+        beta = (alpha_ma.detach().to(DTYPE).view(1, H, 1, 1) - a) / n_keys
         out = a * out + beta * v.cumsum(dim=2)                    # causal prefix sum of V
         if return_weights:
             weights = a * probs + beta * visible.to(DTYPE)
@@ -345,7 +357,7 @@ def attention_block(x, p: Dict[str, torch.Tensor], prefix: str, cfg: RefConfig, 
         if "alpha_ma" in overrides:
             alpha_ma = torch.full_like(alpha_ma, overrides["alpha_ma"])
     o = attention_core(q, k, v, cfg.attention_variant, sinks=p.get(a + "sinks"), alpha=alpha,
-                       alpha_ma=alpha_ma)
+                       alpha_ma=alpha_ma, bias_divisor=cfg.affine_bias_divisor)
     o = o.transpose(1, 2).reshape(B, T, H * D)  # heads concatenated, head-major, as HF
     if cfg.has_gate:
         gate = torch.sigmoid(F.linear(x, p[a + "gate_proj.weight"]))

@@ -9,12 +9,13 @@
 
 namespace kdtrain::testing {
 
-// dalpha_i = sum_j P_ij dO_i.v_j - dO_i.S_i / N_i (S_i = sum_{j<=i} v_j, N_i = i + 1) is a
-// difference of two terms that cancel exactly at row 0 (P_00 = 1, S_0 = v_0), so its
-// round-off scales with the terms, not with dalpha. Returns max over rows and heads of
-// |dO_i.S_i| / N_i. qkv (B, T, H + 2*Hkv, D), dout (B, T, H, D).
+// dalpha_i = sum_j P_ij dO_i.v_j - dO_i.S_i / N_i (S_i = sum_{j<=i} v_j, N_i = T or i + 1 by
+// the divisor) is a difference of two terms that can cancel (exactly at row 0 under
+// `visible`: P_00 = 1, S_0 = v_0), so its round-off scales with the terms, not with
+// dalpha. Returns max over rows and heads of |dO_i.S_i| / N_i. qkv (B, T, H + 2*Hkv, D),
+// dout (B, T, H, D).
 template <typename T>
-double dalpha_cancelling_terms(const T* qkv, const T* dout, const cpu::AttnDims& d) {
+double dalpha_cancelling_terms(const T* qkv, const T* dout, const cpu::AttnDims& d, AffineBiasDivisor divisor) {
   const int64_t tok = (d.H + 2 * d.Hkv) * d.D, group = d.H / d.Hkv;
   double worst = 0;
   std::vector<double> S(static_cast<size_t>(d.D));
@@ -26,7 +27,7 @@ double dalpha_cancelling_terms(const T* qkv, const T* dout, const cpu::AttnDims&
         const T* dO = dout + ((b * d.T + i) * d.H + h) * d.D;
         double sig = 0;
         for (int64_t k = 0; k < d.D; ++k) sig += static_cast<double>(dO[k]) * (S[static_cast<size_t>(k)] += v[k]);
-        worst = std::max(worst, std::fabs(sig) / static_cast<double>(i + 1));
+        worst = std::max(worst, std::fabs(sig) / affine_bias_count(divisor, i, d.T));
       }
     }
   return worst;

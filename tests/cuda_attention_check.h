@@ -57,6 +57,7 @@ inline void check_elementwise(const std::string& what, const std::vector<float>&
 struct AttentionCase {
   int64_t B = 1, T = 1, H = 1, Hkv = 1, D = 64;
   AttentionVariant variant = AttentionVariant::baseline;
+  AffineBiasDivisor divisor = AffineBiasDivisor::sequence;
   bool rerun_backward = true;  // the determinism check (a second backward)
 };
 
@@ -131,11 +132,11 @@ inline AttentionReference attention_reference(const AttentionCase& c, const Atte
     std::vector<float> out(BT * grp * c.D), lse(c.B * grp * c.T), dqkv(BT * Ws), dalpha(BT * grp),
         pv(BT * grp * c.D), lse2(c.B * grp * c.T);
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), sinks.data(), alpha.data(), ma.data(),
-                           dims, scale, c.variant);
+                           dims, scale, features_of(c.variant, c.divisor));
     cpu::attention_backward(dqkv.data(), ds.data(), dalpha.data(), dout.data(), qkv.data(), lse.data(),
-                            sinks.data(), alpha.data(), ma.data(), dims, scale, c.variant);
+                            sinks.data(), alpha.data(), ma.data(), dims, scale, features_of(c.variant, c.divisor));
     cpu::attention_forward(pv.data(), lse2.data(), qkv_abs.data(), sinks.data(), alpha.data(), ma.data(),
-                           dims, scale, plain);
+                           dims, scale, features_of(plain));
     for (int64_t t = 0; t < BT; ++t) {
       for (int64_t d = 0; d < grp * c.D; ++d) r.dq.push_back(dqkv[t * Ws + d]);
       for (int64_t d = 0; d < c.D; ++d) r.dk.push_back(dqkv[t * Ws + grp * c.D + d]);
@@ -164,7 +165,7 @@ inline AttentionReference attention_reference(const AttentionCase& c, const Atte
       r.dsinks_bound.push_back(2.1 * kBf16U * sum + 1e-6 * std::fabs(ds[k]));
     }
     if (has_affine(c.variant))
-      r.dalpha_terms = std::max(r.dalpha_terms, testing::dalpha_cancelling_terms(qkv.data(), dout.data(), dims));
+      r.dalpha_terms = std::max(r.dalpha_terms, testing::dalpha_cancelling_terms(qkv.data(), dout.data(), dims, c.divisor));
   }
   return r;
 }
@@ -220,6 +221,7 @@ inline std::string run_attention_case(Backend& be, const AttentionCase& c, uint3
   AttentionForwardArgs f;
   f.shape = AttentionShape{B, T, H, Hkv, D};
   f.variant = c.variant;
+  f.bias_divisor = c.divisor;
   f.scale = 1.f / std::sqrt(static_cast<float>(D));
   f.qkv = d_qkv.get();
   f.sinks = sink ? d_sinks.f32() : nullptr;

@@ -46,7 +46,7 @@ EmulatedForward run_forward_emulated(const AttnInputs& pb, sim::Schedule sched, 
   Guarded<uint16_t> out(n_out, 0x7fc0, kGuardHalf);
   Guarded<float> lse(n_lse, std::numeric_limits<float>::quiet_NaN(), guard_float());
   flash::ForwardArgs a;
-  a.p = flash::make_flash_params(pb.B, pb.T, pb.H, pb.Hkv, pb.D, pb.scale());
+  a.p = pb.params();
   pb.point_inputs(a);
   a.out = out.data();
   a.lse = lse.data();
@@ -88,7 +88,7 @@ inline void compare_forward_to_reference(const AttnInputs& pb, const std::vector
   std::vector<double> out(static_cast<size_t>(B * T * H * D)), lse(static_cast<size_t>(B * H * T));
   const double scale = pb.scale();
   cpu::attention_forward<double>(out.data(), lse.data(), qkv.data(), sinks.data(), alpha.data(), ama.data(),
-                                 cpu::AttnDims{B, T, H, Hkv, D}, scale, pb.variant);
+                                 cpu::AttnDims{B, T, H, Hkv, D}, scale, pb.features());
   const bool affine = has_affine(pb.variant);
   const double u = std::ldexp(1.0, -8), e = std::ldexp(1.0, -24);
   double worst_out = 0, worst_lse = 0;  // error / bound
@@ -119,7 +119,7 @@ inline void compare_forward_to_reference(const AttnInputs& pb, const std::vector
           }
         }
         const double a = affine ? alpha[(b * T + i) * H + h] : 1.0;
-        const double beta = affine ? (ama[h] - a) / static_cast<double>(i + 1) : 0.0;
+        const double beta = affine ? (ama[h] - a) / affine_bias_count(pb.divisor, i, T) : 0.0;
         for (int64_t d = 0; d < D; ++d) {
           const size_t k = static_cast<size_t>(((b * T + i) * H + h) * D + d);
           const double ref = out[k], kern = sim::bf16_value(got_out[k]);

@@ -49,6 +49,7 @@ inline float guard_float() {
 struct AttnInputs {
   int64_t B, T, H, Hkv, D;
   AttentionVariant variant;
+  AffineBiasDivisor divisor = AffineBiasDivisor::sequence;
   std::vector<uint16_t> qkv, alpha;
   std::vector<float> sinks, alpha_ma;
   std::mt19937_64 rng;
@@ -67,6 +68,13 @@ struct AttnInputs {
     }
   }
   float scale() const { return 1.f / std::sqrt(static_cast<float>(D)); }
+  AttentionFeatures features() const { return features_of(variant, divisor); }
+  // The kernels' sizes, strides and divisor, as backend/cuda/attention_entry.cu builds them.
+  flash::FlashParams params() const {
+    flash::FlashParams p = flash::make_flash_params(B, T, H, Hkv, D, scale());
+    p.bias_visible = divisor == AffineBiasDivisor::visible;
+    return p;
+  }
   // Points a kernel's arguments (forward or backward) at these inputs.
   template <typename Args>
   void point_inputs(Args& a) const {

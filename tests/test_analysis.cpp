@@ -1,6 +1,7 @@
 // Attention analysis (src/eval/attention_analysis.h) against an independent
 // double-precision recomputation from q, k (full softmax, no lse), the sinks,
-// alpha and alpha_ma; plus the exact identities each variant must satisfy.
+// alpha and alpha_ma, affine under both bias divisors; plus the exact identities each
+// variant must satisfy (the paper's Fig. 3 quantity: 1, 1 - S_i, alpha_i + (i + 1) beta_i).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -24,9 +25,11 @@ struct Fixture {
   AttentionConfig attention;
   std::unique_ptr<Model> model;
 
-  explicit Fixture(AttentionVariant v, uint64_t seed = 11) {
+  explicit Fixture(AttentionVariant v, uint64_t seed = 11,
+                   AffineBiasDivisor divisor = AffineBiasDivisor::sequence) {
     config.initializer_range = 0.3;  // peaked attention: the statistics differ between rows
     attention.variant = v;
+    attention.affine_bias_divisor = divisor;
     attention.sink_init_std = 1.0;
     model = std::make_unique<Model>(config, attention, *backend, false);
     std::vector<float> params = init_params(model->layout(), config, attention, seed);
@@ -85,7 +88,8 @@ void fill_reference(Model& model, int64_t l, Reference& r) {
         double a = 1.0, beta = 0.0;
         if (has_affine(v)) {
           a = alpha[(b * T + i) * H + h];
-          beta = (master[o.alpha_ma + h] - a) / static_cast<double>(i + 1);
+          const bool visible = model.features().bias_divisor == AffineBiasDivisor::visible;
+          beta = (master[o.alpha_ma + h] - a) / static_cast<double>(visible ? i + 1 : T);
         }
         double p_sum = 0.0;
         for (int64_t j = 0; j <= i; ++j) {
@@ -99,10 +103,20 @@ void fill_reference(Model& model, int64_t l, Reference& r) {
 
 }  // namespace
 
+// Every variant; the affine ones under both divisors.
+std::vector<std::pair<AttentionVariant, AffineBiasDivisor>> variant_divisors() {
+  std::vector<std::pair<AttentionVariant, AffineBiasDivisor>> out;
+  for (AttentionVariant v : kAllVariants) {
+    out.emplace_back(v, AffineBiasDivisor::sequence);
+    if (has_affine(v)) out.emplace_back(v, AffineBiasDivisor::visible);
+  }
+  return out;
+}
+
 TEST_CASE("analysis: statistics equal a first-principles recomputation", "[analysis]") {
-  for (AttentionVariant variant : kAllVariants) {
-    DYNAMIC_SECTION(to_string(variant)) {
-      Fixture f(variant);
+  for (const auto& [variant, divisor] : variant_divisors()) {
+    DYNAMIC_SECTION(to_string(variant) << " " << to_string(divisor)) {
+      Fixture f(variant, 11, divisor);
       const int64_t B = 2, T = 9;
       const int64_t L = f.config.num_hidden_layers, H = f.config.num_attention_heads;
       const std::vector<int32_t> tokens = random_tokens(B * T, f.config.vocab_size, 5);
@@ -115,20 +129,24 @@ TEST_CASE("analysis: statistics equal a first-principles recomputation", "[analy
       analyzer.add(*f.model);
       const nlohmann::json j = analyzer.to_json();
 
-      std::vector<double> all_query_mass, all_excl_first;
+      std::vector<double> all_query_mass, all_excl_first, all_total;
       for (int64_t l = 0; l < L; ++l) {
         Reference r = reference(*f.model, B, T);
         fill_reference(*f.model, l, r);
-        double first = 0.0, entropy = 0.0, mass = 0.0, sink = 0.0, excl_first = 0.0, rows = 0.0;
+        double first = 0.0, entropy = 0.0, mass = 0.0, sink = 0.0, excl_first = 0.0, total = 0.0, rows = 0.0;
         std::vector<double> head(H, 0.0);
         for (int64_t b = 0; b < B; ++b)
           for (int64_t i = 1; i < T; ++i) {
-            double q = 0.0, q_excl_first = 0.0;  // Fig. 3: both views, mean over heads
+            double q = 0.0, q_excl_first = 0.0, q_total = 0.0;  // Fig. 3: every view, mean over heads
             for (int64_t h = 0; h < H; ++h) {
               first += r.at(b, h, i, 0);
+              total += r.at(b, h, i, 0);
+              q_total += r.at(b, h, i, 0) / H;
               for (int64_t jj = 1; jj <= i; ++jj) {
                 excl_first += r.at(b, h, i, jj);
                 q_excl_first += r.at(b, h, i, jj) / H;
+                total += r.at(b, h, i, jj);
+                q_total += r.at(b, h, i, jj) / H;
               }
               double z = 0.0;
               for (int64_t jj = 0; jj <= i; ++jj) z += std::fabs(r.at(b, h, i, jj));
@@ -145,6 +163,7 @@ TEST_CASE("analysis: statistics equal a first-principles recomputation", "[analy
             }
             all_query_mass.push_back(q);
             all_excl_first.push_back(q_excl_first);
+            all_total.push_back(q_total);
           }
         CHECK(j["first_token_weight"][l].get<double>() == Approx(first / rows).epsilon(1e-5));
         CHECK(j["entropy"][l].get<double>() == Approx(entropy / rows).epsilon(1e-5));
@@ -152,6 +171,7 @@ TEST_CASE("analysis: statistics equal a first-principles recomputation", "[analy
         CHECK(j["sink_share_per_layer"][l].get<double>() == Approx(sink / rows).margin(1e-6));
         CHECK(j["query_mass_excl_first"]["per_layer_mean"][l].get<double>() ==
               Approx(excl_first / rows).epsilon(1e-5));
+        CHECK(j["query_weight_sum"]["per_layer_mean"][l].get<double>() == Approx(total / rows).epsilon(1e-5));
         for (int64_t h = 0; h < H; ++h)
           CHECK(j["head_mass"][l][h].get<double>() == Approx(head[h] / (rows / H)).epsilon(1e-5));
         if (l == options.map_layer) {
@@ -188,16 +208,22 @@ TEST_CASE("analysis: statistics equal a first-principles recomputation", "[analy
       int64_t counted_e = 0;
       for (auto c : e["counts"]) counted_e += c.get<int64_t>();
       CHECK(counted_e == static_cast<int64_t>(n));
+      const nlohmann::json& w = j["query_weight_sum"];
+      std::sort(all_total.begin(), all_total.end());
+      CHECK(w["min"].get<double>() == Approx(all_total.front()).margin(1e-6));
+      CHECK(w["max"].get<double>() == Approx(all_total.back()).margin(1e-6));
+      CHECK(w["count"].get<int64_t>() == static_cast<int64_t>(n));
       CHECK(j.contains("alpha") == has_affine(variant));
+      if (has_affine(variant)) CHECK(j["affine_bias_divisor"] == to_string(divisor));
     }
   }
 }
 
 TEST_CASE("analysis: each variant's mass identities", "[analysis]") {
   const int64_t B = 1, T = 12;
-  for (AttentionVariant variant : kAllVariants) {
-    DYNAMIC_SECTION(to_string(variant)) {
-      Fixture f(variant, 21);
+  for (const auto& [variant, divisor] : variant_divisors()) {
+    DYNAMIC_SECTION(to_string(variant) << " " << to_string(divisor)) {
+      Fixture f(variant, 21, divisor);
       const int64_t L = f.config.num_hidden_layers, H = f.config.num_attention_heads;
       const std::vector<int32_t> tokens = random_tokens(B * T, f.config.vocab_size, 8);
       eval::AnalysisOptions options;
@@ -212,16 +238,25 @@ TEST_CASE("analysis: each variant's mass identities", "[analysis]") {
         const double mass = j["query_mass"]["per_layer_mean"][l];
         const double sink = j["sink_share_per_layer"][l];
         if (has_affine(variant)) {
-          // sum_j (alpha_i P_ij + beta_i) = alpha_ma exactly, per head.
-          double ma = 0.0;
-          for (int64_t h = 0; h < H; ++h) ma += alpha_ma[l * H + h] / H;
-          CHECK(eff == Approx(ma).epsilon(1e-5));
+          // sum_j (alpha_i P_ij + beta_i) = alpha_i + (i + 1) beta_i: alpha_ma exactly per
+          // head under `visible`, alpha_i + (i + 1)(alpha_ma - alpha_i)/T under `sequence`.
+          const float* alpha = static_cast<const float*>(f.model->layer_alpha(l));
+          double want = 0.0;
+          for (int64_t i = 1; i < T; ++i)
+            for (int64_t h = 0; h < H; ++h) {
+              const double a = alpha[i * H + h], ma = alpha_ma[l * H + h];
+              want += (divisor == AffineBiasDivisor::visible ? ma : a + (i + 1) * (ma - a) / T) /
+                      static_cast<double>(H * (T - 1));
+            }
+          CHECK(eff == Approx(want).epsilon(1e-5));
+          CHECK(j["query_weight_sum"]["per_layer_mean"][l].get<double>() == Approx(want).epsilon(1e-5));
           CHECK(mass >= 0.0);  // alpha_i * sum_j P_ij with alpha in [0, 1]
           CHECK(mass <= 1.0 + 1e-6);
           for (int64_t h = 0; h < H; ++h)
             CHECK(j["alpha"]["alpha_ma"][l][h].get<double>() == Approx(alpha_ma[l * H + h]));
         } else if (has_sink(variant)) {
           CHECK(mass + sink == Approx(1.0).epsilon(1e-5));
+          CHECK(eff == Approx(1.0 - sink).epsilon(1e-5));  // the paper's Fig. 3(a): 1 - S_i
           CHECK(sink > 0.0);
         } else {
           CHECK(mass == Approx(1.0).epsilon(1e-5));

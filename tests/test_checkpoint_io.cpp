@@ -92,6 +92,36 @@ TEST_CASE("checkpoint: config.json and weights round trip", "[checkpoint]") {
   REQUIRE(std::distance(fs::directory_iterator(tmp.path), fs::directory_iterator()) == 1);
 }
 
+TEST_CASE("checkpoint: the affine bias divisor is recorded; an older config.json reads as visible",
+          "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig m = tiny_model();
+  for (AffineBiasDivisor d : {AffineBiasDivisor::sequence, AffineBiasDivisor::visible}) {
+    AttentionConfig a;
+    a.variant = AttentionVariant::affine_gated;
+    a.affine_bias_divisor = d;
+    const ParamLayout layout = make_param_layout(m, a);
+    const std::vector<float> arena = arena_for(layout);
+    const std::string dir = tmp.file(std::string("ckpt_") + to_string(d));
+    write_model_checkpoint(dir, m, a, layout, arena.data());
+    REQUIRE(nlohmann::json::parse(std::ifstream(dir + "/config.json"))["affine_bias_divisor"] == to_string(d));
+    REQUIRE(read_model_checkpoint(dir).attention.affine_bias_divisor == d);
+  }
+  // A checkpoint from before the key: kdtrain divided by the visible keys then.
+  AttentionConfig a;
+  a.variant = AttentionVariant::affine;
+  nlohmann::json doc = hf_config_json(m, a);
+  doc.erase("affine_bias_divisor");
+  ModelConfig got_m;
+  AttentionConfig got_a;
+  parse_hf_config(doc, "old/config.json", &got_m, &got_a);
+  CHECK(got_a.affine_bias_divisor == AffineBiasDivisor::visible);
+  // A bad value names the choices.
+  doc["affine_bias_divisor"] = "keys";
+  CHECK_THROWS_WITH(parse_hf_config(doc, "bad/config.json", &got_m, &got_a),
+                    Contains("affine bias divisor") && Contains("sequence") && Contains("visible"));
+}
+
 TEST_CASE("checkpoint: loader names the tensor and file on mismatches", "[checkpoint]") {
   TempDir tmp;
   ModelConfig m = tiny_model();

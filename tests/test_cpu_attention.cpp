@@ -1,5 +1,6 @@
-// Attention core (every variant): finite-difference gradients in double, float vs
-// double agreement, the variant reductions of SPEC §2, and thread-count independence.
+// Attention core (every variant, both affine bias divisors): finite-difference
+// gradients in double, a direct float64 evaluation of the forward, float vs double
+// agreement, the variant reductions of SPEC §2, and thread-count independence.
 #include <omp.h>
 
 #include <catch2/catch.hpp>
@@ -17,6 +18,7 @@ namespace {
 struct AttnProblem {
   cpu::AttnDims dims;
   AttentionVariant variant;
+  AffineBiasDivisor divisor = AffineBiasDivisor::sequence;
   std::vector<double> qkv, sinks, alpha, alpha_ma, w;
 
   AttnProblem(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, AttentionVariant v,
@@ -31,12 +33,13 @@ struct AttnProblem {
   size_t out_size() const { return static_cast<size_t>(dims.B * dims.T * dims.H * dims.D); }
   size_t lse_size() const { return static_cast<size_t>(dims.B * dims.H * dims.T); }
   double scale() const { return 1.0 / std::sqrt(static_cast<double>(dims.D)); }
+  AttentionFeatures features() const { return features_of(variant, divisor); }
 
   void forward(std::vector<double>& out, std::vector<double>& lse) const {
     out.assign(out_size(), 0.0);
     lse.assign(lse_size(), 0.0);
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), sinks.data(), alpha.data(),
-                           alpha_ma.data(), dims, scale(), variant);
+                           alpha_ma.data(), dims, scale(), features());
   }
   double loss() const {
     std::vector<double> out, lse;
@@ -53,25 +56,35 @@ struct AttnProblem {
     dalpha.assign(alpha.size(), std::numeric_limits<double>::quiet_NaN());
     cpu::attention_backward(dqkv.data(), dsinks.data(), dalpha.data(), w.data(), qkv.data(),
                             lse.data(), sinks.data(), alpha.data(), alpha_ma.data(), dims,
-                            scale(), variant);
+                            scale(), features());
   }
 };
 
-void check_fd(AttentionVariant v) {
+// Both divisors for the affine variants (the other variants ignore it).
+std::vector<AffineBiasDivisor> divisors_of(AttentionVariant v) {
+  if (has_affine(v)) return {AffineBiasDivisor::sequence, AffineBiasDivisor::visible};
+  return {AffineBiasDivisor::sequence};
+}
+
+void check_fd(AttentionVariant v, AffineBiasDivisor divisor) {
   const int64_t shapes[][5] = {
       // B, T, H, Hkv, D
       {2, 1, 6, 2, 6}, {2, 5, 6, 2, 10}, {1, 11, 6, 2, 6}, {2, 5, 3, 3, 6}, {1, 11, 3, 3, 10}};
   uint64_t seed = 100;
   for (const auto& s : shapes) {
     AttnProblem p(s[0], s[1], s[2], s[3], s[4], v, seed++);
-    INFO("variant " << variant_name(v) << " B=" << s[0] << " T=" << s[1] << " H=" << s[2]
-                    << " Hkv=" << s[3] << " D=" << s[4]);
+    p.divisor = divisor;
+    INFO("variant " << variant_name(v) << " divisor " << divisor << " B=" << s[0] << " T=" << s[1]
+                    << " H=" << s[2] << " Hkv=" << s[3] << " D=" << s[4]);
     std::vector<double> dqkv, dsinks, dalpha;
     p.backward(dqkv, dsinks, dalpha);
     check_grad(dqkv, numeric_grad(p.qkv, [&] { return p.loss(); }), "qkv");
     if (has_sink(v)) check_grad(dsinks, numeric_grad(p.sinks, [&] { return p.loss(); }), "sinks");
     if (has_affine(v)) check_grad(dalpha, numeric_grad(p.alpha, [&] { return p.loss(); }), "alpha");
   }
+}
+void check_fd(AttentionVariant v) {
+  for (AffineBiasDivisor d : divisors_of(v)) check_fd(v, d);
 }
 
 }  // namespace
@@ -90,9 +103,23 @@ TEST_CASE("attention gated/affine-gated: finite-difference gradients", "[cpu][at
   check_fd(AttentionVariant::affine_gated);
 }
 
-TEST_CASE("attention forward: out and lse match a direct softmax", "[cpu][attention]") {
-  for (AttentionVariant v : {AttentionVariant::baseline, AttentionVariant::sink}) {
-    AttnProblem p(2, 7, 6, 2, 6, v, 7);
+TEST_CASE("attention forward: out and lse match a direct float64 evaluation", "[cpu][attention]") {
+  struct Case {
+    AttentionVariant v;
+    AffineBiasDivisor divisor;
+    int64_t T;
+  };
+  const Case cases[] = {{AttentionVariant::baseline, AffineBiasDivisor::sequence, 7},
+                        {AttentionVariant::sink, AffineBiasDivisor::sequence, 7},
+                        {AttentionVariant::affine, AffineBiasDivisor::sequence, 7},
+                        {AttentionVariant::affine, AffineBiasDivisor::sequence, 16},
+                        {AttentionVariant::affine, AffineBiasDivisor::visible, 7},
+                        {AttentionVariant::affine, AffineBiasDivisor::visible, 16}};
+  for (const Case& c : cases) {
+    const AttentionVariant v = c.v;
+    INFO("variant " << variant_name(v) << " divisor " << c.divisor << " T=" << c.T);
+    AttnProblem p(2, c.T, 6, 2, 6, v, 7);
+    p.divisor = c.divisor;
     std::vector<double> out, lse;
     p.forward(out, lse);
     const auto& d = p.dims;
@@ -113,10 +140,17 @@ TEST_CASE("attention forward: out and lse match a direct softmax", "[cpu][attent
             denom += e[j];
           }
           max_err = std::max(max_err, std::fabs(lse[(b * d.H + h) * d.T + i] - std::log(denom)));
+          // affine: alpha_i PV + beta_i sum_{j<=i} v_j, beta_i = (alpha_ma - alpha_i) / N_i (SPEC §2)
+          const bool affine = has_affine(v);
+          const double a = affine ? p.alpha[(b * d.T + i) * d.H + h] : 1.0;
+          const double n_keys = c.divisor == AffineBiasDivisor::visible ? double(i + 1) : double(d.T);
+          const double beta = affine ? (p.alpha_ma[h] - a) / n_keys : 0.0;
           for (int64_t k = 0; k < d.D; ++k) {
             double o = 0.0;
-            for (int64_t j = 0; j <= i; ++j)
-              o += e[j] / denom * p.qkv[(b * d.T + j) * C3 + (d.H + d.Hkv + g) * d.D + k];
+            for (int64_t j = 0; j <= i; ++j) {
+              const double vj = p.qkv[(b * d.T + j) * C3 + (d.H + d.Hkv + g) * d.D + k];
+              o += (a * e[j] / denom + beta) * vj;
+            }
             max_err = std::max(max_err, std::fabs(out[((b * d.T + i) * d.H + h) * d.D + k] - o));
           }
         }
@@ -176,8 +210,13 @@ TEST_CASE("attention: affine with alpha == alpha_ma == 1 equals baseline",
   CHECK(max_rel_diff(g2, g1) < 1e-13);
 }
 
-TEST_CASE("attention: affine total weight per query is alpha_ma", "[cpu][attention][variants]") {
+// With every v_j = c, out_i = (total weight of query i) c: alpha_ma under `visible`,
+// alpha_i + (i + 1)(alpha_ma - alpha_i)/T under `sequence` (SPEC §2).
+TEST_CASE("attention: affine total weight per query under each divisor", "[cpu][attention][variants]") {
+  for (AffineBiasDivisor divisor : {AffineBiasDivisor::sequence, AffineBiasDivisor::visible}) {
+  INFO("divisor " << divisor);
   AttnProblem p(2, 11, 6, 2, 10, AttentionVariant::affine, 14);
+  p.divisor = divisor;
   const auto& d = p.dims;
   const int64_t C3 = (d.H + 2 * d.Hkv) * d.D;
   const std::vector<double> c = random_vec(static_cast<size_t>(d.D), 99);
@@ -186,12 +225,21 @@ TEST_CASE("attention: affine total weight per query is alpha_ma", "[cpu][attenti
       for (int64_t k = 0; k < d.D; ++k) p.qkv[bt * C3 + (d.H + d.Hkv + g) * d.D + k] = c[k];
   std::vector<double> out, lse;
   p.forward(out, lse);
-  double max_err = 0.0;
+  double max_err = 0.0, spread = 0.0;
   for (int64_t bt = 0; bt < d.B * d.T; ++bt)
-    for (int64_t h = 0; h < d.H; ++h)
+    for (int64_t h = 0; h < d.H; ++h) {
+      const double a = p.alpha[bt * d.H + h], i1 = static_cast<double>(bt % d.T + 1);
+      const double total = divisor == AffineBiasDivisor::visible
+                               ? p.alpha_ma[h]
+                               : a + i1 * (p.alpha_ma[h] - a) / static_cast<double>(d.T);
+      spread = std::max(spread, std::fabs(total - p.alpha_ma[h]));
       for (int64_t k = 0; k < d.D; ++k)
-        max_err = std::max(max_err, std::fabs(out[(bt * d.H + h) * d.D + k] - p.alpha_ma[h] * c[k]));
+        max_err = std::max(max_err, std::fabs(out[(bt * d.H + h) * d.D + k] - total * c[k]));
+    }
   CHECK(max_err < 1e-14);
+  // Only `sequence` moves the total away from alpha_ma.
+  CHECK((spread > 0.05) == (divisor == AffineBiasDivisor::sequence));
+  }
 }
 
 TEST_CASE("attention: gated core equals baseline, affine-gated core equals affine",
@@ -227,9 +275,9 @@ TEST_CASE("attention: float agrees with double (forward and backward)", "[cpu][a
         fda(dalpha.size());
     const float sc = static_cast<float>(p.scale());
     cpu::attention_forward(fo.data(), fl.data(), qkv.data(), sinks.data(), alpha.data(), ma.data(),
-                           p.dims, sc, v);
+                           p.dims, sc, p.features());
     cpu::attention_backward(fdq.data(), fds.data(), fda.data(), w.data(), qkv.data(), fl.data(),
-                            sinks.data(), alpha.data(), ma.data(), p.dims, sc, v);
+                            sinks.data(), alpha.data(), ma.data(), p.dims, sc, p.features());
     CHECK(max_rel_diff(fo, out) < 1e-5);
     CHECK(max_rel_diff(fl, lse) < 1e-5);
     CHECK(max_rel_diff(fdq, dqkv) < 1e-5);
@@ -246,10 +294,10 @@ TEST_CASE("attention backward: dsinks accumulates, dqkv is overwritten", "[cpu][
   std::vector<double> dq2(p.qkv.size(), -3.0), ds2(p.sinks.size(), 0.5);
   cpu::attention_backward(dq1.data(), ds1.data(), da.data(), p.w.data(), p.qkv.data(), lse.data(),
                           p.sinks.data(), p.alpha.data(), p.alpha_ma.data(), p.dims, p.scale(),
-                          p.variant);
+                          p.features());
   cpu::attention_backward(dq2.data(), ds2.data(), da.data(), p.w.data(), p.qkv.data(), lse.data(),
                           p.sinks.data(), p.alpha.data(), p.alpha_ma.data(), p.dims, p.scale(),
-                          p.variant);
+                          p.features());
   CHECK(dq1 == dq2);
   for (size_t h = 0; h < ds1.size(); ++h) CHECK(ds2[h] == Approx(ds1[h] + 0.5).epsilon(1e-15));
 }
@@ -269,10 +317,10 @@ TEST_CASE("attention: identical bits with 1 and 2 OpenMP threads", "[cpu][attent
       ds[run].assign(sinks.size(), 0.f);
       da[run].assign(alpha.size(), 0.f);
       cpu::attention_forward(out[run].data(), lse[run].data(), qkv.data(), sinks.data(),
-                             alpha.data(), ma.data(), p.dims, 0.3f, v);
+                             alpha.data(), ma.data(), p.dims, 0.3f, p.features());
       cpu::attention_backward(dq[run].data(), ds[run].data(), da[run].data(), w.data(),
                               qkv.data(), lse[run].data(), sinks.data(), alpha.data(), ma.data(),
-                              p.dims, 0.3f, v);
+                              p.dims, 0.3f, p.features());
     }
     omp_set_num_threads(saved);
     CHECK(out[0] == out[1]);
@@ -301,7 +349,7 @@ TEST_CASE("attention: large logits stay finite and float still agrees with doubl
                ma = to_float(p.alpha_ma);
     std::vector<float> fo(out.size()), fl(lse.size());
     cpu::attention_forward(fo.data(), fl.data(), qkv.data(), sinks.data(), alpha.data(), ma.data(),
-                           p.dims, static_cast<float>(p.scale()), v);
+                           p.dims, static_cast<float>(p.scale()), p.features());
     CHECK(max_rel_diff(fo, out) < 1e-4);  // logits ~1e3 in float carry ~1e-4 absolute error
     CHECK(max_rel_diff(fl, lse) < 1e-6);
   }

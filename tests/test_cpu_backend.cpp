@@ -39,6 +39,9 @@ TEST_CASE("cpu backend: factory, aligned zeroed memory, copies", "[cpu][backend]
 TEST_CASE("cpu backend: attention through the interface matches the reference",
           "[cpu][backend][attention]") {
   auto be = make_backend("cpu", 0);
+  const AffineBiasDivisor divisor = GENERATE(AffineBiasDivisor::sequence, AffineBiasDivisor::visible);
+  INFO("divisor " << divisor);
+  const AttentionFeatures features = features_of(AttentionVariant::affine, divisor);
   const int64_t B = 1, T = 5, H = 6, Hkv = 2, D = 6;
   const auto qkv = to_float(random_vec(B * T * (H + 2 * Hkv) * D, 101));
   const auto alpha = to_float(random_vec(B * T * H, 102, 0.2, 1.0));
@@ -48,6 +51,7 @@ TEST_CASE("cpu backend: attention through the interface matches the reference",
   AttentionForwardArgs f;
   f.shape = {B, T, H, Hkv, D};
   f.variant = AttentionVariant::affine;
+  f.bias_divisor = divisor;
   f.scale = 0.4f;
   f.qkv = qkv.data();
   f.alpha = alpha.data();
@@ -63,10 +67,10 @@ TEST_CASE("cpu backend: attention through the interface matches the reference",
 
   std::vector<float> rout(out.size()), rlse(lse.size()), rdq(dqkv.size()), rda(dalpha.size());
   cpu::attention_forward<float>(rout.data(), rlse.data(), qkv.data(), nullptr, alpha.data(),
-                                ma.data(), {B, T, H, Hkv, D}, 0.4f, AttentionVariant::affine);
+                                ma.data(), {B, T, H, Hkv, D}, 0.4f, features);
   cpu::attention_backward<float>(rdq.data(), nullptr, rda.data(), dout.data(), qkv.data(),
                                  rlse.data(), nullptr, alpha.data(), ma.data(), {B, T, H, Hkv, D},
-                                 0.4f, AttentionVariant::affine);
+                                 0.4f, features);
   CHECK(out == rout);
   CHECK(lse == rlse);
   CHECK(dqkv == rdq);

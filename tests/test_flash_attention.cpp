@@ -1,6 +1,6 @@
 // CPU mirror of the fused attention (cpu_flash_attention_{fwd,bwd}.cpp) against the unfused CPU
 // reference (cpu_attention.cpp): forward (out, lse) and backward (dqkv, dsinks,
-// dalpha), every variant, MHA and GQA, default and forced-small tile sizes
+// dalpha), every variant (affine under both bias divisors), MHA and GQA, default and forced-small tile sizes
 // (including tiles that do not divide T, Bc < Br, and Bc > Br not a multiple of Br).
 //
 // Tolerances (error metric: max |flash - ref| / max(max |ref|, 1e-3), per output):
@@ -45,7 +45,9 @@ constexpr AttentionVariant kVariants[] = {AttentionVariant::baseline, AttentionV
 struct Problem {
   cpu::AttnDims dims;
   AttentionVariant variant;
+  AffineBiasDivisor divisor = AffineBiasDivisor::sequence;
   std::vector<double> qkv, sinks, alpha, alpha_ma, dout;
+  AttentionFeatures features() const { return features_of(variant, divisor); }
 
   Problem(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, AttentionVariant v, uint64_t seed)
       : dims{B, T, H, Hkv, D}, variant(v) {
@@ -97,10 +99,10 @@ Result<T> run_reference(const Problem& pb) {
   const Inputs<T> in(pb);
   Result<T> r = allocate<T>(pb);
   cpu::attention_forward<T>(r.out.data(), r.lse.data(), in.qkv.data(), in.sinks.data(),
-                            in.alpha.data(), in.alpha_ma.data(), pb.dims, scale_of<T>(pb), pb.variant);
+                            in.alpha.data(), in.alpha_ma.data(), pb.dims, scale_of<T>(pb), pb.features());
   cpu::attention_backward<T>(r.dqkv.data(), r.dsinks.data(), r.dalpha.data(), in.dout.data(),
                              in.qkv.data(), r.lse.data(), in.sinks.data(), in.alpha.data(),
-                             in.alpha_ma.data(), pb.dims, scale_of<T>(pb), pb.variant);
+                             in.alpha_ma.data(), pb.dims, scale_of<T>(pb), pb.features());
   return r;
 }
 
@@ -110,11 +112,11 @@ Result<T> run_flash(const Problem& pb, cpu::FlashTileOverride tiles) {
   Result<T> r = allocate<T>(pb);
   cpu::flash_attention_forward<T>(r.out.data(), r.lse.data(), in.qkv.data(), in.sinks.data(),
                                   in.alpha.data(), in.alpha_ma.data(), pb.dims, scale_of<T>(pb),
-                                  pb.variant, tiles);
+                                  pb.features(), tiles);
   cpu::flash_attention_backward<T>(r.dqkv.data(), r.dsinks.data(), r.dalpha.data(), in.dout.data(),
                                    in.qkv.data(), r.out.data(), r.lse.data(), in.sinks.data(),
                                    in.alpha.data(), in.alpha_ma.data(), pb.dims, scale_of<T>(pb),
-                                   pb.variant, tiles);
+                                   pb.features(), tiles);
   return r;
 }
 
@@ -129,7 +131,7 @@ void check_all_finite(const std::vector<T>& v, const char* what) {
 template <typename T>
 void compare_to_reference(const Problem& pb, cpu::FlashTileOverride tiles, double tol,
                           double dsinks_tol) {
-  INFO(variant_name(pb.variant) << " B=" << pb.dims.B << " T=" << pb.dims.T << " H=" << pb.dims.H
+  INFO(variant_name(pb.variant) << " divisor " << pb.divisor << " B=" << pb.dims.B << " T=" << pb.dims.T << " H=" << pb.dims.H
                                 << " Hkv=" << pb.dims.Hkv << " D=" << pb.dims.D << " Br="
                                 << tiles.Br << " Bc=" << tiles.Bc);
   const Result<T> ref = run_reference<T>(pb);
@@ -151,7 +153,7 @@ void compare_to_reference(const Problem& pb, cpu::FlashTileOverride tiles, doubl
       err = std::max(err, std::fabs(static_cast<double>(got.dalpha[k]) - ref.dalpha[k]));
       scale = std::max(scale, std::fabs(static_cast<double>(ref.dalpha[k])));
     }
-    CHECK(err / std::max(scale, testing::dalpha_cancelling_terms(pb.qkv.data(), pb.dout.data(), pb.dims)) < tol);
+    CHECK(err / std::max(scale, testing::dalpha_cancelling_terms(pb.qkv.data(), pb.dout.data(), pb.dims, pb.divisor)) < tol);
   }
 }
 
@@ -183,6 +185,20 @@ TEST_CASE("cpu flash attention matches the reference in double", "[flash][attent
       const Problem pb(1, T, 2, 1, 128, v, seed_of(T, 128, 1, v));
       compare_to_reference<double>(pb, {0, 0}, 1e-12, 1e-12);
       compare_to_reference<double>(pb, {16, 16}, 1e-12, 1e-12);
+    }
+  }
+}
+
+TEST_CASE("cpu flash attention matches the reference under the visible divisor", "[flash][attention]") {
+  for (AttentionVariant v : {AttentionVariant::affine, AttentionVariant::affine_gated}) {
+    for (int64_t T : {7, 130}) {
+      for (int64_t Hkv : {2, 1}) {
+        Problem pb(2, T, 2, Hkv, 64, v, seed_of(T, 64, Hkv, v) + 5);
+        pb.divisor = AffineBiasDivisor::visible;
+        for (const cpu::FlashTileOverride tiles : {cpu::FlashTileOverride{0, 0}, cpu::FlashTileOverride{16, 8}})
+          compare_to_reference<double>(pb, tiles, 1e-12, 1e-12);
+        compare_to_reference<float>(pb, {0, 0}, 1e-5, 5e-5);
+      }
     }
   }
 }
@@ -230,5 +246,5 @@ TEST_CASE("cpu flash attention rejects bad shapes", "[flash][attention]") {
   cpu::AttnDims dims{1, 2, 3, 2, 4};  // H not a multiple of Hkv
   CHECK_THROWS(cpu::flash_attention_forward<float>(buf.data(), buf.data(), buf.data(), buf.data(),
                                                    buf.data(), buf.data(), dims, 0.5f,
-                                                   AttentionVariant::baseline));
+                                                   features_of(AttentionVariant::baseline)));
 }

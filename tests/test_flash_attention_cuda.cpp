@@ -96,7 +96,7 @@ struct Outputs {
   std::vector<float> out, lse, dqkv, dsinks, dalpha;
 };
 
-Outputs reference(const Host& in, cpu::AttnDims dims, AttentionVariant v, bool round_outputs) {
+Outputs reference(const Host& in, cpu::AttnDims dims, AttentionFeatures v, bool round_outputs) {
   Outputs r;
   r.out.assign(static_cast<size_t>(dims.B * dims.T * dims.H * dims.D), 0.f);
   r.lse.assign(static_cast<size_t>(dims.B * dims.H * dims.T), 0.f);
@@ -118,8 +118,8 @@ Outputs reference(const Host& in, cpu::AttnDims dims, AttentionVariant v, bool r
 // wgmma_forward: the forward runs the Hopper wgmma kernel (flash_forward_sm90a_kernel.cuh)
 // instead of the mma.sync one; the backward is the same either way.
 void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, AttentionVariant variant,
-              bool wgmma_forward = false) {
-  INFO("variant " << static_cast<int>(variant) << " B=" << B << " T=" << T << " H=" << H
+              bool wgmma_forward = false, AffineBiasDivisor divisor = AffineBiasDivisor::sequence) {
+  INFO("variant " << static_cast<int>(variant) << " divisor " << divisor << " B=" << B << " T=" << T << " H=" << H
                   << " Hkv=" << Hkv << " D=" << D);
   const cpu::AttnDims dims{B, T, H, Hkv, D};
   std::mt19937 rng(static_cast<uint32_t>(T * 131 + D * 7 + Hkv * 3 + static_cast<int>(variant)));
@@ -140,8 +140,8 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   Host rounded = exact;
   for (auto* vec : {&rounded.qkv, &rounded.alpha, &rounded.dout})
     for (float& x : *vec) x = round_bf16(x);
-  const Outputs truth = reference(exact, dims, variant, false);
-  const Outputs lowp = reference(rounded, dims, variant, true);
+  const Outputs truth = reference(exact, dims, features_of(variant, divisor), false);
+  const Outputs lowp = reference(rounded, dims, features_of(variant, divisor), true);
 
   auto to_bits = [](const std::vector<float>& v) {
     std::vector<uint16_t> h(v.size());
@@ -162,6 +162,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   AttentionForwardArgs fa;
   fa.shape = {B, T, H, Hkv, D};
   fa.variant = variant;
+  fa.bias_divisor = divisor;
   fa.scale = 1.f / std::sqrt(static_cast<float>(D));
   fa.qkv = qkv.ptr;
   fa.sinks = sinks.ptr;
@@ -222,7 +223,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   }
   if (has_affine(variant))
     check_rule("dalpha", widen(dalpha_h[0], n_alpha), lowp.dalpha, truth.dalpha,
-               testing::dalpha_cancelling_terms(exact.qkv.data(), exact.dout.data(), dims));
+               testing::dalpha_cancelling_terms(exact.qkv.data(), exact.dout.data(), dims, divisor));
 }
 
 }  // namespace
@@ -242,6 +243,9 @@ TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][atte
           const int64_t B = T >= 1000 ? 1 : 2;
           run_case(B, T, 4, Hkv, D, v);
         }
+  // The other affine bias divisor (the cases above use the default, `sequence`).
+  for (int64_t T : {7, 1000})
+    for (int64_t D : {64, 128}) run_case(T >= 1000 ? 1 : 2, T, 4, 1, D, AttentionVariant::affine, false, AffineBiasDivisor::visible);
 }
 
 TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flash][attention][sm90a]") {
@@ -260,6 +264,7 @@ TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flas
                              AttentionVariant::gated, AttentionVariant::affine_gated})
     for (int64_t D : {128, 64})  // 64: built, chosen only on request
       for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, true);  // GQA, group 2
+  for (int64_t T : {7, 1000}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, 128, AttentionVariant::affine, true, AffineBiasDivisor::visible);
 }
 
 #endif  // KDTRAIN_HAVE_CUDA

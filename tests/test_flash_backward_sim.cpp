@@ -2,7 +2,7 @@
 // the prefix scan it uses for affine, and the launch sequence
 // kernels/attention/flash_backward_sequence.h) executed by the host SIMT emulator
 // (kernels/tc/sim/) against the CPU reference (cpu_attention.cpp, double) on the same bf16
-// inputs: every variant, head dims 64 and 128, MHA and GQA, odd B and H,
+// inputs: every variant (affine under both bias divisors), head dims 64 and 128, MHA and GQA, odd B and H,
 // T in {1, 7, 33, 64, 65, 130, 257}: dq, dk, dv, dsinks, dalpha. Outputs are NaN-prefilled
 // (dsinks starts at 0.25: it is accumulated) between guard sentinels, the workspace too
 // is framed by guards and starts as garbage; results must be bit-identical across fiber
@@ -62,8 +62,10 @@ struct Problem : AttnInputs {
   std::vector<float> lse;
   std::vector<double> lse_ref;      // the double forward's
 
-  Problem(int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t d, AttentionVariant v, uint64_t seed)
+  Problem(int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t d, AttentionVariant v, uint64_t seed,
+          AffineBiasDivisor bias_divisor = AffineBiasDivisor::sequence)
       : AttnInputs(b, t, h, hkv, d, v, seed) {
+    divisor = bias_divisor;
     std::uniform_real_distribution<float> go(-1.f, 1.f);
     dout.resize(static_cast<size_t>(B * T * H * D));
     for (auto& e : dout) e = sim::bf16_round(go(rng));
@@ -72,7 +74,7 @@ struct Problem : AttnInputs {
     const std::vector<double> q = widen(qkv), al = widen(alpha);
     const std::vector<double> sk(sinks.begin(), sinks.end()), am(alpha_ma.begin(), alpha_ma.end());
     cpu::attention_forward<double>(out_ref.data(), lse_ref.data(), q.data(), sk.data(), al.data(), am.data(),
-                                   dims(), scale(), variant);
+                                   dims(), scale(), features());
     for (double o : out_ref) out.push_back(sim::bf16_round(static_cast<float>(o)));
     for (double l : lse_ref) lse.push_back(static_cast<float>(l));
   }
@@ -130,7 +132,7 @@ Emulated run_emulated(const Problem& pb, sim::Schedule schedule, int first_ticke
   Guarded<uint16_t> dqkv(pb.qkv.size(), 0x7fc0, kGuardHalf);
   Guarded<uint16_t> dalpha(pb.alpha.size(), affine ? 0x7fc0 : 0, kGuardHalf);
   Guarded<float> dsinks(static_cast<size_t>(pb.H), 0.25f, guard_float());
-  const flash::FlashParams p = flash::make_flash_params(pb.B, pb.T, pb.H, pb.Hkv, pb.D, pb.scale());
+  const flash::FlashParams p = pb.params();
   const flash::BwdWorkspace layout = flash::bwd_workspace(pb.B, pb.T, pb.H, pb.Hkv, pb.D, sink, affine);
   // Garbage (NaN bytes) in the workspace: the kernels must not read what they did not write.
   Guarded<uint8_t> ws(layout.bytes + 256, 0xff, kGuardByte);
@@ -182,7 +184,7 @@ void compare_to_reference(const Problem& pb, const Emulated& got) {
   std::vector<double> dqkv(qkv.size()), dalpha(alpha.size()), dsinks(static_cast<size_t>(H), 0.25);
   cpu::attention_backward<double>(dqkv.data(), dsinks.data(), dalpha.data(), dout.data(), qkv.data(),
                                   pb.lse_ref.data(), sinks.data(), alpha.data(), ama.data(), pb.dims(), scale,
-                                  pb.variant);
+                                  pb.features());
   // Magnitude sums M of the bound, per element of dqkv, dalpha (fp32 part) and dsinks.
   std::vector<double> M(qkv.size(), 0.0), Ma(alpha.size(), 0.0), Ms(static_cast<size_t>(H), 0.0);
   std::vector<double> Mr(qkv.size(), 0.0);  // sum |beta dO| into dv (the reverse scan, fp32)
@@ -195,7 +197,8 @@ void compare_to_reference(const Problem& pb, const Emulated& got) {
         const double* o = &out[((b * T + i) * H + h) * D];
         const double lse = pb.lse_ref[(b * H + h) * T + i];
         const double a = affine ? alpha[(b * T + i) * H + h] : 1.0;
-        const double beta = affine ? (ama[h] - a) / static_cast<double>(i + 1) : 0.0;
+        const double n_keys = affine_bias_count(pb.divisor, i, T);
+        const double beta = affine ? (ama[h] - a) / n_keys : 0.0;
         double E = 0, Dfull = 0;
         for (int64_t d = 0; d < D; ++d) E += std::fabs(dO[d] * o[d]);
         // D_i = sum_j P_ij alpha dPraw_ij (exact, from the keys).
@@ -229,7 +232,7 @@ void compare_to_reference(const Problem& pb, const Emulated& got) {
           double sig = 0;
           for (int64_t j = 0; j <= i; ++j)
             for (int64_t d = 0; d < D; ++d) sig += std::fabs(dO[d] * qkv[(b * T + j) * tok + (H + Hkv + g) * D + d]);
-          Ma[(b * T + i) * H + h] = ma + sig / static_cast<double>(i + 1);
+          Ma[(b * T + i) * H + h] = ma + sig / n_keys;
         }
         if (sink) Ms[static_cast<size_t>(h)] += std::exp(sinks[h] - lse) * E;
       }
@@ -264,7 +267,7 @@ constexpr AttentionVariant kVariants[] = {AttentionVariant::baseline, AttentionV
                                           AttentionVariant::gated, AttentionVariant::affine_gated};
 
 void check_problem(const Problem& pb, bool all_schedules) {
-  INFO(to_string(pb.variant) << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H << " Hkv=" << pb.Hkv << " D=" << pb.D);
+  INFO(to_string(pb.variant) << " divisor " << pb.divisor << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H << " Hkv=" << pb.Hkv << " D=" << pb.D);
   const Emulated fwd = run_emulated(pb, sim::Schedule::forward);
   CHECK(fwd.guards_ok);
   CHECK(fwd.cp_async_dropped == 0);  // every copy issued was waited for
@@ -288,6 +291,14 @@ TEST_CASE("emulated backward kernel matches the reference at head dim 64", "[fla
       check_problem(Problem(B, T, 3, 1, 64, v, 3000 * T + static_cast<int>(v)), T == 65);  // GQA, group 3
     }
   for (AttentionVariant v : kVariants) check_problem(Problem(1, 130, 2, 2, 64, v, 177 + static_cast<int>(v)), false);
+}
+
+TEST_CASE("emulated backward kernel matches the reference under the visible divisor", "[flash][sim][attention]") {
+  for (int64_t D : {64, 128})
+    for (int64_t T : {7, 130})
+      check_problem(Problem(T <= 65 ? 3 : 1, T, 3, 1, D, AttentionVariant::affine, 5000 * T + D,
+                            AffineBiasDivisor::visible),
+                    false);
 }
 
 TEST_CASE("emulated backward kernel matches the reference at head dim 128", "[flash][sim][attention]") {

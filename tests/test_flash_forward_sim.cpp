@@ -1,8 +1,8 @@
 // The real CUDA forward kernel source (kernels/attention/flash_forward_kernel.cuh, and the prefix
 // scan it uses for affine, kernels/attention/prefix_scan_kernel.cuh) executed by the host SIMT
 // emulator (kernels/tc/sim/) against the CPU reference (cpu_attention.cpp, double) on the
-// same bf16 inputs: every variant, head dims 64 and 128, MHA and GQA, odd B and H,
-// T in {1, 7, 33, 64, 65, 130, 257}; outputs NaN-prefilled between guard sentinels;
+// same bf16 inputs: every variant (affine under both bias divisors), head dims 64 and 128,
+// MHA and GQA, odd B and H, T in {1, 7, 33, 64, 65, 130, 257}; outputs NaN-prefilled between guard sentinels;
 // two fiber schedules whose results must be bit-identical (forward order with cp.async
 // landing at its wait; reverse order with cp.async landing at issue). The scan is also checked
 // against the CPU mirror's (cpu_prefix_scan.h) bit for bit.
@@ -61,7 +61,7 @@ constexpr AttentionVariant kVariants[] = {AttentionVariant::baseline, AttentionV
                                           AttentionVariant::gated, AttentionVariant::affine_gated};
 
 void check_problem(const Problem& pb) {
-  INFO(to_string(pb.variant) << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H << " Hkv=" << pb.Hkv
+  INFO(to_string(pb.variant) << " divisor " << pb.divisor << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H << " Hkv=" << pb.Hkv
                                 << " D=" << pb.D);
   const Emulated fwd = run_emulated(pb, sim::Schedule::forward);
   CHECK(fwd.guards_ok);
@@ -82,6 +82,15 @@ TEST_CASE("emulated forward kernel matches the reference at head dim 64", "[flas
       check_problem(Problem(B, T, 3, 1, 64, v, 1000 * T + static_cast<int>(v)));  // GQA, group 3
     }
   for (AttentionVariant v : kVariants) check_problem(Problem(1, 130, 2, 2, 64, v, 77 + static_cast<int>(v)));  // MHA
+}
+
+TEST_CASE("emulated forward kernel matches the reference under the visible divisor", "[flash][sim][attention]") {
+  for (int64_t D : {64, 128})
+    for (int64_t T : {7, 130}) {
+      Problem pb(T <= 65 ? 3 : 1, T, 3, 1, D, AttentionVariant::affine, 3000 * T + D);
+      pb.divisor = AffineBiasDivisor::visible;
+      check_problem(pb);
+    }
 }
 
 TEST_CASE("emulated forward kernel matches the reference at head dim 128", "[flash][sim][attention]") {

@@ -2,9 +2,9 @@
 // executed by the host SIMT emulator, wgmma included (kernels/tc/sim/simt_wgmma.cpp),
 // against the CPU reference in double, with the mma.sync forward's bounds
 // (forward_reference_check.h: the same precision, bf16 P and output, fp32 elsewhere):
-// every variant at head dim 128 (and 64: built, chosen only on request), GQA (group 2,
-// where h / group and h % Hkv differ), T in {1, 7, 1000, 2048} (64: up to 1000), outputs
-// NaN-prefilled between guards. Up to T 1000 (64: 7) runs in the
+// every variant (affine under both bias divisors) at head dim 128 (and 64: built, chosen
+// only on request), GQA (group 2, where h / group and h % Hkv differ), T in
+// {1, 7, 1000, 2048} (64: up to 1000), outputs NaN-prefilled between guards. Up to T 1000 (64: 7) runs in the
 // reverse fiber order with cp.async landing at issue, and in a seeded shuffled order, must
 // give the same bits.
 #include <catch2/catch.hpp>
@@ -43,7 +43,8 @@ EmulatedForward run(const AttnInputs& pb, sim::Schedule sched) {
 }
 
 void check_problem(const AttnInputs& pb, bool both_schedules) {
-  INFO(to_string(pb.variant) << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H << " Hkv=" << pb.Hkv << " D=" << pb.D);
+  INFO(to_string(pb.variant) << " divisor " << pb.divisor << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H
+                            << " Hkv=" << pb.Hkv << " D=" << pb.D);
   const EmulatedForward fwd = run(pb, sim::Schedule::forward);
   CHECK(fwd.guards_ok);
   CHECK(fwd.stats.cp_async_dropped == 0);
@@ -78,6 +79,15 @@ TEST_CASE("emulated sm_90a forward kernel matches the reference at head dim 64",
       const int64_t B = T <= 7 ? 2 : 1;
       check_problem(AttnInputs(B, T, 4, 2, 64, v, 5000 * T + static_cast<int>(v)), T <= 7);
     }
+}
+
+TEST_CASE("emulated sm_90a forward kernel matches the reference under the visible divisor",
+          "[flash][sim][attention][sm90a]") {
+  for (int64_t T : {7, 130}) {
+    AttnInputs pb(T <= 7 ? 2 : 1, T, 4, 2, 128, AttentionVariant::affine, 3100 * T);
+    pb.divisor = AffineBiasDivisor::visible;
+    check_problem(pb, true);
+  }
 }
 
 TEST_CASE("emulated sm_90a forward kernel matches the reference at T 2048", "[flash][sim][attention][sm90a]") {

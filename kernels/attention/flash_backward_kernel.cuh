@@ -364,7 +364,7 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
         const int64_t i = i0 + dq_m * 16 + lane;
         if (dq_n == 0 && lane < 16 && i < p.T)
           a.dalpha[b * p.alpha_batch + i * p.alpha_token + h] =
-              tc::float_to_bf16(rsum - a.sigma[row_stat] / static_cast<float>(i + 1));
+              tc::float_to_bf16(rsum - a.sigma[row_stat] / flash::affine_bias_count(p, i));
       }
     }
   }

@@ -68,7 +68,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
       const float* s = nullptr;
       if constexpr (kAffine) {
         alpha = tc::bf16_to_float(a.alpha[b * p.alpha_batch + i * p.alpha_token + h]);
-        beta = (a.alpha_ma[h] - alpha) / static_cast<float>(i + 1);
+        beta = (a.alpha_ma[h] - alpha) / flash::affine_bias_count(p, i);
         s = a.vsum + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer;
       }
       float dsum = 0.f, ssum = 0.f;

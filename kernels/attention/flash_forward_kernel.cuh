@@ -277,7 +277,7 @@ TC_DEVICE void flash_forward_block(const ForwardArgs& a, unsigned char* smem) {
       if constexpr (kAffine) {
         if (row < T) {
           alpha_i = tc::bf16_to_float(a.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
-          beta = (a.alpha_ma[h] - alpha_i) / static_cast<float>(row + 1);
+          beta = (a.alpha_ma[h] - alpha_i) / affine_bias_count(p, row);
           pre = a.prefix + (b * p.T + row) * (p.Hkv * D) + g * D;
         }
       }

@@ -74,7 +74,16 @@ struct FlashParams {
   int64_t alpha_token = 0;  // stride between tokens of alpha/dalpha: H
   int64_t alpha_batch = 0;  // stride between batches of alpha/dalpha: T * H
   float scale = 0.f;        // softmax scale, 1/sqrt(D)
+  // N of the affine bias beta_i = (alpha_ma - alpha_i) / N (SPEC §2): T, the keys of the
+  // call (`sequence`), or the visible keys i + 1 of query row i when bias_visible.
+  bool bias_visible = false;
 };
+
+// The affine bias divisor of query row i: every pass of either backend reads it here.
+template <typename T = float>
+constexpr T affine_bias_count(const FlashParams& p, int64_t i) {
+  return static_cast<T>(p.bias_visible ? i + 1 : p.T);
+}
 
 constexpr FlashParams make_flash_params(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
                                         float scale) {

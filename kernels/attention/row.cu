@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionPa
   float a = 1.f, beta = 0.f;
   if (p.affine) {
     a = to_f(p.alpha[(b * p.T + i) * p.H + h]);
-    beta = (p.alpha_ma[h] - a) / static_cast<float>(i + 1);
+    beta = (p.alpha_ma[h] - a) / flash::affine_bias_count(p, i);
   }
   for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
     float acc, vsum;
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(Atte
 
   // (PV)_i and sum_j V_j per channel, then D_i and dalpha_i as block sums.
   float di_part = 0.f, da_part = 0.f;
-  const float invN = 1.f / static_cast<float>(i + 1);
+  const float invN = 1.f / flash::affine_bias_count(p, i);
   for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
     float pv, vsum;
     weighted_v_sums(p, ix, b, g, i, pj, d, pv, vsum);
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_key_kernel(Attent
         const float a = p.affine ? to_f(p.alpha[(b * p.T + i) * p.H + h]) : 1.f;
         const float pij = expf(p.scale * qk - p.lse[r]);
         cq[i] = p.scale * pij * (a * dOv - drow[r]);
-        cv[i] = pij * a + (p.affine ? (ma - a) / static_cast<float>(i + 1) : 0.f);
+        cv[i] = pij * a + (p.affine ? (ma - a) / flash::affine_bias_count(p, i) : 0.f);
       }
     }
     __syncthreads();

@@ -7,7 +7,8 @@
 // accumulator in fp32, lse (B,H,T) and sinks fp32. Per variant:
 //   sink:   the sink logit joins the max and the denominator (lse includes it);
 //           dsinks(H) += -sum_{b,i} exp(s_h - lse_i) D_i   (D_i = dO'_i . (PV)_i)
-//   affine: out_i = alpha_i (PV)_i + beta_i sum_{j<=i} V_j, beta_i = (alpha_ma - alpha_i)/(i+1);
+//   affine: out_i = alpha_i (PV)_i + beta_i sum_{j<=i} V_j, beta_i = (alpha_ma - alpha_i)/N_i,
+//           N_i = T or i + 1 (flash::affine_bias_count);
 //           dV_j gets the reverse prefix sum of beta_i dO_i over i >= j.
 //   gated / affine-gated: same core as baseline / affine (the gate is its own op).
 // Determinism: no atomics. Pass 1 owns dq_i, D_i and dalpha_i of its row; pass 2

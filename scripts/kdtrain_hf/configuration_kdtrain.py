@@ -7,12 +7,13 @@ for every variant other than `baseline`, so that
     AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
 
 loads the model. The keys mirror LlamaConfig / Qwen2Config; kdtrain adds
-`attention_variant`, `alpha_activation`, `alpha_momentum` and `base_model_type`
-(the architecture the model was shaped after: "llama" or "qwen2").
+`attention_variant`, `alpha_activation`, `alpha_momentum`, `affine_bias_divisor` (absent:
+"visible", what kdtrain wrote before the key existed) and `base_model_type` (the
+architecture the model was shaped after: "llama" or "qwen2").
 """
 from transformers.configuration_utils import PretrainedConfig
 
-from .variants import ALPHA_ACTIVATIONS, ATTENTION_VARIANTS
+from .variants import AFFINE_BIAS_DIVISOR_BEFORE_KEY, AFFINE_BIAS_DIVISORS, ALPHA_ACTIVATIONS, ATTENTION_VARIANTS
 
 
 class KdtrainConfig(PretrainedConfig):
@@ -40,6 +41,7 @@ class KdtrainConfig(PretrainedConfig):
         attention_variant="baseline",
         alpha_activation="linear_clip",
         alpha_momentum=0.9,
+        affine_bias_divisor=AFFINE_BIAS_DIVISOR_BEFORE_KEY,
         base_model_type="llama",
         use_cache=True,
         **kwargs,
@@ -65,6 +67,10 @@ class KdtrainConfig(PretrainedConfig):
         if self.alpha_activation not in ALPHA_ACTIVATIONS:
             raise ValueError(
                 f"config.json: alpha_activation {self.alpha_activation!r} is not one of {ALPHA_ACTIVATIONS}"
+            )
+        if self.affine_bias_divisor not in AFFINE_BIAS_DIVISORS:
+            raise ValueError(
+                f"config.json: affine_bias_divisor {self.affine_bias_divisor!r} is not one of {AFFINE_BIAS_DIVISORS}"
             )
         if self.hidden_act != "silu":
             raise ValueError(f"config.json: hidden_act {self.hidden_act!r} is not supported (only silu)")

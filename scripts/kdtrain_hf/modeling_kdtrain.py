@@ -140,6 +140,7 @@ class KdtrainAttention(nn.Module):
         self.layer_idx = layer_idx
         self.variant = config.attention_variant
         self.activation = config.alpha_activation
+        self.bias_divisor = config.affine_bias_divisor
         C, H, Hkv, D = (config.hidden_size, config.num_attention_heads,
                         config.num_key_value_heads, config.head_dim)
         self.num_heads, self.num_kv_heads, self.head_dim = H, Hkv, D
@@ -220,14 +221,22 @@ class KdtrainAttention(nn.Module):
         if self.has_affine:
             alpha = alpha_activation(self.alpha_proj(x).to(work), self.activation).transpose(1, 2)  # (B, H, T)
             # The prefix sum runs over every key, cached ones included; the new rows are the last T.
+            # N of beta (SPEC §2): `sequence` divides by the keys of the call, past + current
+            # (a padded row's real keys); `visible` by the keys each query sees.
             if key_valid is None:
                 v_prefix = v.cumsum(dim=2)[:, :, past:]
-                n_visible = torch.arange(past + 1, S + 1, dtype=work, device=x.device).view(1, 1, T)
+                if self.bias_divisor == "sequence":
+                    n_keys = torch.full((1, 1, 1), float(S), dtype=work, device=x.device)
+                else:
+                    n_keys = torch.arange(past + 1, S + 1, dtype=work, device=x.device).view(1, 1, T)
             else:
                 kv = key_valid.to(work)  # (B, S)
                 v_prefix = (v * kv[:, None, :, None]).cumsum(dim=2)[:, :, past:]
-                n_visible = kv.cumsum(dim=-1).clamp(min=1.0)[:, None, past:]
-            beta = (self.alpha_ma.to(work).view(1, H, 1) - alpha) / n_visible
+                if self.bias_divisor == "sequence":
+                    n_keys = kv.sum(dim=-1).clamp(min=1.0).view(B, 1, 1)
+                else:
+                    n_keys = kv.cumsum(dim=-1).clamp(min=1.0)[:, None, past:]
+            beta = (self.alpha_ma.to(work).view(1, H, 1) - alpha) / n_keys
             out = alpha[..., None] * out + beta[..., None] * v_prefix
 
         out = out.transpose(1, 2).reshape(B, T, H * D).to(x.dtype)

@@ -21,6 +21,11 @@ FEATURES = {
 }
 ATTENTION_VARIANTS = tuple(FEATURES)
 ALPHA_ACTIVATIONS = ("linear_clip", "sigmoid")
+# N of the affine bias beta = (alpha_ma - alpha) / N (SPEC §2): "sequence" = the keys of the
+# call (the paper's, kdtrain's default), "visible" = i + 1 per query. A config.json without
+# the key predates it and means "visible".
+AFFINE_BIAS_DIVISORS = ("sequence", "visible")
+AFFINE_BIAS_DIVISOR_BEFORE_KEY = "visible"
 # Every (variant, alpha activation) pair with maths of its own, for the tests: each
 # activation where the affine term uses alpha, linear_clip (unused) elsewhere.
 VARIANT_CASES = tuple((v, a) for v, f in FEATURES.items()

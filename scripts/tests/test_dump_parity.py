@@ -1,7 +1,9 @@
 """`kdtrain dump` (fp32 CPU backend) against the float64 reference model.
 
 For tiny-llama and tiny-qwen x every attention variant (affine and affine-gated with
-both alpha activations): `kdtrain init` a checkpoint, re-draw its weights, run
+both alpha activations; affine under both bias divisors at two sequence lengths,
+and a checkpoint without the divisor key, read as `visible` by both sides):
+`kdtrain init` a checkpoint, re-draw its weights, run
 `kdtrain dump --grads` and scripts/reference_model.py on the same shard, and compare
 logits, loss and every parameter gradient.
 
@@ -151,18 +153,40 @@ def _compare(name, got, want, rel_tol):
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("variant,activation", CASES)
 def test_dump_matches_reference(preset, variant, activation, tmp_path):
+    check_dump(preset, variant, activation, None, T, tmp_path)
+
+
+# Both readings of the affine bias divisor, at two sequence lengths (N = T differs
+# from i + 1 on every row but the last); "absent": a config.json from before the key.
+@pytest.mark.parametrize("divisor", ["sequence", "visible", "absent"])
+@pytest.mark.parametrize("seq_len", [5, T])
+@pytest.mark.parametrize("variant", ["affine", "affine-gated"])
+def test_dump_matches_reference_under_each_divisor(variant, seq_len, divisor, tmp_path):
+    check_dump("tiny-llama", variant, "linear_clip", divisor, seq_len, tmp_path)
+
+
+def check_dump(preset, variant, activation, divisor, seq_len, tmp_path):
     ckpt = tmp_path / "ckpt"
     init_args = ["init", "--preset", preset, "--attention", variant, "--seed", "1234",
                  "--out", str(ckpt)]
     if activation == "sigmoid":
         init_args += ["--set", "attention.alpha_activation=sigmoid"]
+    if divisor in ("sequence", "visible"):
+        init_args += ["--set", f"attention.affine_bias_divisor={divisor}"]
     _run(init_args, "kdtrain init")
 
     config = json.loads((ckpt / "config.json").read_text())
     assert config.get("attention_variant") == variant, "config.json must record attention_variant"
     if activation is not None:
         assert config.get("alpha_activation") == activation, "config.json must record alpha_activation"
+    assert config.get("affine_bias_divisor") == divisor or divisor in (None, "absent")
+    if divisor == "absent":
+        del config["affine_bias_divisor"]
+        (ckpt / "config.json").write_text(json.dumps(config, indent=2))
+        _record_checksum(ckpt, "config.json")
+        assert ref.load_checkpoint(str(ckpt))[0].affine_bias_divisor == "visible"
     _redraw_weights(ckpt, seed=zlib.crc32(f"{preset}/{variant}/{activation}".encode()))
+    T = seq_len
 
     shard = tmp_path / "data.bin"
     ref.write_shard(str(shard), np.frombuffer(TEXT, dtype=np.uint8), version=1)

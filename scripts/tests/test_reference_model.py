@@ -301,18 +301,30 @@ def _random_qkv(B=2, H=4, Hkv=2, T=9, D=4, seed=0):
     return q, k, v, g
 
 
-def test_affine_attention_mass_equals_alpha_ma():
-    q, k, v, g = _random_qkv()
+@pytest.mark.parametrize("T", [9, 33])
+def test_affine_attention_mass_under_each_divisor(T):
+    """visible: every query's total weight is alpha_ma; sequence: alpha_i + (i + 1)(alpha_ma - alpha_i)/T
+    (SPEC §2), so it varies per query and equals alpha_ma only on the last row."""
+    q, k, v, g = _random_qkv(T=T)
     B, H, T, _ = q.shape
     alpha = torch.rand(B, H, T, generator=g, dtype=torch.float64)
     alpha_ma = torch.rand(H, generator=g, dtype=torch.float64)
-    out, w = ref.attention_core(q, k, v, "affine", alpha=alpha, alpha_ma=alpha_ma,
-                                return_weights=True)
-    mass = w.sum(-1)
-    assert torch.allclose(mass, alpha_ma.view(1, H, 1).expand_as(mass), atol=1e-13, rtol=0)
-    assert torch.all(w.triu(diagonal=1) == 0)  # no weight on future keys: still causal
+    ma = alpha_ma.view(1, H, 1)
     v_full = v.repeat_interleave(H // v.shape[1], dim=1)
-    assert torch.allclose(out, w @ v_full, atol=1e-13, rtol=0)
+    i1 = torch.arange(1, T + 1, dtype=torch.float64).view(1, 1, T)
+    expected = {"visible": ma.expand_as(alpha), "sequence": alpha + i1 * (ma - alpha) / T}
+    for divisor, want in expected.items():
+        out, w = ref.attention_core(q, k, v, "affine", alpha=alpha, alpha_ma=alpha_ma,
+                                    bias_divisor=divisor, return_weights=True)
+        mass = w.sum(-1)
+        assert torch.allclose(mass, want, atol=1e-13, rtol=0), divisor
+        assert torch.all(w.triu(diagonal=1) == 0)  # no weight on future keys: still causal
+        assert torch.allclose(out, w @ v_full, atol=1e-13, rtol=0)
+    # The two readings agree on the last query (N = T = i + 1) and nowhere else in general.
+    out_s = ref.attention_core(q, k, v, "affine", alpha=alpha, alpha_ma=alpha_ma, bias_divisor="sequence")
+    out_v = ref.attention_core(q, k, v, "affine", alpha=alpha, alpha_ma=alpha_ma, bias_divisor="visible")
+    assert torch.allclose(out_s[:, :, -1], out_v[:, :, -1], atol=1e-13, rtol=0)
+    assert not torch.allclose(out_s[:, :, 0], out_v[:, :, 0], atol=1e-6)
 
 
 def test_sink_mass_is_below_one():

@@ -37,18 +37,21 @@ struct AttentionShape {
 struct AttentionForwardArgs {
   AttentionShape shape;
   AttentionVariant variant = AttentionVariant::baseline;
+  AffineBiasDivisor bias_divisor = AffineBiasDivisor::sequence;  // features_of(variant, bias_divisor)
   float scale = 0.f;        // 1/sqrt(D)
   const void* qkv = nullptr;      // (B, T, H + 2*Hkv, D): q heads, k heads, v heads, RoPE applied
   const float* sinks = nullptr;   // (H) sink logits s_h                       [sink]
   const void* alpha = nullptr;    // (B, T, H) activated alpha                 [affine]
   const float* alpha_ma = nullptr;// (H) running mean of alpha                 [affine]
-  void* out = nullptr;            // (B, T, H, D): P V, or alpha*PV + beta*sum_{j<=i} V_j
+  void* out = nullptr;            // (B, T, H, D): P V, or alpha*PV + beta*sum_{j<=i} V_j,
+                                  // beta = (alpha_ma - alpha)/N, N = T or i + 1 (bias_divisor)
   float* lse = nullptr;           // (B, H, T) log of the softmax denominator, sink included
 };
 
 struct AttentionBackwardArgs {
   AttentionShape shape;
   AttentionVariant variant = AttentionVariant::baseline;
+  AffineBiasDivisor bias_divisor = AffineBiasDivisor::sequence;
   float scale = 0.f;
   const void* qkv = nullptr;      // as forward
   const float* sinks = nullptr;
@@ -65,7 +68,8 @@ struct AttentionBackwardArgs {
 // The backward of forward call `f`: its shape, variant, scale and inputs, and its
 // output and statistics; dout and the gradients are left to the caller.
 inline AttentionBackwardArgs attention_backward_args(const AttentionForwardArgs& f) {
-  return AttentionBackwardArgs{f.shape, f.variant, f.scale, f.qkv, f.sinks, f.alpha, f.alpha_ma, f.out, f.lse};
+  return AttentionBackwardArgs{f.shape, f.variant, f.bias_divisor, f.scale, f.qkv,   f.sinks,
+                               f.alpha, f.alpha_ma,     f.out,   f.lse};
 }
 
 // Fused classifier on a chunk of n tokens: cross-entropy against targets and the

@@ -8,19 +8,35 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <iterator>
 
 namespace kdtrain {
 
 enum class AttentionVariant { baseline, sink, affine, gated, affine_gated };
 
-// What a variant adds to causal softmax attention (SPEC §2).
+// N of the affine bias beta_i = (alpha_ma - alpha_i) / N (SPEC §2, paper Eq. 8;
+// `attention.affine_bias_divisor`). The bias sits on the visible keys either way.
+enum class AffineBiasDivisor {
+  sequence,  // N = the keys of the call (T in training; past + current with a KV cache): the paper's
+  visible,   // N_i = i + 1, the keys query i sees: each query's total weight is exactly alpha_ma
+};
+
+// The affine bias divisor of query row i (0-based) in a call with `keys` keys.
+constexpr double affine_bias_count(AffineBiasDivisor d, int64_t i, int64_t keys) {
+  return d == AffineBiasDivisor::visible ? static_cast<double>(i + 1) : static_cast<double>(keys);
+}
+
+// What a variant adds to causal softmax attention (SPEC §2), and how: the
+// variant's table row gives sink/affine/gate, the config the affine divisor
+// (features_of(const AttentionConfig&), config/config.h).
 struct AttentionFeatures {
   bool sink = false;    // a learned logit per head joins the softmax denominator (self_attn.sinks)
   bool affine = false;  // out = alpha*PV + beta*prefix(V); alpha from alpha_proj, alpha_ma a buffer
   bool gate = false;    // out *= sigmoid(gate_proj(x)) before o_proj, a separate op
+  AffineBiasDivisor bias_divisor = AffineBiasDivisor::sequence;  // N of beta [affine]
   constexpr bool operator==(const AttentionFeatures& o) const {
-    return sink == o.sink && affine == o.affine && gate == o.gate;
+    return sink == o.sink && affine == o.affine && gate == o.gate && bias_divisor == o.bias_divisor;
   }
   constexpr bool operator!=(const AttentionFeatures& o) const { return !(*this == o); }
 };
@@ -47,6 +63,11 @@ constexpr const AttentionVariantInfo& variant_info(AttentionVariant v) {
   return kAttentionVariants[0];  // unreachable for a valid enum value
 }
 constexpr AttentionFeatures features_of(AttentionVariant v) { return variant_info(v).features; }
+constexpr AttentionFeatures features_of(AttentionVariant v, AffineBiasDivisor d) {
+  AttentionFeatures f = variant_info(v).features;
+  f.bias_divisor = d;
+  return f;
+}
 
 // Every variant, in table order (for loops over variants in tests and tools).
 constexpr std::array<AttentionVariant, std::size(kAttentionVariants)> all_attention_variants() {

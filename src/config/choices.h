@@ -46,6 +46,12 @@ struct Choices<AlphaActivation> {
       {AlphaActivation::linear_clip, "linear_clip"}, {AlphaActivation::sigmoid, "sigmoid"}};
 };
 template <>
+struct Choices<AffineBiasDivisor> {
+  static constexpr const char* what = "affine bias divisor";
+  static constexpr ChoiceName<AffineBiasDivisor> rows[] = {{AffineBiasDivisor::sequence, "sequence"},
+                                                           {AffineBiasDivisor::visible, "visible"}};
+};
+template <>
 struct Choices<KdLoss> {
   static constexpr const char* what = "KD loss";
   static constexpr ChoiceName<KdLoss> rows[] = {
@@ -147,6 +153,9 @@ const char* to_string(E value) {
 // Named parsers, for call sites that read better with the choice in the name.
 inline AttentionVariant parse_attention_variant(const std::string& s) { return parse_choice<AttentionVariant>(s); }
 inline AlphaActivation parse_alpha_activation(const std::string& s) { return parse_choice<AlphaActivation>(s); }
+inline AffineBiasDivisor parse_affine_bias_divisor(const std::string& s) {
+  return parse_choice<AffineBiasDivisor>(s);
+}
 inline KdLoss parse_kd_loss(const std::string& s) { return parse_choice<KdLoss>(s); }
 inline ScheduleKind parse_schedule_kind(const std::string& s) { return parse_choice<ScheduleKind>(s); }
 inline DecayShape parse_decay_shape(const std::string& s) { return parse_choice<DecayShape>(s); }

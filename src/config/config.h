@@ -52,9 +52,18 @@ struct ModelConfig {
 struct AttentionConfig {
   AttentionVariant variant = AttentionVariant::baseline;
   AlphaActivation alpha_activation = AlphaActivation::linear_clip;
+  // N of beta = (alpha_ma - alpha)/N. A checkpoint whose config.json lacks the key
+  // predates it and reads as `visible` (io/checkpoint_format.cpp).
+  AffineBiasDivisor affine_bias_divisor = AffineBiasDivisor::sequence;
   double alpha_momentum = 0.9;  // rho in alpha_ma <- rho*alpha_ma + (1-rho)*mean(alpha)
   double sink_init_std = 0.02;  // sinks ~ N(0, std), see docs/model.md
 };
+
+// The features of the configured variant, with the configured affine divisor:
+// resolved once, read everywhere below the config.
+inline AttentionFeatures features_of(const AttentionConfig& a) {
+  return features_of(a.variant, a.affine_bias_divisor);
+}
 
 struct KdConfig {
   std::string teacher;  // checkpoint directory; "" = no teacher (CE only)

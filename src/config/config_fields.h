@@ -77,6 +77,9 @@ template <typename V>
 void visit(V& v, AttentionConfig& a) {
   v.choice("variant", a.variant, "the attention variant (kdtrain info --variants lists them)");
   v.choice("alpha_activation", a.alpha_activation, "affine variants: how alpha is squashed");
+  v.choice("affine_bias_divisor", a.affine_bias_divisor,
+           "affine variants: N of beta = (alpha_ma - alpha)/N: sequence = the keys of the call "
+           "(the paper's), visible = i + 1 per query");
   v.number("alpha_momentum", a.alpha_momentum, unit_right_open(),
            "affine variants: rho of the running mean alpha_ma");
   v.number("sink_init_std", a.sink_init_std, non_negative(),

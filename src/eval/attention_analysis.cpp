@@ -25,7 +25,8 @@ struct RowStats {
 }  // namespace
 
 AttentionAnalyzer::AttentionAnalyzer(const Model& model, const AnalysisOptions& options)
-    : config_(model.config()), variant_(model.attention().variant), options_(options) {
+    : config_(model.config()), variant_(model.attention().variant),
+      bias_divisor_(model.features().bias_divisor), options_(options) {
   const int64_t L = config_.num_hidden_layers, H = config_.num_attention_heads;
   KD_CHECK(options_.map_layer >= 0 && options_.map_layer < L, "analysis: map layer ",
            options_.map_layer + 1, " is outside the model's ", L, " layers");
@@ -51,6 +52,7 @@ void AttentionAnalyzer::add(Model& model) {
   KD_CHECK(T >= 2, "analysis: sequences need at least 2 tokens");
   seq_len_ = T;
   const bool affine = model.features().affine, sink = model.features().sink;
+  const AffineBiasDivisor divisor = model.features().bias_divisor;
   const int64_t M = std::min(options_.map_size, T);
 
   for (int64_t l = 0; l < L; ++l) {
@@ -80,7 +82,7 @@ void AttentionAnalyzer::add(Model& model) {
         r.mass = p_sum;
         if (affine) {
           const double a = v.alpha[(b * T + i) * H + h];
-          const double beta = (static_cast<double>(v.alpha_ma[h]) - a) / static_cast<double>(i + 1);
+          const double beta = (static_cast<double>(v.alpha_ma[h]) - a) / affine_bias_count(divisor, i, T);
           for (int64_t j = 0; j <= i; ++j) w[j] = a * w[j] + beta;
           r.mass = a * p_sum;
         }
@@ -106,7 +108,7 @@ void AttentionAnalyzer::add(Model& model) {
 
     // Serial reduction in task order: deterministic for any thread count.
     LayerSums& s = layers_[l];
-    std::vector<double> per_query(B * T, 0.0), per_query_excl_first(B * T, 0.0);
+    std::vector<double> per_query(B * T, 0.0), per_query_total(B * T, 0.0), per_query_excl_first(B * T, 0.0);
     for (int64_t task = 0; task < rows; ++task) {
       const int64_t i = task % T, h = (task / T) % H, b = task / (T * H);
       const RowStats& r = stats[task];
@@ -120,12 +122,14 @@ void AttentionAnalyzer::add(Model& model) {
       s.entropy += r.entropy;
       s.head_mass[h] += r.mass;
       per_query[b * T + i] += r.mass / static_cast<double>(H);
+      per_query_total[b * T + i] += r.mass_effective / static_cast<double>(H);
       per_query_excl_first[b * T + i] += r.mass_excl_first / static_cast<double>(H);
     }
     s.pairs += B * H * T * (T + 1) / 2;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 1; i < T; ++i) {
         query_mass_.push_back(per_query[b * T + i]);
+        query_mass_total_.push_back(per_query_total[b * T + i]);
         query_mass_excl_first_.push_back(per_query_excl_first[b * T + i]);
       }
 
@@ -202,6 +206,16 @@ nlohmann::json distribution(const std::vector<double>& x, int64_t bins, double l
   return d;
 }
 
+// distribution() over [0, 1] widened to the tenths that hold every value: effective
+// weights can leave [0, 1] (affine: beta < 0, or alpha_i small with alpha_ma > alpha_i).
+nlohmann::json widened_distribution(const std::vector<double>& x, int64_t bins_per_unit) {
+  const auto [lo_x, hi_x] = std::minmax_element(x.begin(), x.end());
+  const double lo = std::min(0.0, std::floor(*lo_x * 10.0) / 10.0);
+  const double hi = std::max(1.0, std::ceil(*hi_x * 10.0) / 10.0);
+  const int64_t bins = std::max<int64_t>(1, std::llround(static_cast<double>(bins_per_unit) * (hi - lo)));
+  return distribution(x, bins, lo, hi);
+}
+
 }  // namespace
 
 nlohmann::json AttentionAnalyzer::to_json() const {
@@ -246,15 +260,11 @@ nlohmann::json AttentionAnalyzer::to_json() const {
   nlohmann::json qm = distribution(query_mass_, options_.hist_bins, 0.0, 1.0);
   qm["per_layer_mean"] = mass;
   j["query_mass"] = qm;
-  // The effective weights past the first token can leave [0, 1] (affine: beta < 0
-  // or alpha_i P_i0 small with alpha_ma > alpha_i): widen the range to tenths.
-  const auto [lo_x, hi_x] = std::minmax_element(query_mass_excl_first_.begin(),
-                                                query_mass_excl_first_.end());
-  const double lo_e = std::min(0.0, std::floor(*lo_x * 10.0) / 10.0);
-  const double hi_e = std::max(1.0, std::ceil(*hi_x * 10.0) / 10.0);
-  const int64_t bins_e = std::max<int64_t>(
-      1, std::llround(static_cast<double>(options_.hist_bins) * (hi_e - lo_e)));
-  j["query_mass_excl_first"] = distribution(query_mass_excl_first_, bins_e, lo_e, hi_e);
+  // The paper's Fig. 3: sum_j w_ij over every token (1, 1 - S_i, alpha_i + (i + 1) beta_i).
+  j["query_weight_sum"] = widened_distribution(query_mass_total_, options_.hist_bins);
+  j["query_weight_sum"]["per_layer_mean"] = mass_eff;
+  // kdtrain's own view: every token but the first.
+  j["query_mass_excl_first"] = widened_distribution(query_mass_excl_first_, options_.hist_bins);
   j["query_mass_excl_first"]["per_layer_mean"] = mass_excl_first;
 
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
@@ -291,6 +301,7 @@ nlohmann::json AttentionAnalyzer::to_json() const {
       }
     }
     j["alpha"] = {{"mean", mean}, {"std", stdev}, {"min", mn}, {"max", mx}, {"alpha_ma", ma}};
+    j["affine_bias_divisor"] = to_string(bias_divisor_);
   }
   return j;
 }

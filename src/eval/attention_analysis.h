@@ -7,11 +7,15 @@
 // sink's share and sum_j P_ij = 1 - S_i). The effective weights a query puts on
 // the tokens are
 //   baseline, gated, sink:  w_ij = P_ij
-//   affine, affine-gated:   w_ij = alpha_i P_ij + beta_i,  beta_i = (alpha_ma - alpha_i) / (i + 1)
+//   affine, affine-gated:   w_ij = alpha_i P_ij + beta_i,  beta_i = (alpha_ma - alpha_i) / N_i
+// with N_i = T (`sequence`) or i + 1 (`visible`), the model's affine_bias_divisor
 // (the gate multiplies the output, not the weights). Statistics are averaged over
-// queries i >= 1: query 0 sees only itself and makes no allocation choice. Fig. 3's
-// per-query quantity is sum_{j >= 1} w_ij (every token but the first) averaged over
-// heads; the softmax-part mass (1, 1 - S_i, alpha_i) is kept as a second view.
+// queries i >= 1: query 0 sees only itself and makes no allocation choice. The
+// paper's Fig. 3 quantity is the per-query weight sum over every token, sum_j w_ij
+// (1 for baseline, 1 - S_i for sink, alpha_i + (i + 1) beta_i for affine), averaged
+// over heads (`query_weight_sum`); kdtrain's own view, sum_{j >= 1} w_ij (every token
+// but the first), is `query_mass_excl_first`, and the softmax-part mass (1, 1 - S_i,
+// alpha_i) `query_mass`.
 //
 // The host recomputation costs O(B H T^2 D) per layer in fp32 with OpenMP over
 // (b, h, i) rows; each row's results go to its own slot and are reduced serially,
@@ -53,12 +57,14 @@ class AttentionAnalyzer {
   };
   ModelConfig config_;
   AttentionVariant variant_;
+  AffineBiasDivisor bias_divisor_;
   AnalysisOptions options_;
   int64_t sequences_ = 0;
   int64_t seq_len_ = 0;
   std::vector<LayerSums> layers_;
   std::vector<double> query_mass_;      // per (layer, sequence, query i >= 1): mean over heads
-  std::vector<double> query_mass_excl_first_;  // the same for sum_{j >= 1} w_ij (Fig. 3)
+  std::vector<double> query_mass_total_;       // the same for sum_j w_ij (the paper's Fig. 3)
+  std::vector<double> query_mass_excl_first_;  // the same for sum_{j >= 1} w_ij (kdtrain's view)
   std::vector<double> map_sum_;         // (map_size, map_size) summed over sequences and heads
   std::vector<double> map_sink_sum_;    // (map_size) sink share per query row
   int64_t map_count_ = 0;               // sequences * heads added to map_sum_

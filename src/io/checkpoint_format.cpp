@@ -143,6 +143,7 @@ json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
   doc["attention_variant"] = to_string(a.variant);
   doc["alpha_activation"] = to_string(a.alpha_activation);
   doc["alpha_momentum"] = a.alpha_momentum;
+  doc["affine_bias_divisor"] = to_string(a.affine_bias_divisor);
   doc["transformers_version"] = kTransformersVersion;
   if (a.variant != AttentionVariant::baseline) {
     // A variant is not a stock LLaMA / Qwen2: named as one, transformers would load
@@ -228,6 +229,12 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
         parse_alpha_activation(get_string(doc["alpha_activation"], "alpha_activation", source));
   if (optional("alpha_momentum"))
     a.alpha_momentum = get_number(doc["alpha_momentum"], "alpha_momentum", source);
+  // An affine checkpoint written before the key existed divided by the visible keys.
+  if (optional("affine_bias_divisor"))
+    a.affine_bias_divisor = parse_affine_bias_divisor(
+        get_string(doc["affine_bias_divisor"], "affine_bias_divisor", source));
+  else if (features_of(a.variant).affine)
+    a.affine_bias_divisor = AffineBiasDivisor::visible;
   check_model_limits(m, source, "");
   check_hf_supported(doc, m, source);
   *model = m;

@@ -112,7 +112,7 @@ json hf_export_config(const ModelConfig& m, const AttentionConfig& a, ExportDtyp
   c["torch_dtype"] = dtype == ExportDtype::bf16 ? "bfloat16" : "float32";
   c["use_cache"] = arch != kKdtrainClass;
   if (arch != kKdtrainClass)
-    for (const char* key : {"attention_variant", "alpha_activation", "alpha_momentum"}) c.erase(key);
+    for (const char* key : {"attention_variant", "alpha_activation", "alpha_momentum", "affine_bias_divisor"}) c.erase(key);
   if (arch == kLlamaClass) {
     c["model_type"] = "llama";
     c["attention_bias"] = false;

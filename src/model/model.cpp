@@ -34,7 +34,7 @@ void upload_compute_copy(Backend& backend, void* weights, const std::vector<floa
 
 Model::Model(const ModelConfig& model, const AttentionConfig& attention, Backend& backend,
              ModelUse use)
-    : model_(model), attention_(attention), features_(features_of(attention.variant)),
+    : model_(model), attention_(attention), features_(features_of(attention)),
       backend_(backend), use_(use),
       layout_(make_param_layout(model, attention)) {
   const size_t n = static_cast<size_t>(layout_.total);
@@ -201,6 +201,7 @@ AttentionForwardArgs Model::attention_args(int64_t l) const {
   AttentionForwardArgs args;
   args.shape = {B_, T_, model_.num_attention_heads, model_.num_key_value_heads, D};
   args.variant = attention_.variant;
+  args.bias_divisor = features_.bias_divisor;
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   args.qkv = acts_.qkv[l];
   args.sinks = layer_sinks(l);

@@ -126,7 +126,7 @@ class Model {
 
   ModelConfig model_;
   AttentionConfig attention_;
-  AttentionFeatures features_;  // of attention_.variant, resolved once
+  AttentionFeatures features_;  // of attention_ (variant and affine divisor), resolved once
   Backend& backend_;
   ModelUse use_;
   ParamLayout layout_;

@@ -5,8 +5,9 @@
 //   subtracted) and lse_i = log of its denominator (the sink term e^{s_h} included
 //   for `sink`) is stored per (b, h, i). Accumulation is in T.
 // - affine: out_i = alpha_i (PV)_i + beta_i S_i with beta_i = (alpha_ma - alpha_i)/N_i,
-//   S_i = sum_{j<=i} v_j, N_i = i + 1. `gated` and `affine_gated` share the core of
-//   baseline and affine (the gate is a separate op).
+//   S_i = sum_{j<=i} v_j, N_i = T (`sequence`) or i + 1 (`visible`), affine_bias_count().
+//   `gated` and `affine_gated` share the core of baseline and affine (the gate is a
+//   separate op).
 // - Products are single-threaded BLAS calls on strided views of the packed qkv
 //   buffer, one (b, h) [forward] or (b, kv head) [backward] task per thread, so
 //   every output is computed by one thread in one fixed order: deterministic and
@@ -63,12 +64,13 @@ void causal_softmax(T* S, T* lse, int64_t Tn, const T* sink) {
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha,
-                       const T* alpha_ma, AttnDims dims, T scale, AttentionVariant variant) {
+                       const T* alpha_ma, AttnDims dims, T scale, AttentionFeatures features) {
   const int64_t B = dims.B, Tn = dims.T, H = dims.H, Hkv = dims.Hkv, D = dims.D;
   const QkvIndex ix{Tn, H, Hkv, D};
   const int64_t group = H / Hkv, ld = ix.ld(), ldo = H * D;
-  const bool sink = has_sink(variant);
-  const bool affine = has_affine(variant);
+  const bool sink = features.sink;
+  const bool affine = features.affine;
+  auto bias_count = [&](int64_t i) { return static_cast<T>(affine_bias_count(features.bias_divisor, i, Tn)); };
 
 #pragma omp parallel
   {
@@ -92,7 +94,7 @@ void attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* al
         const T* v = qkv + ix.v(b, i, g);
         for (int64_t d = 0; d < D; ++d) vsum[d] += v[d];
         const T a = alpha[(b * Tn + i) * H + h];
-        const T beta = (alpha_ma[h] - a) / static_cast<T>(i + 1);
+        const T beta = (alpha_ma[h] - a) / bias_count(i);
         for (int64_t d = 0; d < D; ++d) o[i * ldo + d] = a * pv[i * D + d] + beta * vsum[d];
       }
     }
@@ -102,12 +104,13 @@ void attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* al
 template <typename T>
 void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv,
                         const T* lse, const T* sinks, const T* alpha, const T* alpha_ma,
-                        AttnDims dims, T scale, AttentionVariant variant) {
+                        AttnDims dims, T scale, AttentionFeatures features) {
   const int64_t B = dims.B, Tn = dims.T, H = dims.H, Hkv = dims.Hkv, D = dims.D;
   const QkvIndex ix{Tn, H, Hkv, D};
   const int64_t group = H / Hkv, ld = ix.ld(), ldo = H * D;
-  const bool sink = has_sink(variant);
-  const bool affine = has_affine(variant);
+  const bool sink = features.sink;
+  const bool affine = features.affine;
+  auto bias_count = [&](int64_t i) { return static_cast<T>(affine_bias_count(features.bias_divisor, i, Tn)); };
   // Drow(b, h, i) = dO'_i . (PV)_i, for the sink gradient.
   std::vector<T> Drow(static_cast<size_t>(B * H * Tn));
 
@@ -163,7 +166,7 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
         for (int64_t i = 0; i < Tn; ++i) {
           const T* v = V + i * ld;
           for (int64_t d = 0; d < D; ++d) run[d] += v[d];
-          const T invN = T(1) / static_cast<T>(i + 1);
+          const T invN = T(1) / bias_count(i);
           T da = 0;
           for (int64_t d = 0; d < D; ++d) da += dO[i * ldo + d] * (pv[i * D + d] - run[d] * invN);
           dalpha[(b * Tn + i) * H + h] = da;
@@ -172,7 +175,7 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
         std::fill(run.begin(), run.end(), T(0));
         for (int64_t i = Tn - 1; i >= 0; --i) {
           const T a = alpha[(b * Tn + i) * H + h];
-          const T beta = (alpha_ma[h] - a) / static_cast<T>(i + 1);
+          const T beta = (alpha_ma[h] - a) / bias_count(i);
           for (int64_t d = 0; d < D; ++d) run[d] += beta * dO[i * ldo + d];
           for (int64_t d = 0; d < D; ++d) dV[i * ld + d] += run[d];
         }
@@ -196,16 +199,16 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*,
-                                       const float*, AttnDims, float, AttentionVariant);
+                                       const float*, AttnDims, float, AttentionFeatures);
 template void attention_forward<double>(double*, double*, const double*, const double*,
                                         const double*, const double*, AttnDims, double,
-                                        AttentionVariant);
+                                        AttentionFeatures);
 template void attention_backward<float>(float*, float*, float*, const float*, const float*,
                                         const float*, const float*, const float*, const float*,
-                                        AttnDims, float, AttentionVariant);
+                                        AttnDims, float, AttentionFeatures);
 template void attention_backward<double>(double*, double*, double*, const double*,
                                          const double*, const double*, const double*,
                                          const double*, const double*, AttnDims, double,
-                                         AttentionVariant);
+                                         AttentionFeatures);
 
 }  // namespace kdtrain::cpu

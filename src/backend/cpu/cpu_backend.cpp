@@ -127,14 +127,14 @@ class CpuBackend final : public Backend {
   void attention_forward(const AttentionForwardArgs& a) override {
     op_checks::attention_forward(a);
     cpu::attention_forward(F(a.out), a.lse, F(a.qkv), a.sinks, F(a.alpha), a.alpha_ma,
-                           dims_of(a.shape), a.scale, a.variant);
+                           dims_of(a.shape), a.scale, features_of(a.variant, a.bias_divisor));
     paths_.record(a.shape, a.variant, false, kAttentionPath, "");
   }
   void attention_backward(const AttentionBackwardArgs& a) override {
     op_checks::attention_backward(a);
     cpu::attention_backward(F(a.dqkv), a.dsinks, F(a.dalpha), F(a.dout), F(a.qkv), a.lse,
                             a.sinks, F(a.alpha), a.alpha_ma, dims_of(a.shape), a.scale,
-                            a.variant);
+                            features_of(a.variant, a.bias_divisor));
     paths_.record(a.shape, a.variant, true, kAttentionPath, "");
   }
 

@@ -24,7 +24,7 @@
 //        dv += (alpha P)^T dO, dk += dS^T Q; dq of (b, h, query tile) gets dS K from
 //        every key tile in key-tile order (stored by the first, added by the next,
 //        written as scale * sum by the last); affine: sum_j P dPraw rides along dq and
-//        dalpha_i = that - sigma_i / N_i; finally dk *= scale, dv += R (affine).
+//        dalpha_i = that - sigma_i / N_i (N_i = T or i + 1, flash::affine_bias_count); finally dk *= scale, dv += R (affine).
 // - deterministic and independent of the OpenMP thread count: each work item owns
 //   its outputs and reduces in a fixed order; the dq contributions of one (b, kv head)
 //   run on one thread in key-tile order, the order the CUDA semaphores enforce.
@@ -45,13 +45,13 @@ struct FlashTileOverride {
 // The arguments and shapes of attention_forward (cpu_ops.h); `tiles` for tests.
 template <typename T>
 void flash_attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha, const T* alpha_ma,
-                             AttnDims dims, T scale, AttentionVariant variant, FlashTileOverride tiles = {});
+                             AttnDims dims, T scale, AttentionFeatures features, FlashTileOverride tiles = {});
 
 // The arguments and shapes of attention_backward (cpu_ops.h), plus the forward
 // output `out` (B, T, H, D), from which D_i is formed.
 template <typename T>
 void flash_attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv, const T* out,
                               const T* lse, const T* sinks, const T* alpha, const T* alpha_ma, AttnDims dims,
-                              T scale, AttentionVariant variant, FlashTileOverride tiles = {});
+                              T scale, AttentionFeatures features, FlashTileOverride tiles = {});
 
 }  // namespace kdtrain::cpu

@@ -65,7 +65,7 @@ void preprocess(Workspace<T>& ws, T* dsinks, const T* dout, const T* qkv, const 
           const T* o = out + ix.o(b, i, h);
           if constexpr (kAffine) {
             const T* si = vsum(b, i, g);
-            const T beta = (alpha_ma[h] - alpha[ix.a(b, i, h)]) / static_cast<T>(i + 1);
+            const T beta = (alpha_ma[h] - alpha[ix.a(b, i, h)]) / flash::affine_bias_count<T>(p, i);
             T dsum = 0, ssum = 0;
             for (int64_t d = 0; d < D; ++d) {
               dsum += dO[d] * (o[d] - beta * si[d]);
@@ -165,7 +165,7 @@ void main_pass(Workspace<T>& ws, T* dqkv, T* dalpha, const T* dout, const T* qkv
             for (int64_t d = 0; d < D; ++d) dqi[d] = scale * acc[d];
             // dalpha_i = dO_i . ((PV)_i - S_i / N_i), (PV)_i . dO_i = sum_j P_ij dPraw_ij.
             if constexpr (kAffine)
-              dalpha[ix.a(b, i, h)] = ws.rs_acc[ix.row(b, h, i)] - ws.sigma[ix.row(b, h, i)] / static_cast<T>(i + 1);
+              dalpha[ix.a(b, i, h)] = ws.rs_acc[ix.row(b, h, i)] - ws.sigma[ix.row(b, h, i)] / flash::affine_bias_count<T>(p, i);
           }
         }
         for (int64_t c = 0; c < cols; ++c) {
@@ -207,9 +207,9 @@ void backward_impl(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv, c
 template <typename T>
 void flash_attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv,
                               const T* out, const T* lse, const T* sinks, const T* alpha,
-                              const T* alpha_ma, AttnDims dims, T scale, AttentionVariant variant,
+                              const T* alpha_ma, AttnDims dims, T scale, AttentionFeatures features,
                               FlashTileOverride tiles) {
-  run_pass(FlashPass::backward, dims, scale, variant, tiles, [&](auto flags, const FlashParams& p, auto t) {
+  run_pass(FlashPass::backward, dims, scale, features, tiles, [&](auto flags, const FlashParams& p, auto t) {
     backward_impl<T, decltype(flags)>(dqkv, dsinks, dalpha, dout, qkv, out, lse, sinks, alpha, alpha_ma, p,
                                       scale, t);
   });
@@ -218,11 +218,11 @@ void flash_attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, cons
 template void flash_attention_backward<float>(float*, float*, float*, const float*, const float*,
                                               const float*, const float*, const float*,
                                               const float*, const float*, AttnDims, float,
-                                              AttentionVariant, FlashTileOverride);
+                                              AttentionFeatures, FlashTileOverride);
 template void flash_attention_backward<double>(double*, double*, double*, const double*,
                                                const double*, const double*, const double*,
                                                const double*, const double*, const double*,
-                                               AttnDims, double, AttentionVariant,
+                                               AttnDims, double, AttentionFeatures,
                                                FlashTileOverride);
 
 }  // namespace kdtrain::cpu

@@ -42,18 +42,17 @@ T dot(const T* x, const T* y, int64_t n) {
 
 // The entry of either pass: checks the arguments and, unless there is no row,
 // calls body(flags, p, tiles) with the variant's compile-time flags
-// (flash_dispatch), the FlashParams of the shape and the pass's tiles.
+// (flash_dispatch), the FlashParams of the shape and divisor and the pass's tiles.
 template <typename T, typename Body>
-void run_pass(FlashPass pass, AttnDims dims, T scale, AttentionVariant variant, FlashTileOverride over,
+void run_pass(FlashPass pass, AttnDims dims, T scale, AttentionFeatures f, FlashTileOverride over,
               const Body& body) {
-  const AttentionFeatures f = features_of(variant);
   if (dims.Hkv <= 0 || dims.H % dims.Hkv != 0)
     throw std::invalid_argument("flash attention: H must be a positive multiple of Hkv");
   if (f.sink && f.affine) throw std::invalid_argument("flash attention: sink and affine cannot be combined");
   if (over.Br < 0 || over.Bc < 0) throw std::invalid_argument("flash attention: negative tile size");
   if (dims.B * dims.T * dims.H == 0) return;
-  const FlashParams p =
-      flash::make_flash_params(dims.B, dims.T, dims.H, dims.Hkv, dims.D, static_cast<float>(scale));
+  FlashParams p = flash::make_flash_params(dims.B, dims.T, dims.H, dims.Hkv, dims.D, static_cast<float>(scale));
+  p.bias_visible = f.bias_divisor == AffineBiasDivisor::visible;
   flash::FlashTiles t = flash::flash_tiles(static_cast<int>(dims.D), f.sink, f.affine, pass);
   if (over.Br > 0) t.Br = over.Br;
   if (over.Bc > 0) t.Bc = over.Bc;

@@ -97,7 +97,7 @@ void forward_impl(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha, 
         const T* ar = acc.data() + r * D;
         if constexpr (kAffine) {
           const T a = alpha[ix.a(b, i, h)];
-          const T beta = (alpha_ma[h] - a) / static_cast<T>(i + 1);
+          const T beta = (alpha_ma[h] - a) / flash::affine_bias_count<T>(p, i);
           const T* pre = prefix.data() + ((b * Tn + i) * p.Hkv + g) * D;
           for (int64_t d = 0; d < D; ++d) o[d] = a * (ar[d] * inv) + beta * pre[d];
         } else {
@@ -112,18 +112,18 @@ void forward_impl(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha, 
 
 template <typename T>
 void flash_attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha,
-                             const T* alpha_ma, AttnDims dims, T scale, AttentionVariant variant,
+                             const T* alpha_ma, AttnDims dims, T scale, AttentionFeatures features,
                              FlashTileOverride tiles) {
-  run_pass(FlashPass::forward, dims, scale, variant, tiles, [&](auto flags, const FlashParams& p, auto t) {
+  run_pass(FlashPass::forward, dims, scale, features, tiles, [&](auto flags, const FlashParams& p, auto t) {
     forward_impl<T, decltype(flags)>(out, lse, qkv, sinks, alpha, alpha_ma, p, scale, t);
   });
 }
 
 template void flash_attention_forward<float>(float*, float*, const float*, const float*,
                                              const float*, const float*, AttnDims, float,
-                                             AttentionVariant, FlashTileOverride);
+                                             AttentionFeatures, FlashTileOverride);
 template void flash_attention_forward<double>(double*, double*, const double*, const double*,
                                               const double*, const double*, AttnDims, double,
-                                              AttentionVariant, FlashTileOverride);
+                                              AttentionFeatures, FlashTileOverride);
 
 }  // namespace kdtrain::cpu

@@ -103,7 +103,7 @@ void attention_forward(T* out,             // (B, T, H, D)
                        const T* sinks,     // (H)        [sink]
                        const T* alpha,     // (B, T, H)  [affine]
                        const T* alpha_ma,  // (H)        [affine]
-                       AttnDims dims, T scale, AttentionVariant variant);
+                       AttnDims dims, T scale, AttentionFeatures features);
 template <typename T>
 void attention_backward(T* dqkv,            // (B, T, H + 2*Hkv, D), written
                         T* dsinks,          // (H), accumulated     [sink]
@@ -114,7 +114,7 @@ void attention_backward(T* dqkv,            // (B, T, H + 2*Hkv, D), written
                         const T* sinks,     // (H)        [sink]
                         const T* alpha,     // (B, T, H)  [affine]
                         const T* alpha_ma,  // (H)        [affine]
-                        AttnDims dims, T scale, AttentionVariant variant);
+                        AttnDims dims, T scale, AttentionFeatures features);
 
 // ---- elementwise ops and small reductions (cpu_activations.cpp) ----
 template <typename T>

@@ -20,6 +20,7 @@ AttentionParams common_params(const Args& a) {
   static_cast<flash::FlashParams&>(p) = flash::make_flash_params(s.B, s.T, s.H, s.Hkv, s.D, a.scale);
   p.sink = has_sink(a.variant);
   p.affine = has_affine(a.variant);
+  p.bias_visible = a.bias_divisor == AffineBiasDivisor::visible;
   KD_CHECK(!p.sink || a.sinks != nullptr, "attention (sink): sinks must be given");
   KD_CHECK(!p.affine || (a.alpha != nullptr && a.alpha_ma != nullptr),
            "attention (affine variants): alpha and alpha_ma must be given");
