@@ -41,6 +41,7 @@ import io
 import json
 import multiprocessing as mp
 import os
+import re
 import sys
 import time
 from collections import deque
@@ -267,8 +268,8 @@ def _init_worker(spec, sep_id, position):
 
 
 def encode_batch(tok, texts, sep_id, position):
-    """(tokens uint32, documents, skipped empty documents, UTF-8 bytes of the documents)
-    for a batch of texts."""
+    """(tokens uint32, documents, skipped empty documents, UTF-8 bytes of the documents,
+    their words as lm-eval counts them: len(re.split(r"\s+", doc))) for a batch of texts."""
     keep = [t for t in texts if t]
     parts = []
     for enc in tok.encode_batch_fast(keep, add_special_tokens=False):
@@ -276,7 +277,8 @@ def encode_batch(tok, texts, sep_id, position):
         sep = np.array([sep_id], dtype=np.uint32)
         parts.extend((sep, ids) if position == "before" else (ids, sep))
     tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
-    return tokens, len(keep), len(texts) - len(keep), sum(len(t.encode("utf-8")) for t in keep)
+    return (tokens, len(keep), len(texts) - len(keep), sum(len(t.encode("utf-8")) for t in keep),
+            sum(len(re.split(r"\s+", t)) for t in keep))
 
 
 def _encode_in_worker(texts):
@@ -523,12 +525,12 @@ def run(args, argv) -> dict:
     progress = Progress(args.input, quiet=args.quiet)
     writer = ShardWriter(args.out, args.prefix, wide, sep_id, args.val_tokens,
                          args.shard_tokens, args.split == "val")
-    documents = skipped = text_bytes = 0
+    documents = skipped = text_bytes = words = 0
     started = time.monotonic()
     batches = iter_batches(args.input, args.format, args.text_field, progress)
     encoded = encoded_batches(batches, args, tok, sep_id, position)
     added = 0
-    for tokens, docs, empty, nbytes in encoded:
+    for tokens, docs, empty, nbytes, nwords in encoded:
         room = args.max_tokens - added if args.max_tokens else None
         stop = room is not None and len(tokens) >= room
         if stop:
@@ -537,7 +539,7 @@ def run(args, argv) -> dict:
         added += len(tokens)
         documents += docs
         skipped += empty
-        text_bytes += nbytes
+        text_bytes, words = text_bytes + nbytes, words + nwords
         progress.update(docs, len(tokens))
         if stop:
             break
@@ -574,6 +576,7 @@ def run(args, argv) -> dict:
         "stopped_at_max_tokens": bool(args.max_tokens and added >= args.max_tokens),
         "tokens": writer.written,
         "text_bytes": text_bytes,
+        "words": words,
         "token_bytes": token_bytes,
         "val_tokens": sum(s["tokens"] for s in writer.shards if s["split"] == "val"),
         "train_tokens": sum(s["tokens"] for s in writer.shards if s["split"] == "train"),

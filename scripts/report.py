@@ -7,7 +7,7 @@ Each run directory may hold (docs/evaluation.md, "Run directory layout"):
     config.json              resolved config (written by `kdtrain train`)   model, variant, α activation
     metrics.jsonl            per-step metrics (written by `kdtrain train`)  loss, grad-norm curves
     info.json                `kdtrain info --config RUN/config.json --json` ΔParams (else computed)
-    eval_c4.json             `kdtrain eval ... --out RUN/eval_c4.json`       C4 PPL, C4 BPB
+    eval_c4.json             `kdtrain eval ... --out RUN/eval_c4.json`       C4 PPL, C4 BPB, C4 word PPL
     zero_shot.json           scripts/run_zero_shot.py --out RUN/zero_shot.json
     analysis/analysis.json   `kdtrain analyze ... --out RUN/analysis`        Figs. 3-6, 9
     study_row.json           scripts/reproduce_tables.py                     the model-size label

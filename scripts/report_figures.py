@@ -2,8 +2,8 @@
 
 Each function draws one figure kind and returns [(file name, caption)]. Curves and
 per-layer lines are drawn per model size (one line per run); Fig. 3 is one grid per
-model size (a row per analysed run: the paper's quantity, then the softmax-part
-view); Figs. 5 and 9 are one file per analysed run.
+model size (a row per analysed run: the paper's quantity, kdtrain's all-but-the-first
+view, the softmax part); Figs. 5 and 9 are one file per analysed run.
 """
 from __future__ import annotations
 
@@ -123,28 +123,36 @@ def histogram_panel(ax, q: dict, xlabel: str) -> None:
     ax.legend(fontsize=7)
 
 
+# Fig. 3's panels: analysis.json key, x label, title suffix (docs/analysis.md defines each).
+FIG3_PANELS = (
+    ("query_weight_sum", "Σ_j w_ij over every token: 1, 1 − S_i, α_i + (i+1)β_i",
+     "the paper's quantity"),
+    ("query_mass_excl_first", "Σ_{j≥1} w_ij, every token but the first", "kdtrain's own view"),
+    ("query_mass", "softmax-part mass (1, 1 − S_i or α_i)", "softmax part"),
+)
+
+
 def query_mass_grid(plt, runs: list[Run], model: str, out: Path, save) -> None:
-    """Fig. 3: per run, Σ_{j≥1} w_ij (the paper's quantity) and the softmax-part mass."""
-    fig, axes = plt.subplots(len(runs), 2, figsize=(10, 2.6 * len(runs) + 0.6), squeeze=False,
-                             layout="constrained")
+    """Fig. 3: per run, the paper's per-query weight sum over every token, kdtrain's
+    all-but-the-first-token view and the softmax-part mass, each a mean over heads."""
+    fig, axes = plt.subplots(len(runs), len(FIG3_PANELS), figsize=(14, 2.6 * len(runs) + 0.6),
+                             squeeze=False, layout="constrained")
     for row, r in zip(axes, runs):
-        a = r.analysis
-        if "query_mass_excl_first" in a:
-            histogram_panel(row[0], a["query_mass_excl_first"],
-                            "Σ_{j≥1} w_ij per query, mean over heads")
-        else:
-            row[0].text(0.5, 0.5, "not in this analysis.json\n(it predates the quantity:\n"
+        for ax, (key, xlabel, what) in zip(row, FIG3_PANELS):
+            if key in r.analysis:
+                histogram_panel(ax, r.analysis[key], f"{xlabel}, per query, mean over heads")
+            else:
+                ax.text(0.5, 0.5, "not in this analysis.json\n(it predates the quantity:\n"
                         "rerun kdtrain analyze)", ha="center", va="center", fontsize=9,
-                        transform=row[0].transAxes)
-            row[0].set_axis_off()
-        histogram_panel(row[1], a["query_mass"], "softmax-part mass (1, 1 − S_i or α_i)")
-        row[0].set_title(f"{r.method()} ({r.name}): paper's quantity", fontsize=9)
-        row[1].set_title(f"{r.method()} ({r.name}): softmax part", fontsize=9)
+                        transform=ax.transAxes)
+                ax.set_axis_off()
+            ax.set_title(f"{r.method()} ({r.name}): {what}", fontsize=9)
     fig.suptitle(f"Per-query attention weight sums — {model}", fontsize=10)
     save(fig, f"fig3_query_mass_{safe(model)}.png",
-         f"Fig. 3: per-query sum of the effective attention weights over every token but the "
-         f"first, mean over heads (left); the softmax part's mass — 1, 1 − S_i or α_i — (right) "
-         f"({model})")
+         f"Fig. 3: per-query sum of the effective attention weights, mean over heads — left, the "
+         f"paper's quantity (every token: 1 for baseline, 1 − sink mass for sink, "
+         f"α_i + (i+1)β_i for affine); middle, kdtrain's own view (every token but the first); "
+         f"right, the softmax part's mass ({model})")
 
 
 def integer_ticks(ax, y: bool = False) -> None:
@@ -178,9 +186,16 @@ def head_heatmap(plt, r: Run, save) -> None:
 
 
 def attention_map(plt, r: Run, save) -> None:
+    """Fig. 9; for the sink variant the sink's share is column 0, as the paper draws it."""
     m = r.analysis["attention_map"]
-    fig = image_figure(plt, m["weights"], "key", "query",
-                       f"Layer {m['layer']}, mean over heads\n{r.method()} ({r.name})", (5.6, 5.0))
+    sink = r.variant == "sink" and "sink_share" in m
+    weights = [[s] + row for s, row in zip(m["sink_share"], m["weights"])] if sink else m["weights"]
+    size = len(m["weights"])
+    # keys 1..size as Figs. 4 and 6 number layers; the sink column is 0
+    extent = (-0.5 if sink else 0.5, size + 0.5, size + 0.5, 0.5)
+    fig = image_figure(plt, weights, "key (0 = sink)" if sink else "key", "query",
+                       f"Layer {m['layer']}, mean over heads\n{r.method()} ({r.name})", (5.6, 5.0),
+                       extent=extent)
     save(fig, f"fig9_attention_map_{safe(r.model)}_{safe(r.name)}.png",
          f"Fig. 9: effective attention weights of layer {m['layer']}, first {m['size']} tokens, "
-         f"mean over heads and sequences ({r.name})")
+         f"mean over heads and sequences{'; column 0 is the sink' if sink else ''} ({r.name})")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kdtrain_hf.variants import ATTENTION_VARIANTS, features
+from kdtrain_hf.variants import AFFINE_BIAS_DIVISOR_BEFORE_KEY, ATTENTION_VARIANTS, features
 
 METHOD = {"baseline": "Baseline", "sink": "Sink", "affine": "Affine-Scaled", "gated": "Gated",
           "affine-gated": "Affine-Scaled + Gated"}
@@ -18,6 +18,7 @@ MODEL_LABEL = {"qwen1.5-0.5b": "0.5B", "llama3.2-1b": "1B", "llama3.2-3b": "3B"}
 MODEL_ORDER = ["0.5B", "1B", "3B"]
 ALPHA_LABEL = {"linear_clip": "linear clip", "sigmoid": "sigmoid"}
 PAPER_ALPHA = "linear_clip"     # the paper's choice (§6): Tables 1 and 2 use it
+PAPER_DIVISOR = "sequence"      # the paper's affine bias divisor (Eq. 8: the key sequence length)
 LOGIT_KEY = "attn_logit_mean_abs"  # metrics.jsonl key of the Fig. 2 probe
 # The training loss on the paper's scale (docs/evaluation.md, "Loss"): the teacher
 # soft cross-entropy KL + H(teacher) of a distilled run, the CE of a run without one.
@@ -94,6 +95,9 @@ class Run:
         attention = self.config.get("attention", {})
         self.variant = attention.get("variant") or (self.analysis or {}).get("attention") or "baseline"
         self.alpha = attention.get("alpha_activation", PAPER_ALPHA) if "affine" in self.variant else None
+        # A run config without the key predates it: kdtrain divided by the visible keys then.
+        self.divisor = (attention.get("affine_bias_divisor", AFFINE_BIAS_DIVISOR_BEFORE_KEY)
+                        if features(self.variant).affine else None)
         preset = model.get("preset", "")
         self.model = self.row.get("size") or MODEL_LABEL.get(preset, preset or "custom")
         kd = self.config.get("kd", {})
@@ -102,10 +106,13 @@ class Run:
     # ---- labels
     def method(self, with_alpha: bool = False) -> str:
         """The paper's method name; the α activation is added when asked or when it is
-        not the paper's, so two affine runs are always distinguishable."""
+        not the paper's, and the affine bias divisor when it is not the paper's, so two
+        affine runs are always distinguishable."""
         label = METHOD.get(self.variant, self.variant)
         if self.alpha and (with_alpha or self.alpha != PAPER_ALPHA):
             label += f" (α: {ALPHA_LABEL.get(self.alpha, self.alpha)})"
+        if self.divisor and self.divisor != PAPER_DIVISOR:
+            label += f" (β/N: {self.divisor})"
         return label
 
     @property
@@ -154,4 +161,4 @@ class Run:
     def sort_key(self):
         model = MODEL_ORDER.index(self.model) if self.model in MODEL_ORDER else len(MODEL_ORDER)
         order = VARIANT_ORDER.index(self.variant) if self.variant in VARIANT_ORDER else len(VARIANT_ORDER)
-        return (model, self.model, order, self.alpha != PAPER_ALPHA, self.name)
+        return (model, self.model, order, self.alpha != PAPER_ALPHA, self.divisor != PAPER_DIVISOR, self.name)

@@ -16,7 +16,7 @@ from report_runs import ALPHA_LABEL, PAPER_ALPHA, SOFT_CE_KEY, Run
 
 ZERO_SHOT = [("winogrande", "Wino"), ("piqa", "PIQA"), ("hellaswag", "Hella"),
              ("arc_challenge", "ARC-c"), ("arc_easy", "ARC-e"), ("boolq", "BoolQ")]
-MAIN_COLUMNS = (["Model", "Method", "Run", "ΔParams (M)", "Loss", "C4 PPL", "C4 BPB"]
+MAIN_COLUMNS = (["Model", "Method", "Run", "ΔParams (M)", "Loss", "C4 PPL", "C4 BPB", "C4 word PPL"]
                 + [c for _, c in ZERO_SHOT] + ["Avg."])
 LIMIT_MARK = "‡"
 OFF_SCALE_MARK = "†"
@@ -98,7 +98,8 @@ def main_row(run: Run, loss_steps: int, with_alpha: bool = False) -> list[str]:
     if loss and not run.loss_on_paper_scale():
         loss += f" {OFF_SCALE_MARK}"
     return ([run.model, method_cell(run, with_alpha), run.name, fmt_delta_params(run.delta_params_m()),
-             loss, fmt(c4.get("perplexity"), 1), fmt(c4.get("bits_per_byte"), 3)]
+             loss, fmt(c4.get("perplexity"), 1), fmt(c4.get("bits_per_byte"), 3),
+             fmt(c4.get("word_perplexity"), 1)]
             + accs + [fmt(100 * avg if avg is not None else None, 1)])
 
 
@@ -141,8 +142,11 @@ def c4_note(runs: list[Run]) -> str:
              for text, names in described.items()]
     return ("C4 PPL: token-level perplexity exp(mean CE) over " + "; ".join(parts) + ". "
             "C4 BPB: bits per byte of the same text (CE / ln 2 over the UTF-8 bytes of the "
-            "scored tokens), comparable across tokenizers. The paper does not define its C4 "
-            "perplexity (docs/evaluation.md).")
+            "scored tokens), comparable across tokenizers. C4 word PPL: lm-eval's word perplexity "
+            "exp(CE sum / words), words counted as lm-eval does (whitespace-separated, from the "
+            "documents' words per byte); blank where the shards' manifest predates the word count. "
+            "The paper does not define its C4 perplexity; lm-eval's word perplexity may be what its "
+            "column is (docs/evaluation.md).")
 
 
 def zero_shot_note(runs: list[Run]) -> str:
@@ -220,6 +224,34 @@ def with_own_methods(rows: list[Run]) -> list[Run]:
     return [r for r in rows if r.model in sizes] if sizes else rows
 
 
+EXTRA_MARK = "(extra)"
+TABLE3_NOTE = ("The paper's Table 3 compares the α activations on 1B Affine-Scaled + Gated: its "
+               "linear-clip row (58.0) is Table 2's 1B Affine-Scaled + Gated average, not Table 1's "
+               "1B Affine-Scaled (57.2). Its rows here are the affine-gated runs of every size with "
+               "both activations.")
+
+
+def alpha_pairs(runs: list[Run], variant: str) -> list[Run]:
+    """The runs of `variant` at the sizes where it was run with two α activations."""
+    rs = [r for r in runs if r.variant == variant]
+    sizes = {r.model for r in rs if any(o.model == r.model and o.alpha != r.alpha for o in rs)}
+    return [r for r in rs if r.model in sizes]
+
+
+def table3_runs(runs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """Table 3's rows as the paper runs it (affine-gated, both activations; every
+    affine-gated run when no size has both) and its extra rows: plain-affine pairs."""
+    main = alpha_pairs(runs, "affine-gated") or [r for r in runs if r.variant == "affine-gated"]
+    return main, alpha_pairs(runs, "affine")
+
+
+def extra_note(extra: list[Run]) -> str:
+    if not extra:
+        return ""
+    return (f"{EXTRA_MARK} rows: the same comparison on plain Affine-Scaled (no gate), kdtrain's "
+            "extra, not a row of the paper's table.")
+
+
 def tables(runs: list[Run], out: Path, loss_steps: int, early_steps: int) -> list[tuple[str, str]]:
     """Writes table1..table5 (.md, .csv); returns [(stem, markdown)]."""
     parts = []
@@ -232,15 +264,17 @@ def tables(runs: list[Run], out: Path, loss_steps: int, early_steps: int) -> lis
                                         [main_row(r, loss_steps) for r in chosen],
                                         [loss_note(chosen, loss_steps), c4_note(chosen),
                                          zero_shot_note(chosen)])))
-    affine = [r for r in runs if r.variant == "affine"]
-    compared = {r.model for r in affine if any(o.model == r.model and o.alpha != r.alpha for o in affine)}
-    if compared:  # the paper's Table 3: the sizes where two α activations were run
-        affine = [r for r in affine if r.model in compared]
-    activations = ", ".join(sorted({ALPHA_LABEL.get(r.alpha, r.alpha) for r in affine})) or "none"
+    main, extra = table3_runs(runs)
+    shown = main + extra
+    activations = ", ".join(sorted({ALPHA_LABEL.get(r.alpha, r.alpha) for r in shown})) or "none"
+    rows3 = [main_row(r, loss_steps, with_alpha=True) for r in main]
+    rows3 += [[f"{r.model} {EXTRA_MARK}"] + main_row(r, loss_steps, with_alpha=True)[1:] for r in extra]
     parts.append(("table3", write_table(
-        out, "table3", f"Table 3: α activation of Affine-Scaled ({activations}); Avg. is the paper's CSR Avg.",
-        MAIN_COLUMNS, [main_row(r, loss_steps, with_alpha=True) for r in affine],
-        [loss_note(affine, loss_steps), c4_note(affine), zero_shot_note(affine)])))
+        out, "table3", f"Table 3: α activation of Affine-Scaled + Gated ({activations}); "
+                       "Avg. is the paper's CSR Avg.",
+        MAIN_COLUMNS, rows3,
+        [TABLE3_NOTE, extra_note(extra), loss_note(shown, loss_steps), c4_note(shown),
+         zero_shot_note(shown)])))
 
     rows4, rows5, used = [], [], []
     for r in runs:

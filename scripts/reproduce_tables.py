@@ -142,6 +142,25 @@ def teacher_of(a, plan: dict, size: str) -> Path:
     return a.teachers / plan["sizes"][size]["teacher"]
 
 
+# What a full study needs in place of each shipped slice of ../shared/data (docs/reproduce.md).
+FULL_DATA = {
+    "--fineweb": "FineWeb-Edu sample-10BT: HuggingFaceFW/fineweb-edu, sample/10BT/*.parquet",
+    "--c4": "C4 validation: allenai/c4, en/c4-validation.*.json.gz",
+    "--eval-data": ("a directory with the full lm-eval splits: arc/ARC-Easy-Test.jsonl (2,376), "
+                    "arc/ARC-Challenge-Test.jsonl (1,172), boolq/dev.jsonl (3,270), piqa/valid.jsonl + "
+                    "valid-labels.lst (1,838), hellaswag/hellaswag_val.jsonl (10,042), "
+                    "winogrande/dev.jsonl of winogrande_xl (1,267); file names in docs/evaluation.md"),
+}
+
+
+def shipped_slices(a) -> list[str]:
+    """The inputs of a full study that still point at the shipped slices of ../shared/data."""
+    def shipped(path) -> bool:
+        return path is None or Path(path).resolve().is_relative_to(SHARED.resolve())
+    given = {"--fineweb": a.fineweb, "--c4": [a.c4], "--eval-data": [a.eval_data]}
+    return [flag for flag, paths in given.items() if any(shipped(p) for p in paths)]
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -181,6 +200,12 @@ def parse_args(argv):
         if not sep:
             p.error(f"--teacher {item}: expected SIZE=PATH")
         a.teacher_map[size] = Path(path)
+    slices = [] if a.smoke else shipped_slices(a)
+    if slices:
+        raise SystemExit(
+            "reproduce --tables: the full study needs full data, not the half-size slices shipped in "
+            f"{SHARED} (use --smoke to run the pipeline on them). Fetch and pass:\n"
+            + "\n".join(f"  {flag} {FULL_DATA[flag]}" for flag in slices))
     if a.smoke:
         smoke = load_plan(a.plan)["smoke"]
         for key in ("limit", "eval_windows", "analyze_seqs", "val_tokens"):

@@ -5,6 +5,7 @@ import csv
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -181,6 +182,8 @@ def test_c4_validation_shards(tmp_path):
     text_bytes = sum(len(t.encode("utf-8")) for t in texts)
     assert manifest["text_bytes"] == text_bytes
     assert int(lengths[stream].sum()) == text_bytes
+    # Words as lm-eval's count_words: len(re.split(r"\s+", doc)) per document.
+    assert manifest["words"] == sum(len(re.split(r"\s+", t)) for t in texts)
 
 
 @needs_data

@@ -22,10 +22,11 @@ GRAD = [10, 11, 9, 10, 12, 8, 10, 17, 30]
 
 
 def write_run(root: Path, name: str, variant: str, losses, grads, extra_steps=None, analysis=None,
-              zero_shot=True, ppl=61.9, alpha=None, soft_ce=True, limit=None):
+              zero_shot=True, ppl=61.9, alpha=None, soft_ce=True, limit=None, divisor="sequence"):
     run = root / name
     run.mkdir()
-    attention = {"variant": variant, **({"alpha_activation": alpha} if alpha else {})}
+    attention = {"variant": variant, **({"alpha_activation": alpha} if alpha else {}),
+                 **({"affine_bias_divisor": divisor} if divisor else {})}
     kd = {"teacher": "/teachers/Llama-3.2-3B", "weight": 1.0}
     (run / "config.json").write_text(json.dumps({"model": LLAMA_1B, "attention": attention, "kd": kd}))
     rows = []
@@ -46,6 +47,7 @@ def write_run(root: Path, name: str, variant: str, losses, grads, extra_steps=No
     if ppl is not None:
         (run / "eval_c4.json").write_text(json.dumps(
             {"perplexity": ppl, "mean_ce": math.log(ppl), "bits_per_byte": 0.8125, "seq_len": 2048,
+             "word_perplexity": ppl ** 1.3, "words": 157538.5, "bytes": 840000,
              "windows": 100, "windows_available": 100, "tokens": 204800,
              "data_manifest": {"documents": 1000, "inputs": ["/d/c4_validation_2k.jsonl"],
                                "tokenizer": {"path": "/tok/llama3"}}}))
@@ -65,16 +67,19 @@ def write_run(root: Path, name: str, variant: str, losses, grads, extra_steps=No
     return run
 
 
-def synthetic_analysis(L=2, H=3):
-    return {"attention": "affine", "num_layers": L, "num_heads": H,
+def synthetic_analysis(L=2, H=3, variant="affine"):
+    return {"attention": variant, "num_layers": L, "num_heads": H,
             "first_token_weight": [0.5, 0.3], "entropy": [1.2, 1.9],
             "query_mass": {"edges": [0, 0.25, 0.5, 0.75, 1.0], "counts": [1, 5, 3, 2],
                            "mean": 0.5, "median": 0.45},
             "query_mass_excl_first": {"edges": [-0.5, 0, 0.5, 1.0, 1.5], "counts": [1, 2, 6, 2],
                                       "mean": 0.6, "median": 0.62},
+            "query_weight_sum": {"edges": [0, 0.5, 1.0, 1.5], "counts": [2, 6, 3],
+                                 "mean": 0.8, "median": 0.79},
             "head_mass": [[0.1, 0.5, 0.9], [0.3, 0.7, 1.0]],
             "attention_map": {"layer": 2, "size": 3,
-                              "weights": [[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]}}
+                              "weights": [[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]],
+                              "sink_share": [0.1, 0.2, 0.3]}}
 
 
 def read_csv(path):
@@ -111,8 +116,16 @@ def test_report_tables_and_figures(tmp_path):
     aff = write_run(tmp_path, "aff", "affine", losses, [1.0] * 9, analysis=synthetic_analysis(),
                     ppl=58.9, limit=5)
     sig = write_run(tmp_path, "aff-sig", "affine", losses, [1.0] * 9, alpha="sigmoid", ppl=60.0)
+    # Table 3 as the paper runs it: affine-gated with both activations (the gated pair),
+    # the plain-affine pair above as extra rows.
+    ag = write_run(tmp_path, "ag", "affine-gated", losses, [1.0] * 9, ppl=57.0)
+    ag_sig = write_run(tmp_path, "ag-sig", "affine-gated", losses, [1.0] * 9, alpha="sigmoid", ppl=57.5)
+    # a run from before the divisor key: labelled with the divisor it used
+    old_aff = write_run(tmp_path, "old-aff", "affine-gated", losses, [1.0] * 9, divisor=None)
+    (old_aff / "study_row.json").write_text(json.dumps({"size": "3B"}))
     gated = write_run(tmp_path, "gated", "gated", losses, [2.0] * 9, zero_shot=False, ppl=None)
-    old = write_run(tmp_path, "old", "sink", losses, [2.0] * 9, soft_ce=False)
+    old = write_run(tmp_path, "old", "sink", losses, [2.0] * 9, soft_ce=False,
+                    analysis=synthetic_analysis(variant="sink"))
     # A second size with a baseline and one affine run only (study_row.json names the size).
     small = [write_run(tmp_path, n, v, losses, [0.5] * 9) for n, v in (("s-base", "baseline"), ("s-aff", "affine"))]
     for run in small:
@@ -120,7 +133,8 @@ def test_report_tables_and_figures(tmp_path):
     # info.json overrides the computed ΔParams
     (gated / "info.json").write_text(json.dumps({"delta_params": 67100000}))
     out = tmp_path / "report"
-    assert report.main([str(aff), str(gated), str(base), str(sig), str(old), *map(str, small), "--out", str(out),
+    assert report.main([str(aff), str(gated), str(base), str(sig), str(old), str(ag), str(ag_sig), str(old_aff),
+                        *map(str, small), "--out", str(out),
                         "--loss-steps", "2", "--title", "T", "--note", "smoke"]) == 0
 
     t1 = read_csv(out / "table1.csv")
@@ -138,20 +152,26 @@ def test_report_tables_and_figures(tmp_path):
     assert b[col["Loss"]] == "2.71"
     assert t1[2][col["Loss"]] == "0.23 †"   # no soft_ce logged: the forward KL, flagged
     assert b[col["C4 PPL"]] == "61.9" and b[col["C4 BPB"]] == "0.812"
+    assert b[col["C4 word PPL"]] == f"{61.9 ** 1.3:.1f}"
     assert b[col["Wino"]:col["Avg."]] == ["55.6", "72.4", "53.1", "35.2", "62.5", "61.5"]
     assert b[col["Avg."]] == "56.7"         # (55.6+72.4+53.1+35.2+62.5+61.5)/6 = 56.72
     assert t1[3][col["ΔParams (M)"]] == "1.0" and t1[3][col["C4 PPL"]] == "58.9"
 
     t2 = read_csv(out / "table2.csv")
-    # 0.5B has no gated run: its baseline alone is not a Table 2 row
-    assert [r[col["Method"]] for r in t2[1:]] == ["Baseline", "Gated"]
+    # 0.5B has no gated run: its baseline alone is not a Table 2 row; 3B's only run is affine-gated
+    assert [r[col["Method"]] for r in t2[1:]] == ["Baseline", "Gated", "Affine-Scaled + Gated",
+                                                  "Affine-Scaled + Gated (β/N: visible)"]
     assert t2[2][col["ΔParams (M)"]] == "67.1"
     assert t2[2][col["C4 PPL"]] == "" and t2[2][col["Avg."]] == ""   # no eval, no zero-shot
 
     t3 = read_csv(out / "table3.csv")
-    # only the size where two α activations were run (0.5B's one affine run is not compared)
-    assert [r[col["Method"]] for r in t3[1:]] == ["Affine-Scaled (α: linear clip) ‡",
-                                                  "Affine-Scaled (α: sigmoid)"]
+    # affine-gated at the size with both activations (3B's one run is not compared), then the
+    # plain-affine pair of that size as labelled extra rows (0.5B's one affine run is not compared)
+    assert [(r[0], r[col["Method"]]) for r in t3[1:]] == [
+        ("1B", "Affine-Scaled + Gated (α: linear clip)"), ("1B", "Affine-Scaled + Gated (α: sigmoid)"),
+        ("1B (extra)", "Affine-Scaled (α: linear clip) ‡"), ("1B (extra)", "Affine-Scaled (α: sigmoid)")]
+    t3_md = (out / "table3.md").read_text()
+    assert "Table 2's 1B Affine-Scaled + Gated average" in t3_md and "kdtrain's extra" in t3_md
 
     t4 = {r[2]: r for r in read_csv(out / "table4.csv")[1:]}
     assert t4["base"][3:] == ["9", "13.000", f"{math.sqrt(42):.3f}", "42.000",
@@ -178,10 +198,11 @@ def test_report_tables_and_figures(tmp_path):
     for name in ["fig2_logit_magnitude_1B.png", "fig7_loss_1B.png", "fig8_grad_norm_1B.png",
                  "fig10_loss_late_1B.png", "fig4_first_token_1B.png", "fig6_entropy_1B.png",
                  "fig3_query_mass_1B.png", "fig5_head_heatmap_1B_aff.png",
-                 "fig9_attention_map_1B_aff.png"]:
+                 "fig9_attention_map_1B_aff.png", "fig9_attention_map_1B_old.png"]:
         assert name in pngs, name
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({name})" in index
+    assert "column 0 is the sink (old)" in index and "the paper's quantity (every token" in index
 
 
 def test_grad_norm_statistic_digits():

@@ -28,15 +28,37 @@ def test_plan_covers_tables_1_to_3():
     for size in ("1B", "3B"):
         for v in ("gated", "affine-gated"):               # Table 2
             assert (size, v, ()) in runs
-    assert ("1B", "affine", ("attention.alpha_activation=sigmoid",)) in runs   # Table 3
+    # Table 3 as the paper runs it (affine-gated), and the plain-affine pair as its extra rows
+    assert ("1B", "affine-gated", ("attention.alpha_activation=sigmoid",)) in runs
+    assert ("1B", "affine", ("attention.alpha_activation=sigmoid",)) in runs
     for size, spec in plan["sizes"].items():
         config = json.loads((REPO / spec["config"]).read_text())
         assert config["attention"]["alpha_activation"] == "linear_clip"     # the paper's
+        assert config["attention"]["affine_bias_divisor"] == "sequence"     # the paper's Eq. 8
         assert spec["teacher_preset"] in project_time.PRESETS
     assert [r["name"] for r in reproduce_tables.select(plan, ["1B-sink", "3B"])] == [
         "1B-sink", "3B-baseline", "3B-sink", "3B-affine", "3B-gated", "3B-affine-gated"]
     with pytest.raises(SystemExit, match="not a run or size"):
         reproduce_tables.select(plan, ["2B"])
+
+
+def test_full_study_refuses_the_shipped_slices(tmp_path):
+    """Without --smoke, the shipped half-size slices are refused, each file to fetch named."""
+    with pytest.raises(SystemExit) as e:
+        reproduce_tables.parse_args(["--out", str(tmp_path), "--teachers", str(tmp_path)])
+    msg = str(e.value)
+    assert "--smoke" in msg
+    for what in ("--fineweb", "--c4", "--eval-data", "ARC-Easy-Test", "hellaswag_val.jsonl",
+                 "winogrande", "c4-validation"):
+        assert what in msg, what
+    # Full files given: no complaint about the data (only, here, the binary the test lacks).
+    full = tmp_path / "evals"
+    full.mkdir()
+    args = ["--out", str(tmp_path), "--teachers", str(tmp_path), "--fineweb", str(tmp_path / "fw.parquet"),
+            "--c4", str(tmp_path / "c4.json.gz"), "--eval-data", str(full), "--kdtrain", str(tmp_path / "no")]
+    with pytest.raises(SystemExit) as e:
+        reproduce_tables.parse_args(args)
+    assert "shipped" not in str(e.value)
 
 
 def test_projection_by_hand():
@@ -87,7 +109,7 @@ needs_smoke = pytest.mark.skipif(
 
 def tables_cmd(out, *extra):
     return ["bash", str(REPO / "scripts" / "reproduce.sh"), "--tables", "--smoke", "--out", str(out),
-            "--kdtrain", str(KDTRAIN), "--only", "1B-baseline", "1B-affine", *extra]
+            "--kdtrain", str(KDTRAIN), "--only", "1B-baseline", "1B-affine-gated", *extra]
 
 
 def read_csv(path):
@@ -102,7 +124,7 @@ def test_smoke_study_reduced_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     teacher = out / "teachers" / "1B"
     assert (teacher / "checkpoints" / "latest").read_text().strip() == "step_00000006"
-    for name, variant in (("1B-baseline", "baseline"), ("1B-affine", "affine")):
+    for name, variant in (("1B-baseline", "baseline"), ("1B-affine-gated", "affine-gated")):
         run = out / "runs" / name
         cfg = json.loads((run / "config.json").read_text())
         assert cfg["attention"]["variant"] == variant
@@ -112,13 +134,14 @@ def test_smoke_study_reduced_end_to_end(tmp_path):
         assert last["soft_ce"] > last["kd"] > 0          # soft CE = KL + teacher entropy
         c4 = json.loads((run / "eval_c4.json").read_text())
         assert c4["bits_per_byte"] > 0 and c4["data_manifest"]["documents"] == 1000
+        assert c4["word_perplexity"] > c4["perplexity"] and c4["words"] < c4["tokens"]
         assert c4["windows"] == 8 and c4["seq_len"] == 64
         zs = json.loads((run / "zero_shot.json").read_text())
         assert zs["limit"] == 2
         assert zs["tasks"]["arc_challenge"]["split"] == "test"
         assert zs["tasks"]["arc_easy"]["official_split"] is False   # only validation is shipped
         analysis = json.loads((run / "analysis" / "analysis.json").read_text())
-        assert "query_mass_excl_first" in analysis
+        assert "query_mass_excl_first" in analysis and "query_weight_sum" in analysis
         assert json.loads((run / "study_row.json").read_text())["size"] == "1B"
     report = out / "report"
     for n in range(1, 6):
@@ -128,13 +151,14 @@ def test_smoke_study_reduced_end_to_end(tmp_path):
     figs = {p.name for p in report.glob("fig*.png")}
     for n in (2, 3, 4, 6, 7, 8, 10):
         assert any(f.startswith(f"fig{n}_") for f in figs), n
-    assert "fig5_head_heatmap_1B_1B-affine.png" in figs and "fig9_attention_map_1B_1B-affine.png" in figs
-    rows = read_csv(report / "table1.csv")
+    assert ("fig5_head_heatmap_1B_1B-affine-gated.png" in figs
+            and "fig9_attention_map_1B_1B-affine-gated.png" in figs)
+    rows = read_csv(report / "table2.csv")
     assert [(r["Run"], r["Method"]) for r in rows] == [("1B-baseline", "Baseline ‡"),
-                                                      ("1B-affine", "Affine-Scaled ‡")]
-    assert all(r["Loss"] and r["C4 PPL"] and r["C4 BPB"] and r["Avg."] for r in rows)
+                                                      ("1B-affine-gated", "Affine-Scaled + Gated ‡")]
+    assert all(r["Loss"] and r["C4 PPL"] and r["C4 BPB"] and r["C4 word PPL"] and r["Avg."] for r in rows)
     assert (report / "table4.md").read_text().startswith("### Table 4: gradient-norm statistics, steps 1–6")
-    assert [r["Method"] for r in read_csv(report / "table3.csv")] == ["Affine-Scaled (α: linear clip) ‡"]
+    assert [r["Method"] for r in read_csv(report / "table3.csv")] == ["Affine-Scaled + Gated (α: linear clip) ‡"]
 
     # A rerun skips every finished stage (the figures were checked above: tables only from here).
     again = subprocess.run(tables_cmd(out, "--no-figures"), cwd=REPO, capture_output=True, text=True,
@@ -145,7 +169,7 @@ def test_smoke_study_reduced_end_to_end(tmp_path):
     assert "train: resuming" not in again.stdout
 
     # An interrupted student resumes from its last checkpoint and ends bit-identical.
-    run = out / "runs" / "1B-affine"
+    run = out / "runs" / "1B-affine-gated"
     before = json.loads((run / "eval_c4.json").read_text())
     shutil.rmtree(run / "checkpoints" / "step_00000006")
     (run / "checkpoints" / "latest").write_text("step_00000003\n")
@@ -156,7 +180,7 @@ def test_smoke_study_reduced_end_to_end(tmp_path):
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "train: resuming" in resumed.stdout
     # the batched zero-shot stage redoes only the run that lacks its zero_shot.json
-    assert "zero-shot (six tasks) for 1 run(s): 1B-affine" in resumed.stdout
+    assert "zero-shot (six tasks) for 1 run(s): 1B-affine-gated" in resumed.stdout
     assert json.loads((run / "zero_shot.json").read_text())["limit"] == 2
     after = json.loads((run / "eval_c4.json").read_text())
     assert after["ce_sum"] == before["ce_sum"]

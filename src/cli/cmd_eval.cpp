@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -93,10 +94,23 @@ void run_eval(const EvalFlags& f) {
     j["tokens_per_byte"] = static_cast<double>(r.tokens) / static_cast<double>(r.bytes);
     j["token_bytes"] = table_path;
   }
+  // lm-eval's word perplexity, exp(CE / words) with words = len(re.split(r"\s+", doc)):
+  // the scored bytes times the documents' words per byte (the manifest's counts).
+  const double doc_words = manifest.is_object() ? manifest.value("words", 0.0) : 0.0;
+  const double doc_bytes = manifest.is_object() ? manifest.value("text_bytes", 0.0) : 0.0;
+  double words = 0.0;
+  if (r.bytes > 0 && doc_words > 0 && doc_bytes > 0) {
+    words = static_cast<double>(r.bytes) * doc_words / doc_bytes;
+    j["words"] = words;
+    j["word_perplexity"] = std::exp(r.ce_sum / words);
+    j["words_definition"] =
+        "lm-eval's count, len(re.split(r'\\s+', doc)) summed over the documents (manifest words), "
+        "scaled to the scored text: words = bytes * words / text_bytes of the documents";
+  }
   if (manifest.is_object()) {
     nlohmann::json d;
     d["path"] = manifest_path;
-    for (const char* key : {"documents", "tokens", "text_bytes", "inputs", "separator", "tokenizer"})
+    for (const char* key : {"documents", "tokens", "text_bytes", "words", "inputs", "separator", "tokenizer"})
       if (manifest.contains(key)) d[key] = manifest[key];
     j["data_manifest"] = d;
   }
@@ -111,6 +125,7 @@ void run_eval(const EvalFlags& f) {
                 static_cast<long long>(in.seq_len), static_cast<long long>(r.tokens), r.mean_ce(),
                 r.perplexity());
     if (r.bytes) std::printf(", %.4f bits per byte", r.bits_per_byte());
+    if (words > 0) std::printf(", word perplexity %.4f", std::exp(r.ce_sum / words));
     std::printf(" (%.1f s)\n", seconds);
   }
 }
