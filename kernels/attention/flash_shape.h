@@ -82,7 +82,7 @@ struct FlashParams {
 // The affine bias divisor of query row i: every pass of either backend reads it here.
 template <typename T = float>
 constexpr T affine_bias_count(const FlashParams& p, int64_t i) {
-  return static_cast<T>(p.bias_visible ? i + 1 : p.T);
+  return p.bias_visible ? static_cast<T>(i + 1) : static_cast<T>(p.T);
 }
 
 constexpr FlashParams make_flash_params(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,

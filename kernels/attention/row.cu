@@ -160,7 +160,9 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(Atte
 // Pass 2, grid (T, B*Hkv): block (j, b*Hkv + g) writes dk_j and dv_j, summing over the
 // group's query heads (in order) and queries i >= j (in order).
 // Shared: k (D), v (D), dk (D), dv (D), cq (T), cv (T).
-__global__ void __launch_bounds__(kThreads) attention_backward_key_kernel(AttentionParams p,
+// At least 10 blocks per SM: left alone, ptxas gives this kernel 64 registers (8 blocks)
+// since the affine divisor became a runtime choice; 48 fit with no spill (kernel_report.sh).
+__global__ void __launch_bounds__(kThreads, 10) attention_backward_key_kernel(AttentionParams p,
                                                                         const float* drow) {
   extern __shared__ float smem[];
   const Index ix{p.T, p.H, p.Hkv, p.D};

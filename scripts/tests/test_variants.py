@@ -29,6 +29,19 @@ def test_variants_py_equals_the_cpp_table():
         assert (f.sink, f.affine, f.gate) == (row["sink"], row["affine"], row["gate"]), row["name"]
 
 
+def test_affine_bias_divisors_equal_the_cpp_choices():
+    """variants.py's divisors and their order (the first is the default) as `kdtrain config
+    --list` prints attention.affine_bias_divisor."""
+    if not KDTRAIN.exists():
+        pytest.skip(f"{KDTRAIN} not built")
+    out = subprocess.run([str(KDTRAIN), "config", "--list"], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("attention.affine_bias_divisor"))
+    assert f'"{variants.AFFINE_BIAS_DIVISORS[0]}"' in line
+    assert line.endswith("accepts " + ", ".join(variants.AFFINE_BIAS_DIVISORS))
+    assert variants.AFFINE_BIAS_DIVISOR_BEFORE_KEY in variants.AFFINE_BIAS_DIVISORS
+
+
 def test_unknown_variant_names_the_choices():
     with pytest.raises(ValueError, match="one of baseline, sink"):
         variants.features("sinks")
