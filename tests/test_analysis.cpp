@@ -324,6 +324,19 @@ TEST_CASE("analysis: mean |QK^T/sqrt(d)| matches brute force", "[analysis]") {
   CHECK(got > 0.0);
 }
 
+TEST_CASE("analysis: under the sequence divisor an affine prefix is not a forward of the prefix",
+          "[analysis]") {
+  Fixture f(AttentionVariant::affine, 51, AffineBiasDivisor::sequence);
+  const int64_t B = 1, T = 12, P = 5;
+  const std::vector<int32_t> tokens = random_tokens(B * T, f.config.vocab_size, 12);
+  f.model->forward(tokens.data(), B, T, false);
+  const double probe = probe_mean_abs_attention_logit(*f.model, P);
+  const double direct = mean_abs_attention_logit(*f.model, tokens.data(), 1, P);
+  // Layer 1's q/k agree (they come from the embeddings); layer 2's see layer 1's outputs,
+  // whose affine term divided by T = 12 in one forward and by 5 in the other.
+  CHECK(std::fabs(probe - direct) > 1e-4 * std::fabs(direct));
+}
+
 TEST_CASE("analysis: a map layer outside the model is refused", "[analysis]") {
   Fixture f(AttentionVariant::baseline);
   eval::AnalysisOptions options;
@@ -336,7 +349,9 @@ TEST_CASE("analysis: the training probe on a causal prefix equals a forward of t
           "[analysis]") {
   for (AttentionVariant variant : {AttentionVariant::baseline, AttentionVariant::affine_gated}) {
     DYNAMIC_SECTION(to_string(variant)) {
-      Fixture f(variant, 51);
+      // `visible`: under `sequence` an affine row depends on T (N = T), so from layer 2 on a
+      // prefix of a forward is not a forward of the prefix (test below).
+      Fixture f(variant, 51, AffineBiasDivisor::visible);
       const int64_t B = 3, T = 12, P = 5;
       const std::vector<int32_t> tokens = random_tokens(B * T, f.config.vocab_size, 12);
       f.model->forward(tokens.data(), B, T, false);

@@ -51,8 +51,10 @@ double abs_logit_sum(const LayerView& v, int64_t* pairs);
 double mean_abs_attention_logit(Model& model, const int32_t* tokens, int64_t B, int64_t T);
 
 // The same quantity per layer for the activations already in `model`, over its
-// first `sequences` sequences and first `positions` tokens (<= 0: all). A causal
-// prefix is a valid probe on its own: positions < P depend only on tokens < P.
+// first `sequences` sequences and first `positions` tokens (<= 0: all): the logits
+// of those positions in the forward that ran. Positions < P depend only on tokens
+// < P except under the affine `sequence` divisor, where from layer 2 on they also
+// depend on T (N = T), so there a prefix is not a forward of the prefix.
 std::vector<double> abs_attention_logit_per_layer(Model& model, int64_t sequences = 0,
                                                   int64_t positions = 0);
 
