@@ -263,6 +263,20 @@ def summarize(results: dict, limit: int | None, data: dict[str, TaskData] | None
     return out
 
 
+def padding_changes_scores(model: str) -> bool:
+    """True for an affine model under the `sequence` divisor (N = the keys of the call):
+    lm-eval right-pads a batch without an attention mask, so the pad keys would count in N
+    and change the real tokens' scores. Such a model is scored one request at a time."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    from kdtrain_hf.variants import AFFINE_BIAS_DIVISOR_BEFORE_KEY, FEATURES
+    feats = FEATURES.get(config.get("attention_variant", "baseline"))
+    divisor = config.get("affine_bias_divisor", AFFINE_BIAS_DIVISOR_BEFORE_KEY)
+    return bool(feats and feats.affine and divisor == "sequence")
+
+
 def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAULT_EVAL_DATA,
         batch_size: int = 8, device: str = "cpu", dtype: str = "float32",
         samples: Path | None = None, work_dir: Path | None = None) -> dict:
@@ -270,6 +284,11 @@ def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAU
     import lm_eval  # imported late: the offline variables must be set first
     from lm_eval.tasks import TaskManager
 
+    unpadded = padding_changes_scores(model)
+    if unpadded and batch_size != 1:
+        print(f"[zero-shot] {model}: affine with the sequence divisor: batch size 1 (padding would "
+              "change N and so the scores)", file=sys.stderr)
+        batch_size = 1
     cleanup = work_dir is None
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kdtrain_zero_shot_"))
     try:
@@ -291,6 +310,7 @@ def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAU
     summary["model"] = str(model)
     summary["lm_eval_version"] = getattr(lm_eval, "__version__", LM_EVAL_VERSION)
     summary["eval_data"] = str(Path(eval_data).resolve())
+    summary["batch_size"] = batch_size
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")

@@ -203,12 +203,13 @@ def test_unsupported_hf_config_is_refused(tmp_path):
 # --------------------------------------------------------------------------- export
 
 
-def make_kdtrain_checkpoint(directory: str, preset: str, variant: str, activation: str, seed: int) -> None:
+def make_kdtrain_checkpoint(directory: str, preset: str, variant: str, activation: str, seed: int,
+                            divisor: str = "sequence") -> None:
     """kdtrain init, then every tensor re-drawn at O(1) scale: sinks ~ N(0, 1),
     alpha_ma in (0.2, 0.9) and alpha_proj wide enough that linear_clip saturates
     for some tokens, so the affine bias term and the clip are both exercised."""
     run("init", "--preset", preset, "--attention", variant, "--seed", str(seed), "--out", directory,
-        "--set", f"attention.alpha_activation={activation}")
+        "--set", f"attention.alpha_activation={activation}", "--set", f"attention.affine_bias_divisor={divisor}")
     path = os.path.join(directory, "model.safetensors")
     tensors = safetensors_numpy.load_file(path)
     rng = np.random.default_rng(seed)
@@ -361,13 +362,16 @@ def make_word_tokenizer(directory):
     return directory
 
 
-def test_export_copies_tokenizer_and_scores_like_lm_eval(tmp_path):
+@pytest.mark.parametrize("divisor", ["visible", "sequence"])
+def test_export_copies_tokenizer_and_scores_like_lm_eval(tmp_path, divisor):
     """The path lm-eval-harness's `--model hf` takes: AutoTokenizer and
     AutoModelForCausalLM from one directory (trust_remote_code), right-padded
-    batches, log-softmax of the logits."""
+    batches without a mask, log-softmax of the logits. Under the `sequence` divisor the
+    pad keys count in N, so run_zero_shot.py scores such a model one request at a time."""
+    import run_zero_shot
     need("init", "export")
     ckpt = str(tmp_path / "ckpt")
-    make_kdtrain_checkpoint(ckpt, "tiny-llama", "affine", "linear_clip", seed=3)
+    make_kdtrain_checkpoint(ckpt, "tiny-llama", "affine", "linear_clip", seed=3, divisor=divisor)
     tok_dir = make_word_tokenizer(tmp_path / "tok")
     hf_dir = str(tmp_path / "hf")
     run("export", "--checkpoint", ckpt, "--out", hf_dir, "--tokenizer", str(tok_dir))
@@ -384,8 +388,11 @@ def test_export_copies_tokenizer_and_scores_like_lm_eval(tmp_path):
     with torch.no_grad():
         padded = torch.log_softmax(model(batch).logits.double(), dim=-1)
         alone = torch.log_softmax(model(torch.tensor([enc[1]])).logits.double(), dim=-1)
-    # Right padding never changes the scores of the real tokens (causal model).
-    assert torch.allclose(padded[1, : len(enc[1])], alone[0], atol=1e-6)
+    # Right padding never changes the scores of the real tokens of a causal model; under
+    # `sequence` it does (N = the padded width), hence batch size 1 in run_zero_shot.py.
+    causal = divisor == "visible"
+    assert torch.allclose(padded[1, : len(enc[1])], alone[0], atol=1e-6) == causal
+    assert run_zero_shot.padding_changes_scores(hf_dir) == (not causal)
 
     # Left padding with an attention mask: padded keys are invisible.
     left = torch.tensor([[254] * (width - len(enc[1])) + enc[1]])
