@@ -75,6 +75,16 @@ struct AttnInputs {
     p.bias_visible = divisor == AffineBiasDivisor::visible;
     return p;
   }
+  // Multiplies every query by 2^e (exact in bf16 for the |q| <= 1.5 drawn here): logits
+  // of tens to hundreds, where a running max kept on unscaled logits overflows exp2.
+  AttnInputs& scale_queries(int e) {
+    for (int64_t t = 0; t < B * T; ++t)
+      for (int64_t k = 0; k < H * D; ++k) {
+        uint16_t& w = qkv[static_cast<size_t>(t * (H + 2 * Hkv) * D + k)];
+        w = sim::bf16_round(std::ldexp(sim::bf16_value(w), e));
+      }
+    return *this;
+  }
   // Points a kernel's arguments (forward or backward) at these inputs.
   template <typename Args>
   void point_inputs(Args& a) const {

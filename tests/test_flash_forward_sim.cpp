@@ -10,9 +10,11 @@
 // Tolerances: forward_reference_check.h.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -102,6 +104,20 @@ TEST_CASE("emulated forward kernel matches the reference at head dim 128", "[fla
   for (AttentionVariant v : kVariants) check_problem(Problem(1, 65, 2, 2, 128, v, 99 + static_cast<int>(v)));
 }
 
+TEST_CASE("emulated forward kernel maps query heads to kv heads as h / group", "[flash][sim][attention][gqa]") {
+  // With Hkv = 1 or group = 1, h / group and h % Hkv agree; these shapes tell them apart.
+  for (AttentionVariant v : kVariants) {
+    check_problem(Problem(2, 130, 4, 2, 64, v, 31 + static_cast<int>(v)));
+    check_problem(Problem(1, 65, 6, 2, 128, v, 37 + static_cast<int>(v)));
+  }
+}
+
+TEST_CASE("emulated forward kernel keeps large logits finite", "[flash][sim][attention][large-logits]") {
+  // q scaled by 2^5: logits up to ~300 (the inputs elsewhere stay within +-1.5).
+  for (AttentionVariant v : kVariants)
+    for (int64_t D : {64, 128}) check_problem(Problem(1, 130, 2, 1, D, v, 41 + static_cast<int>(v)).scale_queries(5));
+}
+
 TEST_CASE("emulated prefix scan matches a double sum and the CPU mirror bit for bit", "[flash][sim]") {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> x(-2.f, 2.f);
@@ -148,5 +164,15 @@ TEST_CASE("emulated prefix scan matches a double sum and the CPU mirror bit for 
         CHECK(std::memcmp(mirror.data(), out.data(), mirror.size() * sizeof(float)) == 0);
       }
     }
+  }
+}
+
+TEST_CASE("emulated forward kernel at T 1000, 2048 and 4096", "[.][flash][sim][long]") {
+  // Hidden (minutes of CPU per T): run by hand with "[long]"; KDTRAIN_SIM_LONG_T picks one T.
+  const char* only = std::getenv("KDTRAIN_SIM_LONG_T");
+  for (int64_t T : {1000, 2048, 4096}) {
+    if (only != nullptr && std::to_string(T) != only) continue;
+    for (AttentionVariant v : kVariants)
+      for (int64_t D : {64, 128}) check_problem(Problem(1, T, 2, 1, D, v, 7 * T + static_cast<int>(v)));
   }
 }

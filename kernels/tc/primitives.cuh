@@ -55,6 +55,10 @@ TC_DEVICE Index3 grid_dim() { return gridDim; }
 TC_DEVICE void sync_block() { __syncthreads(); }
 // __syncwarp: the 32 lanes of the warp, shared memory ordered among them.
 TC_DEVICE void sync_warp() { __syncwarp(); }
+// bar.sync id, 32: a named barrier of one warp's 32 threads (id 1..15; 0 is sync_block's).
+// Unlike __syncwarp, a CTA barrier orders memory in the PTX memory model (causality order),
+// so one lane's release or acquire after it covers the other lanes' accesses.
+TC_DEVICE void sync_warp_named(int id) { asm volatile("bar.sync %0, 32;" ::"r"(id) : "memory"); }
 #else
 using Index3 = sim::Index3;
 TC_DEVICE Index3 thread_idx() { return sim::thread_idx(); }
@@ -63,6 +67,7 @@ TC_DEVICE Index3 block_dim() { return sim::block_dim(); }
 TC_DEVICE Index3 grid_dim() { return sim::grid_dim(); }
 TC_DEVICE void sync_block() { sim::sync_block(); }
 TC_DEVICE void sync_warp() { sim::sync_warp(); }
+TC_DEVICE void sync_warp_named(int) { sim::sync_warp(); }
 #endif
 
 // Kernels using these are 1-D blocks of whole warps.
@@ -214,7 +219,8 @@ TC_DEVICE void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4], const uin
 
 // ldmatrix.sync.aligned.m8n8.x{N}{.trans}.shared.b16: N 8x8 b16 matrices; this lane's
 // row address (16-byte aligned, shared memory) is that of row lane % 8 of matrix lane / 8
-// (lanes >= 8N give unused addresses).
+// (lanes >= 8N give unused addresses). The "memory" clobber keeps the compiler from
+// moving the read across plain shared-memory stores (the operand is only an address).
 template <int N, bool kTrans = false>
 TC_DEVICE void ldmatrix(uint32_t (&r)[N], const void* smem_row) {
   static_assert(N == 1 || N == 2 || N == 4, "ldmatrix loads 1, 2 or 4 matrices");
@@ -222,23 +228,23 @@ TC_DEVICE void ldmatrix(uint32_t (&r)[N], const void* smem_row) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
   if constexpr (N == 1) {
     if constexpr (kTrans)
-      asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr));
+      asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
     else
-      asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr));
+      asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
   } else if constexpr (N == 2) {
     if constexpr (kTrans)
       asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
-                   : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+                   : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
     else
       asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
-                   : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+                   : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
   } else {
     if constexpr (kTrans)
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
     else
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
   }
 #else
   sim::ldmatrix(r, N, kTrans, smem_row);

@@ -4,9 +4,11 @@
 // blocks of the same launch write. Used by the attention backward's ordered dq
 // accumulation (flash_backward_schedule.h) and its preprocessing's last-block reduction.
 //
-// Emulator (kernels/tc/sim/simt.h): blocks run one after another, so a semaphore that does
-// not hold when a block first looks can never be released: wait_equal() throws, which
-// is a deadlock on the GPU. Integer atomics are plain read-modify-writes there.
+// Emulator (kernels/tc/sim/simt.h): by default blocks run one after another, so a semaphore
+// that does not hold when a block first looks can never be released: wait_equal() throws,
+// which is a deadlock on the GPU. With LaunchConfig::resident_blocks > 1 blocks run
+// together and a release hands control to the waiting block. Integer atomics are plain
+// read-modify-writes there.
 #pragma once
 #include <cstdint>
 
@@ -14,8 +16,6 @@
 
 #if !defined(__CUDACC__)
 #include <cstring>
-#include <stdexcept>
-#include <string>
 #endif
 
 namespace kdtrain::tc {
@@ -25,9 +25,17 @@ TC_DEVICE int atomic_add(int* counter, int value) {
 #if defined(__CUDACC__)
   return atomicAdd(counter, value);
 #else
-  const int old = *counter;
-  *counter = old + value;
-  return old;
+  return sim::atomic_add(counter, value);
+#endif
+}
+
+// atomicAdd on a global float (relaxed, unordered: only the timing build of the attention
+// backward uses it, kBwdAtomicDq).
+TC_DEVICE void atomic_add_f32(float* dst, float value) {
+#if defined(__CUDACC__)
+  atomicAdd(dst, value);
+#else
+  *dst += value;
 #endif
 }
 
@@ -56,19 +64,24 @@ TC_DEVICE void store_release(int* flag, int value) {
 #if defined(__CUDACC__)
   asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");
 #else
-  *flag = value;
+  sim::release(flag, value);
 #endif
 }
 
-// Spins until *flag == expected (acquire), sleeping between reads.
+// Spins until *flag == expected, then acquires: relaxed gpu-scope polls (served by L2, no
+// L1 invalidation per poll, unlike ld.acquire), and one fence.acq_rel.gpu after the value
+// is seen, which with that read forms an acquire pattern (PTX memory model).
 TC_DEVICE void wait_equal(const int* flag, int expected) {
 #if defined(__CUDACC__)
-  while (load_acquire(flag) != expected) __nanosleep(32);
+  for (;;) {
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    if (v == expected) break;
+    __nanosleep(32);
+  }
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
 #else
-  const int seen = *flag;
-  if (seen != expected)
-    throw std::runtime_error("semaphore holds " + std::to_string(seen) + ", waiting for " +
-                             std::to_string(expected) + ": the blocks before this one never release it (deadlock)");
+  sim::wait_equal(flag, expected);
 #endif
 }
 

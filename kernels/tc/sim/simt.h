@@ -3,7 +3,7 @@
 // Test-only: linked into kdtrain_tests, never into the kdtrain binary.
 //
 // Model (what it checks and what it does not):
-// - Blocks run one after another. A block's threads are cooperative fibers on ONE OS
+// - Blocks run one after another (or LaunchConfig::resident_blocks together). A block's threads are cooperative fibers on ONE OS
 //   thread (deterministic): a fiber runs until it reaches a barrier, then the next
 //   ready fiber runs. Which one is the schedule: forward / reverse always pick the
 //   lowest / highest ready thread, so each warp runs as far ahead of the others as its
@@ -71,6 +71,12 @@ struct LaunchConfig {
   // still read, without a barrier in between, corrupts their reads). Hardware may do
   // either; correct code gives the same bits both ways.
   bool cp_async_at_issue = false;
+  // 1: blocks run one after another, and a semaphore wait that does not hold at once is
+  // reported as a deadlock. N > 1: N blocks are resident together (started in grid order
+  // as slots free up, like SMs), interleaved at block barriers, and every semaphore release
+  // (tc::store_release) hands control to the block waiting on it, else to another block:
+  // what a block writes after its release is then read stale by the next contributor.
+  unsigned resident_blocks = 1;
 };
 
 struct LaunchStats {
@@ -117,6 +123,10 @@ void fence_proxy_async();
 // Named barriers (simt_barrier.cpp).
 void named_barrier_sync(int id, int threads);
 void named_barrier_arrive(int id, int threads);
+// Semaphores between blocks (tc::wait_equal, tc::store_release, tc::atomic_add).
+void wait_equal(const int* flag, int expected);
+void release(int* flag, int value);
+int atomic_add(int* counter, int value);
 
 // ---- pure helpers, usable anywhere on the host
 uint16_t bf16_round(float x);  // round to nearest even; NaN -> 0x7fff

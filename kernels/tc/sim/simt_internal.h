@@ -1,9 +1,13 @@
 // Internals shared by simt.cpp (fibers, scheduler, block barrier, cp.async) and
 // simt_warp.cpp (warp collectives). Not for kernel code.
 #pragma once
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <stdexcept>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,7 +16,7 @@
 
 namespace kdtrain::sim::detail {
 
-enum class FiberState { ready, at_block_barrier, at_warp_collective, done };
+enum class FiberState { ready, at_block_barrier, at_warp_collective, at_semaphore, done };
 
 struct PendingCopy {
   unsigned char* dst;
@@ -32,6 +36,8 @@ struct Fiber {
   std::deque<std::vector<PendingCopy>> groups;   // committed, oldest first
   std::vector<uint32_t> unfenced_chunks;         // smem chunks it landed by cp.async, not yet proxy-fenced
   int named_barrier = 0;                         // the named barrier it waits at (0: none)
+  const int* wait_flag = nullptr;  // at_semaphore: waits until *wait_flag == wait_value
+  int wait_value = 0;
 };
 
 enum class Collective { none, sync, shfl_xor, shfl_idx, mma, ldmatrix };
@@ -78,6 +84,40 @@ struct BlockRun {
   std::vector<NamedBarrier> named = std::vector<NamedBarrier>(16);
   bool released_elsewhere = false;  // a named barrier released threads outside the running warpgroup
 };
+
+// Fiber stacks, reused across launches on this OS thread; each has a PROT_NONE guard
+// page below it so an overflow faults instead of corrupting a neighbour.
+struct StackArena {
+  unsigned char* base = nullptr;
+  size_t bytes = 0, stride = 0, count = 0;
+  ~StackArena() {
+    if (base != nullptr) munmap(base, bytes);
+  }
+  void ensure(size_t n, size_t stack_bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t want_stride = ((stack_bytes + page - 1) / page + 1) * page;
+    if (n <= count && want_stride == stride) return;
+    if (base != nullptr) munmap(base, bytes);
+    stride = want_stride;
+    count = n;
+    bytes = stride * n;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("sim: cannot map fiber stacks");
+    base = static_cast<unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) mprotect(base + i * stride, page, PROT_NONE);
+  }
+  unsigned char* stack(size_t i) const { return base + i * stride + static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+  size_t usable() const { return stride - static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+};
+
+// Fibers (simt.cpp): the run whose fibers this OS thread switches to, a fresh fiber's
+// frame, a switch into a fiber and back, the schedule's random numbers, a stall's report.
+void set_current_run(BlockRun* r);
+bool in_launch();
+void start_fiber(BlockRun& r, Fiber& f);
+void resume(BlockRun& r, Fiber& f);
+uint64_t splitmix(uint64_t& s);
+std::string describe_stall(const BlockRun& r);
 
 // The block being run on this OS thread; throws when called outside sim::launch().
 BlockRun& current_run();
