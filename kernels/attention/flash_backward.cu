@@ -26,10 +26,16 @@ __global__ void __launch_bounds__(flash_bwd::kPrepThreads)
 }
 
 // One block per SM by design (registers: docs/flash_attention.md), hence the 1.
-template <int D, bool kAffine>
+template <int D, bool kAffine, bool kAtomic>
 __global__ void __launch_bounds__(flash::kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  flash_bwd::bwd_main<D, kAffine>(a, smem);
+  flash_bwd::bwd_main<D, kAffine, kAtomic>(a, smem);
+}
+
+// The timing build only (flash::kBwdAtomicDq).
+template <int D, bool kAffine>
+__global__ void __launch_bounds__(flash::kBwdThreads) bwd_finalize_kernel(const __grid_constant__ BwdArgs a) {
+  flash_bwd::bwd_finalize<D, kAffine>(a);
 }
 
 dim3 grid_of(const BwdGrid& g) {
@@ -51,10 +57,20 @@ struct CudaLauncher {
     CUDA_CHECK_LAUNCH();
   }
   template <int D, bool kAffine>
+  void finalize(const BwdGrid& g, const BwdArgs& a) {
+    bwd_finalize_kernel<D, kAffine><<<grid_of(g), flash::kBwdThreads, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+  }
+  template <int D, bool kAffine, bool kAtomic>
   void main(const BwdGrid& g, const BwdArgs& a) {
     constexpr size_t bytes = flash_bwd::MainLayout<D, kAffine>::kBytes;
-    auto kernel = bwd_main_kernel<D, kAffine>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    auto kernel = bwd_main_kernel<D, kAffine, kAtomic>;
+    // Once per instantiation and process (a process drives one device), not per launch.
+    static const bool opted_in = [&] {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+      return true;
+    }();
+    (void)opted_in;
     kernel<<<grid_of(g), flash::kBwdThreads, bytes, stream>>>(a);
     CUDA_CHECK_LAUNCH();
   }

@@ -26,6 +26,17 @@ constexpr int kBwdDqSlices = kBwdTiles.warps;  // one dq slice (and semaphore) p
 // 26% with 1. To be tuned on a GPU.
 constexpr int64_t kBwdChunkGroups = 8;
 
+// Timing only, never the default (CMake option KDTRAIN_ATTN_ATOMIC_DQ): dq (and affine's
+// row sums) accumulated with float atomics in whatever order the blocks arrive, then
+// converted by one more kernel, instead of the ordered accumulation under semaphores. The
+// results' bits then depend on timing; one GPU run of both builds measures what the order
+// costs (attn_determinism_cost, scripts/gpu_window.sh).
+#if defined(KDTRAIN_ATTN_ATOMIC_DQ) && KDTRAIN_ATTN_ATOMIC_DQ
+constexpr bool kBwdAtomicDq = true;
+#else
+constexpr bool kBwdAtomicDq = false;
+#endif
+
 static_assert(flash_tiles(128, false, false, FlashPass::backward).Br == kBwdTiles.Br &&
                   flash_tiles(128, false, false, FlashPass::backward).Bc == kBwdTiles.Bc &&
                   flash_tiles(64, true, false, FlashPass::backward).Bc == kBwdTiles.Bc &&

@@ -12,7 +12,9 @@
 //   dS^T = P^T (alpha dP^T - D)               registers; affine: rsum_i += P dPraw
 //   dV_w += (alpha P)^T_w dO, dK_w += dS^T_w Q   A = the C fragments re-packed as bf16
 //   dS^T -> shared memory (bf16); dQ slice = dS K   warp (m, n): rows 16m.., cols n*D/2..
-//   dQ slice -> the ordered fp32 accumulator, or (last key tile) scale * sum -> bf16 dq.
+//   dQ slice -> the ordered fp32 accumulator, or (last key tile) scale * sum -> bf16 dq:
+//   the wait and the old slice's loads precede the dQ products, the release follows the
+//   next block barrier (docs/flash_attention.md, "dq accumulation off the critical path").
 // The block keeps dK_w, dV_w (2 x 16 x D fp32) in registers and writes them once:
 // dk = scale dK, dv = dV + R (affine's reverse prefix sum of beta dO).
 #pragma once
@@ -65,9 +67,11 @@ struct MainLayout {
 template <int D, int ROWS, int kThreads>
 TC_DEVICE void load_tile(uint16_t* dst, const uint16_t* src, int64_t stride, int valid) {
   constexpr int kChunks = D / 8;
+  static_assert(ROWS * kChunks % kThreads == 0, "every thread copies the same number of chunks");
   const int tid = static_cast<int>(tc::thread_idx().x);
   TC_UNROLL
-  for (int idx = tid; idx < ROWS * kChunks; idx += kThreads) {
+  for (int k = 0; k < ROWS * kChunks / kThreads; ++k) {  // a compile-time trip count: unrolled
+    const int idx = tid + k * kThreads;
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
     const bool ok = r < valid;
     tc::cp_async_16(dst + tc::Swizzle<D>::offset(r, c), src + (ok ? r : 0) * stride + c, ok);
@@ -145,7 +149,51 @@ struct LdsmLane {
   }
 };
 
+// dq = scale * sum (bf16, rows < T only) of warp `warp`'s slice of query tile (b, h, i0),
+// and affine's dalpha = rsum - sigma / N_i (affine_bias_count): by the last contributor, or by bwd_finalize.
 template <int D, bool kAffine>
+TC_DEVICE void store_dq(const BwdArgs& a, const float (&qacc)[D / 16][4], float rsum, int64_t b, int64_t h,
+                        int64_t i0, int warp, int lane) {
+  const flash::FlashParams& p = a.p;
+  const int dq_m = warp % 4, dq_n = warp / 4, gq = lane / 4, tq = lane % 4;
+  TC_UNROLL
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = i0 + dq_m * 16 + gq + half * 8;
+    if (i >= p.T) continue;
+    uint16_t* dst = a.dqkv + b * p.qkv_batch + i * p.qkv_token + h * D + dq_n * (D / 2) + 2 * tq;
+    TC_UNROLL
+    for (int n = 0; n < D / 16; ++n)
+      *reinterpret_cast<uint32_t*>(dst + n * 8) =
+          tc::pack_bf16x2(p.scale * qacc[n][2 * half], p.scale * qacc[n][2 * half + 1]);
+  }
+  if constexpr (kAffine) {
+    const int64_t i = i0 + dq_m * 16 + lane;
+    const int64_t row_stat = (b * p.H + h) * a.T_pad + i;
+    if (dq_n == 0 && lane < 16 && i < p.T)
+      a.dalpha[b * p.alpha_batch + i * p.alpha_token + h] =
+          tc::float_to_bf16(rsum - a.sigma[row_stat] / flash::affine_bias_count(p, i));
+  }
+}
+
+// The timing build's last kernel (kBwdAtomicDq): block = query tile (b, h, qt) in the
+// accumulator's order, each warp converting its slice as the last contributor would.
+template <int D, bool kAffine>
+TC_DEVICE void bwd_finalize(const BwdArgs& a) {
+  const int64_t tile = tc::block_idx().x, n_qt = a.sched.n_qt;
+  const int64_t bh = tile / n_qt, b = bh / a.p.H, h = bh % a.p.H, i0 = (tile % n_qt) * kBwdTiles.Br;
+  const int warp = tc::warp_id(), lane = tc::lane_id();
+  const float* slice = a.dq_acc + tile * (kBwdTiles.Br * D) + warp * (16 * D / 2);
+  float qacc[D / 16][4];
+  TC_UNROLL
+  for (int n = 0; n < D / 16; ++n) tc::load_cg4(qacc[n], slice + (n * 32 + lane) * 4);
+  float rsum = 0.f;
+  if constexpr (kAffine) {
+    if (warp / 4 == 0 && lane < 16) rsum = tc::load_cg(a.rs_acc + bh * a.T_pad + i0 + (warp % 4) * 16 + lane);
+  }
+  store_dq<D, kAffine>(a, qacc, rsum, b, h, i0, warp, lane);
+}
+
+template <int D, bool kAffine, bool kAtomic = flash::kBwdAtomicDq>
 TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   using L = MainLayout<D, kAffine>;
   using SwzD = tc::Swizzle<D>;
@@ -199,6 +247,11 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   const uint16_t* Vw = Vs + warp * 16 * D;
   const uint16_t* Kq = Ks + ((dq_n * kHalfChunks) & ~7) * 8;
 
+  // The previous step's dq release, made after the next block barrier: the barrier orders
+  // every lane's partial-dq stores before lane 0's st.release (PTX causality order), and
+  // the stores drain while the next step starts instead of on the critical path.
+  int* pending_sem = nullptr;
+  int pending_value = 0;
   for (int s = 0; s < steps; ++s) {
     const int stage = s & 1;
     const flash::BwdStep st = sc.step(s);
@@ -207,6 +260,10 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     // Stage `stage` has landed, and every warp is done with the previous step (dS^T, K).
     tc::cp_async_wait<0>();
     tc::sync_block();
+    if (pending_sem != nullptr) {
+      if (lane == 0) tc::store_release(pending_sem, pending_value);
+      pending_sem = nullptr;
+    }
     if (s + 1 < steps) load_step<D, kAffine>(a, smem, b, g, s + 1, stage ^ 1);
     tc::cp_async_commit();
 
@@ -295,12 +352,33 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     }
     tc::sync_block();  // dS^T (and the rsum partials) complete
 
-    // dQ slice (16 query rows x D/2) = dS K over the Bc keys.
+    // The ordered accumulation: contributors of (b, h, qt) in key-tile order. The wait and
+    // the loads of the slice so far are issued before the dQ products, which hide them.
+    const int64_t tile = (b * p.H + h) * sc.n_qt + st.qt;
+    int* sem = a.sems() + tile * flash::kBwdDqSlices + warp;
+    float* slice = a.dq_acc + tile * (Br * D) + warp * (16 * D / 2);
+    const int64_t row_stat = (b * p.H + h) * a.T_pad + i0 + dq_m * 16 + lane;
+    const bool first = kt == 0, last = kt == sc.last_kt(st.qt);
+    // The slice so far is the dQ products' C operand: no registers beyond the accumulator
+    // (a separate copy spilled at D = 128), and no adds after the products.
     float qacc[kNdq][4];
-    TC_UNROLL
-    for (int n = 0; n < kNdq; ++n)
+    float old_rsum = 0.f;
+    if (!first && !kAtomic) {
+      if (lane == 0) tc::wait_equal(sem, kt);
+      tc::sync_warp_named(1 + warp);  // the other lanes read after lane 0's acquire
       TC_UNROLL
-      for (int e = 0; e < 4; ++e) qacc[n][e] = 0.f;
+      for (int n = 0; n < kNdq; ++n) tc::load_cg4(qacc[n], slice + (n * 32 + lane) * 4);
+      if constexpr (kAffine) {
+        if (dq_n == 0 && lane < 16) old_rsum = tc::load_cg(a.rs_acc + row_stat);
+      }
+    } else {
+      TC_UNROLL
+      for (int n = 0; n < kNdq; ++n)
+        TC_UNROLL
+        for (int e = 0; e < 4; ++e) qacc[n][e] = 0.f;
+    }
+
+    // dQ slice (16 query rows x D/2) += dS K over the Bc keys.
     TC_UNROLL
     for (int kk = 0; kk < Bc / 16; ++kk) {
       uint32_t sa[4];
@@ -320,52 +398,27 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
         for (int w = 0; w < L::kWarps; ++w) rsum += rs_part[w * Br + dq_m * 16 + lane];
     }
 
-    // The ordered accumulation: contributors of (b, h, qt) in key-tile order.
-    const int64_t tile = (b * p.H + h) * sc.n_qt + st.qt;
-    int* sem = a.sems() + tile * flash::kBwdDqSlices + warp;
-    float* slice = a.dq_acc + tile * (Br * D) + warp * (16 * D / 2);
-    const int64_t row_stat = (b * p.H + h) * a.T_pad + i0 + dq_m * 16 + lane;
-    const bool first = kt == 0, last = kt == sc.last_kt(st.qt);
-    if (!first) {
-      if (lane == 0) tc::wait_equal(sem, kt);
-      tc::sync_warp();
+    if constexpr (kAtomic) {  // the timing build: unordered float atomics, bwd_finalize converts
       TC_UNROLL
-      for (int n = 0; n < kNdq; ++n) {
-        float old[4];
-        tc::load_cg4(old, slice + (n * 32 + lane) * 4);
+      for (int n = 0; n < kNdq; ++n)
         TC_UNROLL
-        for (int e = 0; e < 4; ++e) qacc[n][e] = old[e] + qacc[n][e];
-      }
+        for (int e = 0; e < 4; ++e) tc::atomic_add_f32(slice + (n * 32 + lane) * 4 + e, qacc[n][e]);
       if constexpr (kAffine) {
-        if (dq_n == 0 && lane < 16) rsum = tc::load_cg(a.rs_acc + row_stat) + rsum;
+        if (dq_n == 0 && lane < 16) tc::atomic_add_f32(a.rs_acc + row_stat, rsum);
       }
+      continue;
     }
+    if constexpr (kAffine) rsum = old_rsum + rsum;
     if (!last) {
       TC_UNROLL
       for (int n = 0; n < kNdq; ++n) tc::store_cg4(slice + (n * 32 + lane) * 4, qacc[n]);
       if constexpr (kAffine) {
         if (dq_n == 0 && lane < 16) tc::store_cg(a.rs_acc + row_stat, rsum);
       }
-      tc::sync_warp();
-      if (lane == 0) tc::store_release(sem, kt + 1);
+      pending_sem = sem;  // released after the next block barrier
+      pending_value = kt + 1;
     } else {
-      // dq = scale * sum, bf16, rows < T only.
-      TC_UNROLL
-      for (int half = 0; half < 2; ++half) {
-        const int64_t i = i0 + dq_m * 16 + gq + half * 8;
-        if (i >= p.T) continue;
-        uint16_t* dst = a.dqkv + b * p.qkv_batch + i * p.qkv_token + h * D + dq_n * (D / 2) + 2 * tq;
-        TC_UNROLL
-        for (int n = 0; n < kNdq; ++n)
-          *reinterpret_cast<uint32_t*>(dst + n * 8) =
-              tc::pack_bf16x2(p.scale * qacc[n][2 * half], p.scale * qacc[n][2 * half + 1]);
-      }
-      if constexpr (kAffine) {
-        const int64_t i = i0 + dq_m * 16 + lane;
-        if (dq_n == 0 && lane < 16 && i < p.T)
-          a.dalpha[b * p.alpha_batch + i * p.alpha_token + h] =
-              tc::float_to_bf16(rsum - a.sigma[row_stat] / flash::affine_bias_count(p, i));
-      }
+      store_dq<D, kAffine>(a, qacc, rsum, b, h, i0, warp, lane);
     }
   }
 
@@ -373,6 +426,7 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   // every warp has left the loop) for 16-byte stores.
   tc::cp_async_wait<0>();
   tc::sync_block();
+  if (pending_sem != nullptr && lane == 0) tc::store_release(pending_sem, pending_value);
   TC_UNROLL
   for (int n = 0; n < kNd; ++n) {
     TC_UNROLL

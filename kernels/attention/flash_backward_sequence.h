@@ -4,13 +4,16 @@
 //   zero(void* p, size_t bytes)                       memset on the stream
 //   scan(const flash::ScanArgs<In>&)                  prefix_scan (prefix_scan_kernel.cuh)
 //   prep<D, kSink, kAffine>(BwdGrid, const BwdArgs&)  bwd_prep, kPrepThreads per block
-//   main<D, kAffine>(BwdGrid, const BwdArgs&)         bwd_main, kBwdThreads per block
+//   main<D, kAffine, kAtomic>(BwdGrid, const BwdArgs&) bwd_main, kBwdThreads per block
+//   finalize<D, kAffine>(BwdGrid, const BwdArgs&)     bwd_finalize (kAtomic only), likewise
 // Order (each step reads what the previous ones wrote; the stream orders them):
 //   1. zero the counters and semaphores;
 //   2. affine: S = forward scan of v into vsum;
 //   3. preprocessing: statistics, u [affine], dsinks [sink];
 //   4. affine: R = reverse scan of u into vsum;
-//   5. the main kernel, one block per work item.
+//   5. the main kernel, one block per work item;
+//   kAtomic (the timing build, kBwdAtomicDq): the dq (and row-sum) accumulators are zeroed
+//   before 5, and 6. bwd_finalize converts them, one block per (b, h, query tile).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +27,7 @@ struct BwdGrid {
   int64_t x = 1, y = 1, z = 1;
 };
 
-template <int D, bool kSink, bool kAffine, typename Launcher>
+template <int D, bool kSink, bool kAffine, bool kAtomic = kBwdAtomicDq, typename Launcher>
 void run_bwd_sequence(Launcher& launch, const BwdArgs& a, unsigned char* workspace) {
   const FlashParams& p = a.p;
   const BwdWorkspace ws = bwd_workspace(p.B, p.T, p.H, p.Hkv, p.D, kSink, kAffine);
@@ -56,7 +59,12 @@ void run_bwd_sequence(Launcher& launch, const BwdArgs& a, unsigned char* workspa
     u_scan.reverse = true;
     launch.scan(u_scan);
   }
-  launch.template main<D, kAffine>(BwdGrid{a.sched.items, 1, 1}, a);
+  if constexpr (kAtomic) {  // after the u scan: u lives in the dq accumulator's region
+    launch.zero(a.dq_acc, sizeof(float) * static_cast<size_t>(p.B * p.H * a.sched.n_qt) * a.sched.Br * D);
+    if constexpr (kAffine) launch.zero(a.rs_acc, sizeof(float) * static_cast<size_t>(p.B * p.H * a.T_pad));
+  }
+  launch.template main<D, kAffine, kAtomic>(BwdGrid{a.sched.items, 1, 1}, a);
+  if constexpr (kAtomic) launch.template finalize<D, kAffine>(BwdGrid{p.B * p.H * a.sched.n_qt, 1, 1}, a);
 }
 
 }  // namespace kdtrain::flash

@@ -50,7 +50,12 @@ void launch_forward(const ForwardArgs& args, cudaStream_t stream) {
   constexpr auto tiles = kForwardTiles<D>;
   using L = flash::ForwardLayout<D, tiles.Br, tiles.Bc, tiles.warps>;
   auto kernel = flash_forward_kernel<D, tiles.Br, tiles.Bc, tiles.warps, Flags::kSink, Flags::kAffine>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
+  // Once per instantiation and process (a process drives one device), not per launch.
+  static const bool opted_in = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
+    return true;
+  }();
+  (void)opted_in;
   const int64_t blocks = flash::forward_blocks(args.p, tiles.Br);
   if (blocks > 0x7fffffff) fail("flash attention: ", blocks, " blocks exceed the grid limit");
   kernel<<<static_cast<unsigned>(blocks), L::kThreads, L::kSmemBytes, stream>>>(args);
