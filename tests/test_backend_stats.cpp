@@ -25,8 +25,16 @@ TEST_CASE("the fused attention path takes head dims 64 and 128, aligned, within 
     CHECK(std::string(c.reason) == "head dim not 64 or 128");
   }
   CHECK(choose_attention_path({2, 7, 4, 2, 64}, false).path == AttentionPath::row);
-  CHECK(choose_attention_path({65536, 7, 4, 2, 64}, true).path == AttentionPath::row);
-  CHECK(choose_attention_path({1, 7, 65536, 2, 64}, true).path == AttentionPath::row);
+  CHECK(choose_attention_path({1, 7, 65536, 2, 64}, true).path == AttentionPath::none);
+  // The row kernels' own limits: B*H at most 65535, T up to ~29K (shared memory).
+  const auto big = choose_attention_path({65536, 7, 4, 2, 64}, true);
+  CHECK(big.path == AttentionPath::none);
+  CHECK(std::string(big.reason).find("65535") != std::string::npos);
+  CHECK(choose_attention_path({1, 28000, 4, 2, 80}, true).path == AttentionPath::row);
+  const auto long_row = choose_attention_path({1, 30000, 4, 2, 80}, true);
+  CHECK(long_row.path == AttentionPath::none);
+  CHECK(std::string(long_row.reason).find("too long") != std::string::npos);
+  CHECK(choose_attention_path({1, 30000, 4, 2, 64}, true).path == AttentionPath::flash);  // no limit there
   CHECK(choose_attention_path({65535, 7, 65535, 5, 64}, true).path == AttentionPath::flash);
   alignas(16) unsigned char buf[32];
   CHECK(cuda::aligned_16(buf));

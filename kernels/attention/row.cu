@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(kThreads) attention_dsinks_kernel(AttentionPar
 void check_params(const AttentionParams& p, const char* op) {
   KD_CHECK(p.B >= 0 && p.T >= 0 && p.H > 0 && p.Hkv > 0 && p.D > 0 && p.H % p.Hkv == 0, op,
            ": bad shape B=", p.B, " T=", p.T, " H=", p.H, " Hkv=", p.Hkv, " D=", p.D);
-  KD_CHECK(p.B * p.H <= 65535 && p.T < (int64_t(1) << 31), op, ": B*H=", p.B * p.H,
-           " exceeds the grid limit 65535");
+  KD_CHECK(p.B * p.H <= row::kMaxGridY && p.T < (int64_t(1) << 31), op, ": B*H=", p.B * p.H,
+           " exceeds the grid limit ", row::kMaxGridY);
   KD_CHECK(!p.sink || p.sinks != nullptr, op, " (sink): sinks must be given");
   KD_CHECK(!p.affine || (p.alpha != nullptr && p.alpha_ma != nullptr), op,
            " (affine): alpha and alpha_ma must be given");
@@ -246,7 +246,7 @@ void set_smem(Kernel kernel, size_t bytes, const char* op) {
   int device = 0, limit = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  KD_CHECK(bytes + kWarpSize * sizeof(float) <= static_cast<size_t>(limit), op, ": needs ", bytes,
+  KD_CHECK(bytes + row::kReductionBytes <= static_cast<size_t>(limit), op, ": needs ", bytes,
            " bytes of shared memory per block (limit ", limit, "); sequence too long for the ",
            "unfused attention");
   if (bytes > 48 * 1024)
@@ -258,7 +258,7 @@ void set_smem(Kernel kernel, size_t bytes, const char* op) {
 void row_attention_forward(const AttentionParams& p, cudaStream_t stream) {
   check_params(p, "attention_forward");
   if (p.B == 0 || p.T == 0) return;
-  const size_t smem = static_cast<size_t>(p.D + p.T) * sizeof(float);
+  const size_t smem = row::forward_smem_bytes(p.T, p.D);
   set_smem(attention_forward_kernel, smem, "attention_forward");
   const dim3 grid(static_cast<unsigned>(p.T), static_cast<unsigned>(p.B * p.H));
   attention_forward_kernel<<<grid, kThreads, smem, stream>>>(p);
@@ -278,8 +278,8 @@ void row_attention_backward(const AttentionParams& p, void* workspace, size_t wo
            "attention_backward: workspace of ", workspace_bytes, " bytes, ",
            row_attention_backward_workspace_bytes(p), " needed");
   float* drow = static_cast<float*>(workspace);
-  const size_t smem_q = static_cast<size_t>(3 * p.D + 2 * p.T) * sizeof(float);
-  const size_t smem_k = static_cast<size_t>(4 * p.D + 2 * p.T) * sizeof(float);
+  const size_t smem_q = row::backward_query_smem_bytes(p.T, p.D);
+  const size_t smem_k = row::backward_key_smem_bytes(p.T, p.D);
   set_smem(attention_backward_query_kernel, smem_q, "attention_backward");
   set_smem(attention_backward_key_kernel, smem_k, "attention_backward");
   attention_backward_query_kernel<<<dim3(unsigned(p.T), unsigned(p.B * p.H)), kThreads, smem_q,

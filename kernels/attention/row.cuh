@@ -15,9 +15,11 @@
 // owns dk_j, dv_j and sums over the group's query heads and i >= j in a fixed
 // order; dsinks is one block per head with a fixed reduction tree.
 // The variant is a runtime flag (uniform branches, a single instantiation).
-// Limits: T up to about 18000 (the row buffers must fit in shared memory).
+// Limits (row_limits.h): B*H <= 65535, and T up to about 29000 at D = 64 (the backward's
+// two rows of scores must fit in 227 KB of shared memory).
 #pragma once
 #include "kernels/attention/params.h"
+#include "kernels/attention/row_limits.h"
 
 namespace kdtrain::cuda {
 

@@ -6,7 +6,9 @@
 //          head dims 64 and 128, B and H up to 65535 (grid dimensions), and
 //          16-byte aligned qkv/out/dout/dqkv (their vector loads and stores).
 //   row:   one block per query/key row (row.cuh): any head dim, slow. Only
-//          where the fused kernels cannot run.
+//          where the fused kernels cannot run, and within its own limits
+//          (kernels/attention/row_limits.h: B*H <= 65535, T up to ~29K).
+//   none:  neither fits; the call fails with the reason before any launch.
 //
 // Plain C++ with no CUDA types, so the rule is unit-tested on the CPU.
 #pragma once
@@ -16,6 +18,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "kernels/attention/flash_shape.h"
+#include "kernels/attention/row_limits.h"
 
 namespace kdtrain::cuda {
 
@@ -23,9 +26,11 @@ using flash::aligned_16;
 using flash::flash_supports_head_dim;
 using flash::kFlashMaxGridDim;
 
-enum class AttentionPath { flash, row };
+enum class AttentionPath { flash, row, none };
 
-inline const char* to_string(AttentionPath p) { return p == AttentionPath::flash ? "flash" : "row"; }
+inline const char* to_string(AttentionPath p) {
+  return p == AttentionPath::flash ? "flash" : p == AttentionPath::row ? "row" : "none";
+}
 
 struct AttentionPathChoice {
   AttentionPath path = AttentionPath::row;
@@ -35,11 +40,20 @@ struct AttentionPathChoice {
 // `buffers_aligned`: every bf16 tensor pointer of the call is 16-byte aligned (the
 // row strides are multiples of 16 bytes whenever D is 64 or 128).
 inline AttentionPathChoice choose_attention_path(const AttentionShape& s, bool buffers_aligned) {
-  if (!flash_supports_head_dim(s.D)) return {AttentionPath::row, "head dim not 64 or 128"};
-  if (s.B > kFlashMaxGridDim || s.H > kFlashMaxGridDim)
-    return {AttentionPath::row, "batch or heads above 65535"};
-  if (!buffers_aligned) return {AttentionPath::row, "a buffer is not 16-byte aligned"};
-  return {AttentionPath::flash, "fused kernels"};
+  const char* why = nullptr;  // what rules the fused kernels out
+  if (!flash_supports_head_dim(s.D))
+    why = "head dim not 64 or 128";
+  else if (s.B > kFlashMaxGridDim || s.H > kFlashMaxGridDim)
+    why = "batch or heads above 65535";
+  else if (!buffers_aligned)
+    why = "a buffer is not 16-byte aligned";
+  if (why == nullptr) return {AttentionPath::flash, "fused kernels"};
+  if (s.B * s.H > row::kMaxGridY)
+    return {AttentionPath::none, "the fused kernels cannot run it and batch x heads is above the row kernels' 65535"};
+  if (!row::fits(s.B, s.T, s.H, s.D))
+    return {AttentionPath::none, "the fused kernels cannot run it and the sequence is too long for the row kernels' "
+                                 "shared memory"};
+  return {AttentionPath::row, why};
 }
 
 // Within the fused path, which forward kernel: the mma.sync one (sm_80 instructions,

@@ -90,7 +90,9 @@ void* CudaBackend::scratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return scratch_;
   // Earlier ops on the stream may still read the old buffer.
   wait_for_stream();
-  const size_t grown = std::max(bytes, scratch_bytes_ * 2);
+  // Exactly what is asked, rounded up to 2 MiB: doubling overshot to ~0.5 GiB for the
+  // attention backward at T 4096; the sizes of a training step repeat, so it grows rarely.
+  const size_t grown = (bytes + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
   device_free(scratch_);
   scratch_ = nullptr;
   scratch_bytes_ = 0;
@@ -257,6 +259,8 @@ void CudaBackend::rope_backward(void* dx, const float* cos, const float* sin, in
 void CudaBackend::run_attention(const cuda::AttentionParams& p, cuda::AttentionPass pass,
                                 const AttentionShape& shape, AttentionVariant variant) {
   const cuda::AttentionPathChoice choice = cuda::attention_path(p);
+  KD_CHECK(choice.path != cuda::AttentionPath::none, "attention B=", shape.B, " T=", shape.T, " H=", shape.H,
+           " Hkv=", shape.Hkv, " D=", shape.D, ": no CUDA implementation: ", choice.reason);
   const size_t bytes = cuda::attention_workspace_bytes(p, pass, choice.path);
   void* workspace = bytes > 0 ? scratch(bytes) : nullptr;
   cuda::attention_run(p, pass, choice.path, workspace, bytes, stream_);
