@@ -61,22 +61,30 @@ def make_attention(torch, variant, H, Hkv, D, eager, device, T):
 
 
 def time_case(torch, fn, inputs, grads_of, warmup, iters, sync):
+    """Median milliseconds of forward+backward, and of the forward alone (graph recorded
+    for the backward, as in training, then dropped)."""
     def once():
         out = fn(*inputs)
         out.backward(torch.ones_like(out))
         for t in grads_of:
             t.grad = None
+
+    def forward():
+        fn(*inputs)
+
+    def median_ms(f):
+        ms = []
+        for _ in range(iters):
+            sync()
+            a = time.perf_counter()
+            f()
+            sync()
+            ms.append((time.perf_counter() - a) * 1e3)
+        return statistics.median(ms)
     for _ in range(warmup):
         once()
     sync()
-    ms = []
-    for _ in range(iters):
-        sync()
-        a = time.perf_counter()
-        once()
-        sync()
-        ms.append((time.perf_counter() - a) * 1e3)
-    return statistics.median(ms)
+    return median_ms(once), median_ms(forward)
 
 
 def run(args):
@@ -102,9 +110,10 @@ def run(args):
         flops = fwd_bwd_flops(B, H, T, D)
         # "sdpa": the reference (the baseline core alone); "<variant>": the strong
         # formulation of torch_attention.py; "<variant>-eager": the naive T x T form.
-        cases = [("sdpa", "baseline", False)] + [(v_, v_, False) for v_ in VARIANTS]
+        variants = args.variants or VARIANTS
+        cases = [("sdpa", "baseline", False)] + [(v_, v_, False) for v_ in variants]
         if args.cases == "all":
-            cases += [(f"{v_}-eager", v_, True) for v_ in VARIANTS]
+            cases += [(f"{v_}-eager", v_, True) for v_ in variants]
         for name, variant, eager in cases:
             # --compile adds a compiled row where compiling can change something: the
             # strong forms with elementwise work around the core (not a lone SDPA
@@ -122,8 +131,9 @@ def run(args):
                     if compiled:
                         fn = torch.compile(fn)
                     with ctx:
-                        ms = time_case(torch, fn, (q, k, v, extras), leaves, args.warmup, args.iters, sync)
-                    results.append(dict(row, ms=ms, tflops=flops / (ms / 1e3) / 1e12))
+                        ms, fwd_ms = time_case(torch, fn, (q, k, v, extras), leaves, args.warmup, args.iters, sync)
+                    results.append(dict(row, ms=ms, fwd_ms=fwd_ms, bwd_ms=ms - fwd_ms,
+                                        tflops=flops / (ms / 1e3) / 1e12))
                 except Exception as e:  # e.g. out of memory for the eager T x T scores
                     results.append(dict(row, error=f"{type(e).__name__}: {str(e)[:200]}"))
                     if dev.type == "cuda":
@@ -140,25 +150,38 @@ def run(args):
     return report
 
 
-def run_kdtrain(args, B, T, results):
-    """`kdtrain bench --attention-only` on the same shapes, and the ratios of issue 5."""
+def kdtrain_attention(args, binary, variant, B, T, D):
+    """One `kdtrain bench --attention-only` row (forward_ms, backward_ms, fwd_bwd_ms), or
+    an error row."""
     import subprocess
-    rows, summary_vs_sdpa, slowdown, vs_torch = [], {}, {}, {}
+    cmd = [binary, "bench", "--attention-only", "--preset", args.kdtrain_preset,
+           "--attention", variant, "--device", args.device, "--micro-batch", str(B),
+           "--seq-len", str(T), "--head-dim", str(D), "--steps", str(args.iters),
+           "--warmup", str(args.warmup), "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"variant": variant, "D": D, "error": (p.stdout + p.stderr)[-300:]}
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    if r["H"] != args.channels // D:
+        r["warning"] = f"kdtrain preset has H*D={r['H'] * D}, not --channels {args.channels}"
+    return r
+
+
+def run_kdtrain(args, B, T, results):
+    """`kdtrain bench --attention-only` on the same shapes, and the ratios of issues 5 and 26:
+    every variant on the default build, the baseline on each --kdtrain-build (the atomics
+    timing build "atomic-dq" gives attn_determinism_cost)."""
+    rows, summary_vs_sdpa, slowdown, vs_torch, builds, cost = [], {}, {}, {}, [], {}
     for D in args.head_dims:
-        for variant in VARIANTS:
-            cmd = [args.kdtrain, "bench", "--attention-only", "--preset", args.kdtrain_preset,
-                   "--attention", variant, "--device", args.device, "--micro-batch", str(B),
-                   "--seq-len", str(T), "--head-dim", str(D), "--steps", str(args.iters),
-                   "--warmup", str(args.warmup), "--json"]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            if p.returncode != 0:
-                rows.append({"variant": variant, "D": D, "error": (p.stdout + p.stderr)[-300:]})
-                continue
-            r = json.loads(p.stdout.strip().splitlines()[-1])
-            if r["H"] != args.channels // D:
-                r["warning"] = f"kdtrain preset has H*D={r['H'] * D}, not --channels {args.channels}"
-            rows.append(r)
+        for variant in (args.variants or VARIANTS):
+            rows.append(kdtrain_attention(args, args.kdtrain, variant, B, T, D))
         mine = {r["attention"]: r["fwd_bwd_ms"] for r in rows if r.get("D") == D and "fwd_bwd_ms" in r}
+        for spec in args.kdtrain_build:
+            label, _, binary = spec.partition("=")
+            r = dict(kdtrain_attention(args, binary, "baseline", B, T, D), build=label)
+            builds.append(r)
+            if label == "atomic-dq" and "fwd_bwd_ms" in r and "baseline" in mine:
+                cost[str(D)] = mine["baseline"] / r["fwd_bwd_ms"] - 1  # deterministic / atomics - 1
         sdpa = next((r["ms"] for r in results if r["case"] == "sdpa" and r["D"] == D and "ms" in r), None)
         if "baseline" in mine and sdpa:
             summary_vs_sdpa[str(D)] = sdpa / mine["baseline"]  # > 1: kdtrain faster
@@ -170,6 +193,8 @@ def run_kdtrain(args, B, T, results):
                 torch_best[r["variant"]] = min(torch_best.get(r["variant"], 1e30), r["ms"])
         vs_torch[str(D)] = {v: torch_best[v] / mine[v] for v in mine if v in torch_best}
     return {"kdtrain": rows,
+            "kdtrain_builds": builds,                     # the baseline on each --kdtrain-build
+            "attn_determinism_cost": cost,                # per D: deterministic / atomics time - 1
             "attn_fwdbwd_vs_sdpa": summary_vs_sdpa,       # per D: SDPA time / kdtrain baseline time
             "variant_attn_slowdown": slowdown,            # per D, variant: kdtrain time / kdtrain baseline
             "variant_speedup_vs_torch_best": vs_torch}    # per D, variant: best PyTorch time / kdtrain
@@ -200,6 +225,11 @@ def main(argv=None):
     ap.add_argument("--kdtrain", default="", help="kdtrain binary: also run kdtrain bench --attention-only")
     ap.add_argument("--kdtrain-preset", default="llama3.2-1b",
                     help="preset whose H*D and GQA ratio kdtrain uses (llama3.2-1b: 2048, 4)")
+    ap.add_argument("--kdtrain-build", action="append", default=[], metavar="LABEL=BINARY",
+                    help="another kdtrain build timed on the baseline (atomic-dq: the float-atomics "
+                         "timing build, for attn_determinism_cost); repeatable")
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=None,
+                    help="variants to time (default: all)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     r = run(args)
@@ -219,7 +249,11 @@ def main(argv=None):
         else:
             print(f"  D={x['D']:<4} kdtrain {x['attention']:<20} {x['fwd_bwd_ms']:9.3f} ms "
                   f"{x['tflops']:8.3f} TFLOP/s")
-    for key in ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "variant_speedup_vs_torch_best"):
+    for x in r.get("kdtrain_builds", []):
+        print(f"  D={x['D']:<4} kdtrain[{x['build']}] baseline "
+              + (x["error"] if "error" in x else f"{x['fwd_bwd_ms']:9.3f} ms"))
+    for key in ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "variant_speedup_vs_torch_best",
+                "attn_determinism_cost"):
         if key in r:
             print(f"  {key}: {json.dumps(r[key])}")
 

@@ -25,12 +25,8 @@
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 gpu_output bench gpu_bench.log
 gpu_options gpu_bench "$@"
-PRESET="${PRESET:-llama3.2-1b}"
-SEQ="${SEQ:-2048}"
-MB="${MICRO_BATCH:-8}"
-STEPS="${STEPS:-6}"
-WARMUP="${WARMUP:-2}"
 DEVICE="${DEVICE:-cuda}"
+gpu_bench_config
 MODES="${MODES:-compile}"
 ATTN_ARGS="${ATTN_ARGS:-}"
 TEACHER="${TEACHER-llama3.2-3b}"
@@ -44,29 +40,23 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 
 PHASE_START=$(date +%s)
 phase() { echo "== $* (+$(( $(date +%s) - PHASE_START ))s)"; }
-COMMON=(--preset "$PRESET" --micro-batch "$MB" --seq-len "$SEQ" --steps "$STEPS" --warmup "$WARMUP"
-        --device "$DEVICE" --json)
 
 for V in $VARIANTS; do
   phase "$V: kdtrain bench"
-  "$KDTRAIN" bench --attention "$V" "${COMMON[@]}" > "$OUTDIR/kdtrain_$V.json" || echo "kdtrain bench $V failed"
+  gpu_bench_kdtrain "$OUTDIR" "$V" "$V"
 done
 for V in $TORCH_VARIANTS; do
   for MODE in $MODES; do
     phase "$V: bench_pytorch.py ($MODE)"
-    FLAG=""; [[ $MODE == compile ]] && FLAG="--compile"
-    python3 scripts/bench_pytorch.py --attention "$V" "${COMMON[@]}" $FLAG > "$OUTDIR/torch_${MODE}_$V.json" \
-      || echo "bench_pytorch $V $MODE failed"
+    gpu_bench_torch "$OUTDIR" "${MODE}_$V" "$V" "$MODE"
   done
 done
 if [[ -n "$TEACHER" ]]; then
   for V in $TEACHER_VARIANTS; do
     phase "$V with teacher $TEACHER: kdtrain bench, bench_pytorch.py (compile)"
-    "$KDTRAIN" bench --attention "$V" --teacher "$TEACHER" "${COMMON[@]}" > "$OUTDIR/kdtrain_teacher_$V.json" \
-      || echo "kdtrain bench $V teacher failed"
-    python3 scripts/bench_pytorch.py --attention "$V" --teacher "$TEACHER" "${COMMON[@]}" \
-      $([[ " $MODES " == *" compile "* ]] && echo --compile) > "$OUTDIR/torch_teacher_$V.json" \
-      || echo "bench_pytorch $V teacher failed"
+    gpu_bench_kdtrain "$OUTDIR" "teacher_$V" "$V" --teacher "$TEACHER"
+    gpu_bench_torch "$OUTDIR" "teacher_$V" "$V" "$([[ " $MODES " == *" compile "* ]] && echo compile || echo eager)" \
+      --teacher "$TEACHER"
   done
 fi
 phase "attention alone: bench_attention.py (strong forms, compiled where it helps) and kdtrain bench --attention-only"

@@ -29,49 +29,15 @@ gpu_build
 echo "== kdtrain GPU check  commit $COMMIT  $(date -u +%FT%TZ)  device $DEVICE"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 
-# run_tests NAME FILTER: the test binary on FILTER -> tests_NAME.txt and its metadata.
-run_tests() {
-  local name="$1" filter="$2" start listed rc
-  start=$(date +%s)
-  listed=$("$TESTS" "$filter" --list-test-names-only 2>/dev/null | grep -c . || true)
-  "$TESTS" "$filter" -r compact > "$OUTDIR/tests_$name.txt" 2>&1
-  rc=$?
-  printf '{"filter": "%s", "listed": %s, "exit_code": %s, "seconds": %s}\n' "$filter" "${listed:-null}" \
-    "$rc" "$(( $(date +%s) - start ))" > "$OUTDIR/tests_$name.meta.json"
-  tail -3 "$OUTDIR/tests_$name.txt"
-  python3 scripts/catch2_summary.py "$OUTDIR/tests_$name.txt" --listed "${listed:-0}"
-}
-
 echo "== CUDA tests: $SUITE"
-run_tests cuda "$SUITE"
+gpu_run_tests "$OUTDIR" cuda "$SUITE"
 echo "== attention at the models' real shapes: $REALISTIC"
-run_tests realistic "$REALISTIC"
+gpu_run_tests "$OUTDIR" realistic "$REALISTIC"
 
-# run_sanitizer TOOL FILTER TIMEOUT
-run_sanitizer() {
-  local tool="$1" filter="$2" limit="$3" start rc timed_out=false sanitizer
-  sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
-  if [[ "${SANITIZE:-1}" == 0 || "$DEVICE" != cuda || -z "$sanitizer" ]]; then
-    local why="compute-sanitizer not found"
-    [[ "${SANITIZE:-1}" == 0 ]] && why="SANITIZE=0"
-    [[ "$DEVICE" != cuda ]] && why="DEVICE=$DEVICE"
-    printf '{"skipped": "%s"}\n' "$why" > "$OUTDIR/$tool.meta.json"
-    echo "   not run: $why"
-    return
-  fi
-  start=$(date +%s)
-  timeout "$limit" "$sanitizer" --tool "$tool" --print-limit 20 "$TESTS" "$filter" -r compact \
-    > "$OUTDIR/$tool.txt" 2>&1
-  rc=$?
-  [[ $rc == 124 ]] && timed_out=true
-  printf '{"filter": "%s", "exit_code": %s, "timed_out": %s, "seconds": %s}\n' "$filter" "$rc" \
-    "$timed_out" "$(( $(date +%s) - start ))" > "$OUTDIR/$tool.meta.json"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^(Passed|Failed)" "$OUTDIR/$tool.txt" | tail -3
-}
 echo "== compute-sanitizer memcheck: $MEMCHECK_FILTER"
-run_sanitizer memcheck "$MEMCHECK_FILTER" "${MEMCHECK_TIMEOUT:-150}"
+gpu_run_sanitizer "$OUTDIR" memcheck "$MEMCHECK_FILTER" "${MEMCHECK_TIMEOUT:-150}"
 echo "== compute-sanitizer racecheck: $RACECHECK_FILTER"
-run_sanitizer racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-120}"
+gpu_run_sanitizer "$OUTDIR" racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-120}"
 
 STEPS="${TRAIN_STEPS:-50}"
 echo "== short training run: $DEVICE vs cpu (tiny-llama, affine, $STEPS steps)"

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Summaries of a GPU session for scripts/gpu_check.sh and scripts/gpu_bench.sh: reads
+"""Summaries of a GPU session for scripts/gpu_window.sh, gpu_check.sh and gpu_bench.sh: reads
 the raw outputs they leave in $OUT, writes one JSON summary, optionally merges its
 keys into docs/gpu/latest.json, and prints a short table (the scripts' last output).
 
   python3 scripts/gpu_report.py check OUT/check --commit C --gpu G [--update-docs PATH]
   python3 scripts/gpu_report.py bench OUT/bench --commit C --gpu G [--update-docs PATH]
+  python3 scripts/gpu_report.py window RAW --commit C --gpu G [--update-docs PATH]
 
 docs/gpu/latest.json holds one session's measurements: when the commit or the GPU of
 the new keys differs from the file's, the file starts over, so keys measured on
@@ -83,10 +84,11 @@ def max_rel_diff(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
-def check_summary(outdir, commit, gpu):
-    """The summary of a gpu_check run from the files it left in `outdir`."""
+def check_summary(outdir, commit, gpu, suite_names=("cuda", "realistic"), tools=("memcheck", "racecheck")):
+    """The summary of a gpu_check run (or the test part of a gpu_window run) from the files
+    it left in `outdir`."""
     suites = {}
-    for name in ("cuda", "realistic"):
+    for name in suite_names:
         log = read_text(os.path.join(outdir, f"tests_{name}.txt"))
         meta = read_json(os.path.join(outdir, f"tests_{name}.meta.json")) or {}
         if log is None:
@@ -97,7 +99,7 @@ def check_summary(outdir, commit, gpu):
         s["seconds"] = meta.get("seconds")
         suites[name] = s
     sanitizers = {}
-    for tool in ("memcheck", "racecheck"):
+    for tool in tools:
         meta = read_json(os.path.join(outdir, f"{tool}.meta.json"))
         if meta is None:
             continue
@@ -135,6 +137,10 @@ def check_summary(outdir, commit, gpu):
 
 
 def check_table(s):
+    return format_table(("check", "result"), check_rows(s))
+
+
+def check_rows(s):
     rows = []
     for name, t in s["suites"].items():
         passed = "?" if t["test_cases_passed"] is None else t["test_cases_passed"]
@@ -153,7 +159,7 @@ def check_table(s):
     rows.append(("train cuda vs cpu, max rel loss diff",
                  "not measured" if diff is None else f"{diff:.2e} ({s['train_steps_cuda']} steps)"))
     rows.append(("overall", f"{s['tests_status']}, commit {str(s['commit'])[:12]}, {s['gpu'] or 'no GPU'}"))
-    return format_table(("check", "result"), rows)
+    return rows
 
 
 # ----------------------------------------------------------------- bench
@@ -226,6 +232,10 @@ def fmt(x, pattern="{:.2f}"):
 
 
 def bench_table(s):
+    return format_table(("bench", "result"), bench_rows(s))
+
+
+def bench_rows(s):
     rows = []
     for v in VARIANTS:
         tok = s["tokens_per_s"][v]
@@ -246,7 +256,64 @@ def bench_table(s):
     rows.append(("peak device memory, baseline: kdtrain / torch.compile",
                   f"{fmt(peak / 2**30 if peak else None, '{:.1f} GiB')} / "
                   f"{fmt(peak_torch / 2**30 if peak_torch else None, '{:.1f} GiB')}"))
-    return format_table(("bench", "result"), rows)
+    return rows
+
+
+# ----------------------------------------------------------------- window
+
+WINDOW_SUITES = ("primitives", "flash", "attention", "realistic")
+WINDOW_TOOLS = ("racecheck", "synccheck")
+
+
+def attention_times(att):
+    """Per head dim, per implementation: forward, backward and forward+backward ms, from
+    bench_attention.py's report (PyTorch rows by case, kdtrain rows by variant, the extra
+    builds' baseline rows by build label)."""
+    out = {}
+    for r in att.get("results", []):
+        if "ms" in r:
+            out.setdefault(str(r["D"]), {})[f"torch {r['case']}"] = {
+                "fwd": r.get("fwd_ms"), "bwd": r.get("bwd_ms"), "fwd_bwd": r["ms"]}
+    for r in att.get("kdtrain", []) + att.get("kdtrain_builds", []):
+        if "fwd_bwd_ms" in r:
+            name = f"kdtrain[{r['build']}] {r['attention']}" if "build" in r else f"kdtrain {r['attention']}"
+            out.setdefault(str(r["D"]), {})[name] = {
+                "fwd": r.get("forward_ms"), "bwd": r.get("backward_ms"), "fwd_bwd": r["fwd_bwd_ms"]}
+    return out
+
+
+def window_summary(outdir, commit, gpu):
+    """The summary of a gpu_window run: its tests (as check_summary), its benchmarks (as
+    bench_summary), the determinism cost, attention times, NCCL and each phase's time."""
+    check = check_summary(outdir, commit, gpu, WINDOW_SUITES, WINDOW_TOOLS)
+    s = bench_summary(outdir, commit, gpu)
+    for k in ("tests_status", "tests_passed", "tests_failed", "tests_skipped", "suites", "sanitizers"):
+        s[k] = check[k]
+    att = last_json(os.path.join(outdir, "attention.json")) or {}
+    s["attn_determinism_cost"] = att.get("attn_determinism_cost") or None
+    s["attention_ms"] = attention_times(att)
+    nccl = (read_text(os.path.join(outdir, "nccl.log")) or "").strip().splitlines()
+    s["nccl"] = nccl[-1] if nccl else None
+    phases = read_text(os.path.join(outdir, "phases.jsonl")) or ""
+    s["phases"] = [json.loads(line) for line in phases.splitlines() if line.strip()]
+    return s
+
+
+def window_table(s):
+    rows = [(f"phase {p['phase']}", f"{p['status']} ({p['seconds']} s)") for p in s["phases"]]
+    for D, impls in sorted(s["attention_ms"].items()):
+        for name, t in impls.items():
+            rows.append((f"attention D={D} {name}: fwd / bwd / total ms",
+                         f"{fmt(t['fwd'])} / {fmt(t['bwd'])} / {fmt(t['fwd_bwd'])}"))
+    cost = s["attn_determinism_cost"] or {}
+    rows.append(("attn_determinism_cost (deterministic / atomics - 1)",
+                 ", ".join(f"D={d}: {fmt(x, '{:+.1%}')}" for d, x in sorted(cost.items())) or "not measured"))
+    rows.append(("NCCL at world size 1", s["nccl"] or "not run"))
+    rows += bench_rows(s)
+    # The test verdict last, as gpu_check's table ends (no training run in the window).
+    check = check_rows(dict(s, train_max_rel_loss_diff_cuda_vs_cpu=None, train_steps_cuda=0))
+    rows += [r for r in check if not r[0].startswith("train ")]
+    return format_table(("window", "result"), rows)
 
 
 # ----------------------------------------------------------------- shared
@@ -263,6 +330,7 @@ CHECK_KEYS = ("tests_passed", "tests_failed", "tests_status", "tests_skipped")
 BENCH_KEYS = ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "step_speedup_vs_torch_compile",
               "step_speedup_vs_torch_with_teacher", "mfu_1b_t2048", "peak_device_bytes",
               "peak_device_bytes_torch_compile", "bench_config")
+WINDOW_KEYS = CHECK_KEYS + BENCH_KEYS + ("attn_determinism_cost", "attention_ms")
 
 
 def update_latest(path, summary, keys):
@@ -309,6 +377,7 @@ def markdown_table(doc):
         ("tests passed / failed (status)",
          f"{fmt(doc.get('tests_passed'), '{}')} / {fmt(doc.get('tests_failed'), '{}')} ({doc.get('tests_status', 'not run')})"),
         ("attn_fwdbwd_vs_sdpa (SDPA time / kdtrain)", per_dim("attn_fwdbwd_vs_sdpa")),
+        ("attn_determinism_cost (deterministic / atomics build - 1)", per_dim("attn_determinism_cost")),
     ]
     rows += [(f"variant_attn_slowdown, D={d}", ", ".join(f"{v} {fmt(x, '{:.2f}')}" for v, x in per.items()))
              for d, per in sorted(slow.items())] or [("variant_attn_slowdown", "not measured")]
@@ -335,7 +404,7 @@ def update_markdown(path, doc):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kind", choices=("check", "bench"))
+    ap.add_argument("kind", choices=("check", "bench", "window"))
     ap.add_argument("outdir")
     ap.add_argument("--commit", required=True)
     ap.add_argument("--gpu", default="")
@@ -348,9 +417,12 @@ def main(argv=None):
     if args.kind == "check":
         s = check_summary(args.outdir, args.commit, gpu)
         keys, table = CHECK_KEYS, check_table(s)
-    else:
+    elif args.kind == "bench":
         s = bench_summary(args.outdir, args.commit, gpu)
         keys, table = BENCH_KEYS, bench_table(s)
+    else:
+        s = window_summary(args.outdir, args.commit, gpu)
+        keys, table = WINDOW_KEYS, window_table(s)
     with open(os.path.join(args.outdir, "summary.json"), "w") as f:
         json.dump(s, f, indent=2)
         f.write("\n")

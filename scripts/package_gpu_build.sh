@@ -5,7 +5,8 @@
 # OpenBLAS, gfortran, MPI, libstdc++ ...) go into .carry/gpu (git-ignored), and
 # the same compressed into .carry/gpu.tar.xz, the path to carry: unpacked it is
 # about 60 MiB (OpenBLAS alone 36), packed about 10, and the device tool carries
-# 64 MiB at most. scripts/gpu_env.sh (gpu_build, for gpu_check.sh, gpu_bench.sh and gpu_check_nccl.sh)
+# 64 MiB at most. The timing-only atomics build's kdtrain (KDTRAIN_ATTN_ATOMIC_DQ) goes
+# with it as bin/kdtrain_atomic_dq, for scripts/gpu_window.sh. scripts/gpu_env.sh (gpu_build, for gpu_check.sh, gpu_bench.sh and gpu_check_nccl.sh)
 # unpacks it on the GPU machine.
 #
 #   scripts/package_gpu_build.sh [--arch 90]
@@ -23,11 +24,17 @@ BUILD=build-gpu
 OUT=.carry/gpu
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKDTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >/dev/null
 cmake --build "$BUILD" -j"${KDTRAIN_BUILD_JOBS:-$(nproc)}"
+# The timing-only build (KDTRAIN_ATTN_ATOMIC_DQ: dq by float atomics), for the window's
+# attn_determinism_cost; only its kdtrain binary travels, as bin/kdtrain_atomic_dq.
+cmake -S . -B "$BUILD-atomic-dq" -DCMAKE_BUILD_TYPE=Release -DKDTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+  -DKDTRAIN_ATTN_ATOMIC_DQ=ON >/dev/null
+cmake --build "$BUILD-atomic-dq" --target kdtrain -j"${KDTRAIN_BUILD_JOBS:-$(nproc)}"
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
 cp "$BUILD/kdtrain" "$BUILD/kdtrain_tests" "$OUT/bin/"
+cp "$BUILD-atomic-dq/kdtrain" "$OUT/bin/kdtrain_atomic_dq"
 # glibc's libraries and the CUDA driver/runtime stay the target's own.
-ldd "$BUILD/kdtrain" "$BUILD/kdtrain_tests" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+ldd "$BUILD/kdtrain" "$BUILD/kdtrain_tests" "$BUILD-atomic-dq/kdtrain" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libresolv.so*|libutil.so*) ;;
     libcuda.so*|libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*|libnvidia*) ;;
@@ -35,7 +42,7 @@ ldd "$BUILD/kdtrain" "$BUILD/kdtrain_tests" | awk '/=> \//{print $3}' | sort -u 
   esac
 done
 git rev-parse HEAD > "$OUT/COMMIT"
-strip --strip-unneeded "$OUT/bin/kdtrain" "$OUT/bin/kdtrain_tests" 2>/dev/null || true
+strip --strip-unneeded "$OUT"/bin/* 2>/dev/null || true
 XZ_OPT="-T0 -6" tar -C .carry -cJf .carry/gpu.tar.xz gpu
 du -sh "$OUT" .carry/gpu.tar.xz
 LIMIT=$((64 * 1024 * 1024))
@@ -45,4 +52,4 @@ if (( SIZE > LIMIT )); then
   exit 1
 fi
 echo "packed .carry/gpu.tar.xz (commit $(cut -c1-12 "$OUT/COMMIT"), $((SIZE / 1024 / 1024)) MiB of 64):"
-echo "  carry it and run: scripts/gpu_check.sh --update-docs; scripts/gpu_bench.sh --update-docs"
+echo "  carry it and run: scripts/gpu_window.sh --update-docs   (the one command; gpu_check.sh and gpu_bench.sh are longer)"

@@ -193,3 +193,53 @@ def test_markdown_table_rewritten_between_the_markers(tmp_path):
     # The real docs carry the markers, so --update-docs can rewrite them.
     perf = (ROOT / "docs" / "performance.md").read_text()
     assert perf.index(gpu_report.TABLE_BEGIN) < perf.index(gpu_report.TABLE_END)
+
+
+def test_window_summary_synthetic(tmp_path):
+    suite(tmp_path, "primitives", "Passed 1 test case with 392 assertions.\n", 1, "[cuda][tc]")
+    suite(tmp_path, "flash", "x.cpp:1: failed: a\nFailed 1 test case, failed 2 assertions.\n", 10, "[flash]~[sim]")
+    write(tmp_path / "racecheck.meta.json", json.dumps({"skipped": "DEVICE=cpu"}))
+    bench_json(tmp_path, "attention.json", attn_fwdbwd_vs_sdpa={"64": 0.9},
+               attn_determinism_cost={"64": 0.04},
+               results=[{"case": "sdpa", "D": 64, "ms": 1.8, "fwd_ms": 0.5, "bwd_ms": 1.3}],
+               kdtrain=[{"attention": "baseline", "D": 64, "forward_ms": 0.6, "backward_ms": 1.4, "fwd_bwd_ms": 2.0}],
+               kdtrain_builds=[{"attention": "baseline", "D": 64, "build": "atomic-dq", "forward_ms": 0.6,
+                                "backward_ms": 1.32, "fwd_bwd_ms": 1.92}])
+    write(tmp_path / "phases.jsonl", '{"phase": "a tests", "status": "ok", "seconds": 70}\n'
+                                     '{"phase": "b attention", "status": "cut at 120s", "seconds": 120}\n')
+    write(tmp_path / "nccl.log", "...\nnccl: passed\n")
+    s = gpu_report.window_summary(str(tmp_path), "abc", "H100")
+    # 1 passed of [cuda][tc]; 10 listed, 1 failed of the flash suite: 9 + 1 passed, 1 failed.
+    assert (s["tests_status"], s["tests_passed"], s["tests_failed"]) == ("failed", 10, 1)
+    assert s["attn_determinism_cost"] == {"64": 0.04}
+    assert s["attention_ms"]["64"]["kdtrain[atomic-dq] baseline"]["bwd"] == 1.32
+    assert s["attention_ms"]["64"]["torch sdpa"] == {"fwd": 0.5, "bwd": 1.3, "fwd_bwd": 1.8}
+    assert s["nccl"] == "nccl: passed"
+    table = gpu_report.window_table(s)
+    assert "cut at 120s (120 s)" in table and "D=64: +4.0%" in table
+    assert table.splitlines()[-1].startswith("overall") and "failed" in table.splitlines()[-1]
+    path = tmp_path / "latest.json"
+    doc = gpu_report.update_latest(str(path), s, gpu_report.WINDOW_KEYS)
+    for key in ("commit", "gpu", "tests_passed", "tests_failed", "attn_fwdbwd_vs_sdpa", "variant_attn_slowdown",
+                "attn_determinism_cost", "step_speedup_vs_torch_compile", "mfu_1b_t2048"):
+        assert key in doc
+
+
+def test_gpu_window_cpu_smoke(tmp_path):
+    pytest.importorskip("torch")
+    if not (BUILD / "kdtrain_tests").exists() or (ROOT / ".carry" / "gpu" / "bin" / "kdtrain").exists():
+        pytest.skip("needs build/ and no packed GPU build")
+    latest = ROOT / "docs" / "gpu" / "latest.json"
+    before = latest.read_bytes() if latest.exists() else None
+    p = run_script("gpu_window.sh", {"DEVICE": "cpu", "OUT": str(tmp_path), "TORCH_VARIANTS": "baseline"}, 900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = tmp_path / "window"
+    assert sorted(f.name for f in out.iterdir()) == ["raw.tgz", "summary.json", "table.txt", "window.log"]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["gpu"] is None and s["tests_status"] == "passed" and s["tests_failed"] == 0
+    assert [p_["phase"] for p_ in s["phases"]][:3] == ["a tests", "b attention", "c kdtrain step"]
+    assert all(p_["status"] == "ok" for p_ in s["phases"])
+    assert s["attention_ms"]["16"]["kdtrain baseline"]["fwd"] > 0
+    assert s["tokens_per_s"]["affine"] > 0
+    assert p.stdout.strip().splitlines()[-1].startswith("overall")  # the table comes last
+    assert (latest.read_bytes() if latest.exists() else None) == before  # no GPU: docs untouched
