@@ -79,7 +79,7 @@ cat > "$tmp/smem.cpp" <<'EOF'
 #include "kernels/attention/flash_backward_kernel.cuh"
 #include "kernels/attention/flash_forward_kernel.cuh"
 template <int D> void row() {
-  constexpr auto t = kdtrain::flash::flash_tiles(D, false, false, kdtrain::flash::FlashPass::forward);
+  constexpr auto t = kdtrain::flash::flash_tiles(D, kdtrain::flash::FlashPass::forward);
   using L = kdtrain::flash::ForwardLayout<D, t.Br, t.Bc, t.warps>;
   std::printf("| forward D=%d | Br %d, Bc %d, %d warps (%d m-tiles each) | %d threads | %d bytes |\n", D, t.Br, t.Bc,
               t.warps, L::kMTiles, L::kThreads, L::kSmemBytes);

@@ -32,8 +32,8 @@ namespace {
 // static_asserts in flash_forward_kernel.cuh's ForwardLayout).
 constexpr bool tiles_ok(int D) {
   using flash::FlashPass;
-  const auto f = flash::flash_tiles(D, false, true, FlashPass::forward);
-  const auto b = flash::flash_tiles(D, false, true, FlashPass::backward);
+  const auto f = flash::flash_tiles(D, FlashPass::forward);
+  const auto b = flash::flash_tiles(D, FlashPass::backward);
   return f.Br % (16 * f.warps) == 0 && f.Bc % 16 == 0 && b.Bc == 16 * b.warps && b.Br % 16 == 0;
 }
 static_assert(tiles_ok(64) && tiles_ok(128), "flash tile sizes break the kernels' assumptions");

@@ -37,7 +37,7 @@ template <int D, bool kSink, bool kAffine>
 sim::LaunchStats launch_forward(const flash::ForwardArgs& args, sim::Schedule sched) {
   // The reverse schedule also lands cp.async copies at issue: a K/V stage refilled
   // while another warp still reads it then changes the result.
-  constexpr auto t = flash::flash_tiles(D, kSink, kAffine, flash::FlashPass::forward);
+  constexpr auto t = flash::flash_tiles(D, flash::FlashPass::forward);
   using L = flash::ForwardLayout<D, t.Br, t.Bc, t.warps>;
   sim::LaunchConfig c;
   c.grid = {static_cast<unsigned>(flash::forward_blocks(args.p, t.Br)), 1, 1};

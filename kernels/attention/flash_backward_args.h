@@ -13,7 +13,7 @@ namespace kdtrain::flash {
 
 // Backward tiles, warps and dq slices: one place (flash_tiles) decides, the kernels
 // static_assert against these.
-constexpr FlashTiles kBwdTiles = flash_tiles(64, false, false, FlashPass::backward);
+constexpr FlashTiles kBwdTiles = flash_tiles(64, FlashPass::backward);
 constexpr int kBwdThreads = 32 * kBwdTiles.warps;
 constexpr int kBwdDqSlices = kBwdTiles.warps;  // one dq slice (and semaphore) per warp
 // (b, kv head) pairs ticketed together (flash_backward_schedule.h). Key tile kt + 1 of a group
@@ -37,11 +37,9 @@ constexpr bool kBwdAtomicDq = true;
 constexpr bool kBwdAtomicDq = false;
 #endif
 
-static_assert(flash_tiles(128, false, false, FlashPass::backward).Br == kBwdTiles.Br &&
-                  flash_tiles(128, false, false, FlashPass::backward).Bc == kBwdTiles.Bc &&
-                  flash_tiles(64, true, false, FlashPass::backward).Bc == kBwdTiles.Bc &&
-                  flash_tiles(64, false, true, FlashPass::backward).Bc == kBwdTiles.Bc,
-              "one backward tile shape for every head dim and variant (few instantiations)");
+static_assert(flash_tiles(128, FlashPass::backward).Br == kBwdTiles.Br &&
+                  flash_tiles(128, FlashPass::backward).Bc == kBwdTiles.Bc,
+              "one backward tile shape for every head dim (few instantiations)");
 
 struct BwdArgs {
   FlashParams p;

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(Warps * 32)
 
 // The forward tiles of head dim D, from the one table in flash_shape.h.
 template <int D>
-constexpr flash::FlashTiles kForwardTiles = flash::flash_tiles(D, false, false, flash::FlashPass::forward);
+constexpr flash::FlashTiles kForwardTiles = flash::flash_tiles(D, flash::FlashPass::forward);
 
 // Workspace layout: [prefix sums of v (B, T, Hkv*D) fp32][scan chunk totals], affine only.
 struct ForwardWorkspace {

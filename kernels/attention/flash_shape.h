@@ -42,9 +42,9 @@ struct FlashTiles {
 //    stay in registers: 2 x 16 x D fp32), Br = 64 query rows per step, for both head
 //    dims and every variant (docs/flash_attention.md has the register, shared-memory and
 //    traffic arithmetic: the dq accumulator traffic per FLOP falls as 1/Bc).
-constexpr FlashTiles flash_tiles(int head_dim, bool sink, bool affine, FlashPass pass) {
-  (void)sink;
-  (void)affine;
+// The variant does not change the tiles (one shape per head dim and pass keeps the
+// instantiations few), so it is not an argument.
+constexpr FlashTiles flash_tiles(int head_dim, FlashPass pass) {
   if (pass == FlashPass::forward) return FlashTiles{128, 64, head_dim > 64 ? 8 : 4};
   return FlashTiles{64, 128, 8};
 }

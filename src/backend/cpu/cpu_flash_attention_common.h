@@ -53,7 +53,7 @@ void run_pass(FlashPass pass, AttnDims dims, T scale, AttentionFeatures f, Flash
   if (dims.B * dims.T * dims.H == 0) return;
   FlashParams p = flash::make_flash_params(dims.B, dims.T, dims.H, dims.Hkv, dims.D, static_cast<float>(scale));
   p.bias_visible = f.bias_divisor == AffineBiasDivisor::visible;
-  flash::FlashTiles t = flash::flash_tiles(static_cast<int>(dims.D), f.sink, f.affine, pass);
+  flash::FlashTiles t = flash::flash_tiles(static_cast<int>(dims.D), pass);
   if (over.Br > 0) t.Br = over.Br;
   if (over.Bc > 0) t.Bc = over.Bc;
   flash::flash_dispatch(f.sink, f.affine, [&](auto flags) { body(flags, p, t); });
