@@ -150,21 +150,32 @@ def run(args):
     return report
 
 
-def kdtrain_attention(args, binary, variant, B, T, D):
+def kdtrain_attention(args, binary, variant, B, T, D, env=None):
     """One `kdtrain bench --attention-only` row (forward_ms, backward_ms, fwd_bwd_ms), or
-    an error row."""
+    an error row. `env`: extra environment variables (e.g. KDTRAIN_FLASH_FORWARD)."""
+    import os
     import subprocess
     cmd = [binary, "bench", "--attention-only", "--preset", args.kdtrain_preset,
            "--attention", variant, "--device", args.device, "--micro-batch", str(B),
            "--seq-len", str(T), "--head-dim", str(D), "--steps", str(args.iters),
            "--warmup", str(args.warmup), "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     if p.returncode != 0:
         return {"variant": variant, "D": D, "error": (p.stdout + p.stderr)[-300:]}
     r = json.loads(p.stdout.strip().splitlines()[-1])
     if r["H"] != args.channels // D:
         r["warning"] = f"kdtrain preset has H*D={r['H'] * D}, not --channels {args.channels}"
     return r
+
+
+def parse_build(spec):
+    """'LABEL=[VAR=VALUE ...] BINARY' -> (label, binary, {VAR: VALUE})."""
+    import shlex
+    label, _, rest = spec.partition("=")
+    words = shlex.split(rest)
+    if not label or not words or "=" in words[-1]:
+        raise SystemExit(f"bench_attention: --kdtrain-build wants LABEL=[VAR=VALUE ...] BINARY, got {spec!r}")
+    return label, words[-1], dict(w.split("=", 1) for w in words[:-1])
 
 
 def run_kdtrain(args, B, T, results):
@@ -177,8 +188,8 @@ def run_kdtrain(args, B, T, results):
             rows.append(kdtrain_attention(args, args.kdtrain, variant, B, T, D))
         mine = {r["attention"]: r["fwd_bwd_ms"] for r in rows if r.get("D") == D and "fwd_bwd_ms" in r}
         for spec in args.kdtrain_build:
-            label, _, binary = spec.partition("=")
-            r = dict(kdtrain_attention(args, binary, "baseline", B, T, D), build=label)
+            label, binary, env = parse_build(spec)
+            r = dict(kdtrain_attention(args, binary, "baseline", B, T, D, env), build=label)
             builds.append(r)
             if label == "atomic-dq" and "fwd_bwd_ms" in r and "baseline" in mine:
                 cost[str(D)] = mine["baseline"] / r["fwd_bwd_ms"] - 1  # deterministic / atomics - 1
@@ -225,9 +236,10 @@ def main(argv=None):
     ap.add_argument("--kdtrain", default="", help="kdtrain binary: also run kdtrain bench --attention-only")
     ap.add_argument("--kdtrain-preset", default="llama3.2-1b",
                     help="preset whose H*D and GQA ratio kdtrain uses (llama3.2-1b: 2048, 4)")
-    ap.add_argument("--kdtrain-build", action="append", default=[], metavar="LABEL=BINARY",
-                    help="another kdtrain build timed on the baseline (atomic-dq: the float-atomics "
-                         "timing build, for attn_determinism_cost); repeatable")
+    ap.add_argument("--kdtrain-build", action="append", default=[], metavar="LABEL=[VAR=VALUE ...] BINARY",
+                    help="another kdtrain build (or the same with environment variables set) timed on the "
+                         "baseline; atomic-dq: the float-atomics timing build, for attn_determinism_cost; "
+                         "repeatable")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=None,
                     help="variants to time (default: all)")
     ap.add_argument("--json", action="store_true")

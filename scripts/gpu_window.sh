@@ -4,8 +4,9 @@
 # 15 minutes, start-up included, and this must end within 8 on an H100 or H200):
 #   (a) tests: the tensor-core wrapper probes on the GPU against the emulator ([cuda][tc]),
 #       the flash kernels' CUDA tests ([flash]~[sim]), [cuda][attention], the real shapes;
-#   (b) attention forward and backward timed separately at D 64 and 128: kdtrain's
-#       mma.sync kernels (every variant), the atomics timing build (attn_determinism_cost)
+#   (b) attention forward and backward timed separately at D 64 and 128: kdtrain (every
+#       variant; the sm_90a wgmma forward at D 128 where built), its mma.sync forward
+#       (KDTRAIN_FLASH_FORWARD=mma_sync), the atomics timing build (attn_determinism_cost)
 #       and any other packed build, against SDPA and FlexAttention (bench_attention.py);
 #   (c) the llama3.2-1b step at T 2048, micro-batch 8, five variants, against
 #       torch.compile (bench_pytorch.py); then, time allowing, with a teacher;
@@ -103,10 +104,12 @@ tests_a() {
   gpu_run_tests "$RAW" realistic "$REALISTIC"
 }
 # (b) attention alone: the strong PyTorch forms (SDPA, FlexAttention for the sink) against
-# kdtrain, forward and backward apart; the atomics build and any other packed build
-# (bin/kdtrain_<label>, e.g. the sm_90a path's when it is packed separately) on the baseline.
+# kdtrain, forward and backward apart. kdtrain's rows take the forward kernel it chooses
+# (the sm_90a wgmma forward at D 128 where built); "mma-sync" forces the mma.sync forward
+# on the baseline (KDTRAIN_FLASH_FORWARD); then the atomics build and any other packed
+# build (bin/kdtrain_<label>).
 attention_b() {
-  local builds=() bin
+  local builds=(--kdtrain-build "mma-sync=KDTRAIN_FLASH_FORWARD=mma_sync $KDTRAIN") bin
   [[ -n "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "atomic-dq=$KDTRAIN_ATOMIC_DQ")
   for bin in "$(dirname "$KDTRAIN")"/kdtrain_*; do
     [[ -x "$bin" && "$bin" != *_tests && "$bin" != "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "${bin##*/kdtrain_}=$bin")
