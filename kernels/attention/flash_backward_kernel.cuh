@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/attention/flash_backward_args.h"
+#include "kernels/tc/named_barrier.cuh"
 #include "kernels/tc/primitives.cuh"
 #include "kernels/tc/sync.cuh"
 
@@ -365,7 +366,9 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     float old_rsum = 0.f;
     if (!first && !kAtomic) {
       if (lane == 0) tc::wait_equal(sem, kt);
-      tc::sync_warp_named(1 + warp);  // the other lanes read after lane 0's acquire
+      // The other lanes read after lane 0's acquire: a named barrier of the warp's 32 threads
+      // (ids 1..8), which unlike __syncwarp orders memory in the PTX model (causality order).
+      tc::named_barrier_sync(1 + warp, 32);
       TC_UNROLL
       for (int n = 0; n < kNdq; ++n) tc::load_cg4(qacc[n], slice + (n * 32 + lane) * 4);
       if constexpr (kAffine) {

@@ -55,10 +55,6 @@ TC_DEVICE Index3 grid_dim() { return gridDim; }
 TC_DEVICE void sync_block() { __syncthreads(); }
 // __syncwarp: the 32 lanes of the warp, shared memory ordered among them.
 TC_DEVICE void sync_warp() { __syncwarp(); }
-// bar.sync id, 32: a named barrier of one warp's 32 threads (id 1..15; 0 is sync_block's).
-// Unlike __syncwarp, a CTA barrier orders memory in the PTX memory model (causality order),
-// so one lane's release or acquire after it covers the other lanes' accesses.
-TC_DEVICE void sync_warp_named(int id) { asm volatile("bar.sync %0, 32;" ::"r"(id) : "memory"); }
 #else
 using Index3 = sim::Index3;
 TC_DEVICE Index3 thread_idx() { return sim::thread_idx(); }
@@ -67,7 +63,6 @@ TC_DEVICE Index3 block_dim() { return sim::block_dim(); }
 TC_DEVICE Index3 grid_dim() { return sim::grid_dim(); }
 TC_DEVICE void sync_block() { sim::sync_block(); }
 TC_DEVICE void sync_warp() { sim::sync_warp(); }
-TC_DEVICE void sync_warp_named(int) { sim::sync_warp(); }
 #endif
 
 // Kernels using these are 1-D blocks of whole warps.
