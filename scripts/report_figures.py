@@ -146,7 +146,7 @@ def query_mass_grid(plt, runs: list[Run], model: str, out: Path, save) -> None:
                         "rerun kdtrain analyze)", ha="center", va="center", fontsize=9,
                         transform=ax.transAxes)
                 ax.set_axis_off()
-            ax.set_title(f"{r.method()} ({r.name}): {what}", fontsize=9)
+            ax.set_title(f"{r.method()} ({r.name}): {what}", fontsize=8)
     fig.suptitle(f"Per-query attention weight sums — {model}", fontsize=10)
     save(fig, f"fig3_query_mass_{safe(model)}.png",
          f"Fig. 3: per-query sum of the effective attention weights, mean over heads — left, the "
