@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from report_runs import LOGIT_KEY, Run
+from report_runs import LOGIT_ALL_KEY, LOGIT_KEY, Run
 
 
 def safe(name: str) -> str:
@@ -62,9 +62,17 @@ def figures(runs: list[Run], out: Path, late_fraction: float) -> list[tuple[str,
             ax.legend(fontsize=7)
             save(fig, f"{fname}_{safe(model)}.png", f"{caption} ({model})")
 
-    curves(lambda r: LOGIT_KEY, "fig2_logit_magnitude", "Mean |QKᵀ/√d| (training probe)",
-           "mean |logit|", "Fig. 2: mean |q·k/√d| over layers, heads and causal pairs, "
-           "first 128 positions of one sequence per step")
+    def logit_key(r: Run) -> str:
+        """Fig. 2's quantity where the run logged it, else the older per-step prefix probe."""
+        return LOGIT_ALL_KEY if r.series(LOGIT_ALL_KEY)[0] else LOGIT_KEY
+
+    every = all(logit_key(r) == LOGIT_ALL_KEY for r in runs if r.metrics)
+    curves(logit_key, "fig2_logit_magnitude", "Mean |QKᵀ/√d|", "mean |logit|",
+           "Fig. 2: mean |q·k/√d| over layers, heads and causal pairs, "
+           + ("every position of every sequence of the step's last micro-batch, at the validation steps"
+              if every else "every position of the last micro-batch at the validation steps where the "
+              "run logged it (attn_logit_mean_abs_all), else the first 128 positions of one sequence "
+              "per step (older runs)"))
     curves(Run.loss_key, "fig7_loss", "Training loss", loss_label,
            "Fig. 7: training loss per step — teacher soft cross-entropy (KL + teacher entropy) "
            "for distilled runs")

@@ -19,7 +19,8 @@ MODEL_ORDER = ["0.5B", "1B", "3B"]
 ALPHA_LABEL = {"linear_clip": "linear clip", "sigmoid": "sigmoid"}
 PAPER_ALPHA = "linear_clip"     # the paper's choice (§6): Tables 1 and 2 use it
 PAPER_DIVISOR = "sequence"      # the paper's affine bias divisor (Eq. 8: the key sequence length)
-LOGIT_KEY = "attn_logit_mean_abs"  # metrics.jsonl key of the Fig. 2 probe
+LOGIT_KEY = "attn_logit_mean_abs"  # metrics.jsonl key of the per-step probe: 128 positions of one sequence
+LOGIT_ALL_KEY = "attn_logit_mean_abs_all"  # Fig. 2's quantity: every position of a micro-batch, at eval steps
 # The training loss on the paper's scale (docs/evaluation.md, "Loss"): the teacher
 # soft cross-entropy KL + H(teacher) of a distilled run, the CE of a run without one.
 SOFT_CE_KEY = "soft_ce"

@@ -363,6 +363,10 @@ TEST_CASE("analysis: the training probe on a causal prefix equals a forward of t
       f.model->forward(tokens.data(), B, T, false);
       const double whole = probe_mean_abs_attention_logit(*f.model, 1000);
       CHECK(whole == Approx(mean_abs_attention_logit(*f.model, tokens.data(), 1, T)).epsilon(1e-5));
+      // every position of every sequence: the forward of the whole batch (Fig. 2's quantity)
+      f.model->forward(tokens.data(), B, T, false);
+      const double all = probe_mean_abs_attention_logit(*f.model, 0, 0);
+      CHECK(all == Approx(mean_abs_attention_logit(*f.model, tokens.data(), B, T)).epsilon(1e-5));
     }
   }
 }

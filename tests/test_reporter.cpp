@@ -58,6 +58,10 @@ TEST_CASE("reporter: each step's record in metrics.jsonl, with validation where 
     CHECK_FALSE(r.contains("alpha_ma"));
     CHECK_FALSE(r.contains("soft_ce"));  // no teacher
     CHECK(r.contains("val_loss") == (s != 1));  // eval.interval 2, and the last step
+    // Fig. 2 over every position where validation runs; the cheap prefix probe every logged step
+    CHECK(r.contains("attn_logit_mean_abs_all") == (s != 1));
+    CHECK(r.contains("attn_logit_mean_abs"));
+    if (s != 1) CHECK(r["attn_logit_mean_abs_all"].get<double>() > 0.0);
   }
   // Validation is the mean CE over the first eval.batches micro-batches: the same weights give the same value.
   nlohmann::json again;

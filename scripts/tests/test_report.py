@@ -34,6 +34,8 @@ def write_run(root: Path, name: str, variant: str, losses, grads, extra_steps=No
         # the optimised loss is the forward KL; soft_ce = KL + teacher entropy (here 2.5)
         row = {"step": i, "loss": loss - 2.5, "kd": loss - 2.5, "grad_norm": g,
                report.LOGIT_KEY: 3.0 - 0.1 * i}
+        if name == "base" and i % 3 == 0:  # Fig. 2's all-position probe at validation steps
+            row["attn_logit_mean_abs_all"] = 2.0 - 0.1 * i
         if soft_ce:
             row["soft_ce"] = loss
         rows.append(row)
@@ -202,7 +204,8 @@ def test_report_tables_and_figures(tmp_path):
         assert name in pngs, name
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({name})" in index
-    assert "column 0 is the sink (old)" in index and "the paper's quantity (every token" in index
+    assert "column 0 is the sink (old)" in index
+    assert "else the first 128 positions of one sequence per step (older runs)" in index and "the paper's quantity (every token" in index
 
 
 def test_grad_norm_statistic_digits():

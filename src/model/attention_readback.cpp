@@ -107,9 +107,9 @@ double mean_abs_attention_logit(Model& model, const int32_t* tokens, int64_t B, 
   return s / static_cast<double>(per_layer.size());
 }
 
-double probe_mean_abs_attention_logit(Model& model, int64_t positions) {
+double probe_mean_abs_attention_logit(Model& model, int64_t positions, int64_t sequences) {
   KD_CHECK(model.batch_size() > 0, "attention-logit probe: the model has not run forward");
-  const std::vector<double> per_layer = abs_attention_logit_per_layer(model, 1, positions);
+  const std::vector<double> per_layer = abs_attention_logit_per_layer(model, sequences, positions);
   double s = 0.0;
   for (double x : per_layer) s += x;
   return s / static_cast<double>(per_layer.size());

@@ -59,9 +59,10 @@ std::vector<double> abs_attention_logit_per_layer(Model& model, int64_t sequence
                                                   int64_t positions = 0);
 
 // The training-time probe (Fig. 2), with no extra forward: the mean |QK^T/sqrt(d)|
-// over every layer and head on the first `positions` tokens of the first sequence
-// of the model's last forward (the last micro-batch of a step). Copies only that
-// prefix of q/k to the host, so the training kernels stay fused and untouched.
-double probe_mean_abs_attention_logit(Model& model, int64_t positions = 128);
+// over every layer and head on the first `positions` tokens of the first `sequences`
+// sequences of the model's last forward (the last micro-batch of a step; <= 0: all).
+// Copies only that prefix of q/k to the host, so the training kernels stay fused and
+// untouched.
+double probe_mean_abs_attention_logit(Model& model, int64_t positions = 128, int64_t sequences = 1);
 
 }  // namespace kdtrain

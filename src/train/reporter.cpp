@@ -80,7 +80,11 @@ std::string Reporter::report(int64_t step, const StepResult& r, double seconds, 
   // ranks, rank 0's last micro-batch. Reads the last micro-batch's q/k prefix
   // before validation overwrites them.
   if (progress) record["attn_logit_mean_abs"] = probe_mean_abs_attention_logit(*parts_.student, 128);
-  if (validation_due(parts_.config, step)) add_validation(record);
+  // The paper's Fig. 2 quantity, every position of every sequence of that micro-batch:
+  // O(L H B T^2 D) host work, so only where validation runs (eval.interval, last step).
+  const bool validate = validation_due(parts_.config, step);
+  if (validate) record["attn_logit_mean_abs_all"] = probe_mean_abs_attention_logit(*parts_.student, 0, 0);
+  if (validate) add_validation(record);
   try {
     metrics_->write(record);
   } catch (const Error& e) {
