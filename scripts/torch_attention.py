@@ -58,8 +58,9 @@ class Attention:
     """One variant's core. prepare(T) builds what depends on the sequence length (the
     block mask) outside any compiled region; call it before the first forward."""
 
-    def __init__(self, torch, variant, H, Hkv, D, device, eager=False):
+    def __init__(self, torch, variant, H, Hkv, D, device, eager=False, bias_divisor="sequence"):
         features(variant)  # refuses an unknown variant, naming the choices
+        self.bias_divisor = bias_divisor  # N of the affine beta, as kdtrain's attention.affine_bias_divisor
         if H % Hkv:
             raise ValueError(f"H={H} is not a multiple of Hkv={Hkv}")
         self.torch, self.variant, self.H, self.Hkv, self.D = torch, variant, H, Hkv, D
@@ -104,7 +105,8 @@ class Attention:
                 q, k, v, is_causal=True, enable_gqa=self.H != self.Hkv)
         o = o.transpose(1, 2)  # (B, T, H, D)
         if has_affine(self.variant):
-            n = torch.arange(1, T + 1, device=q.device, dtype=torch.float32).view(1, T, 1)
+            n = (torch.arange(1, T + 1, device=q.device, dtype=torch.float32).view(1, T, 1)
+                 if self.bias_divisor == "visible" else float(T))
             beta = (alpha_ma.view(1, 1, self.H) - alpha.float()) / n
             prefix = v.transpose(1, 2).float().cumsum(1).repeat_interleave(self.H // self.Hkv, 2)
             o = (alpha.float().unsqueeze(-1) * o.float() + beta.unsqueeze(-1) * prefix).to(q.dtype)
