@@ -322,7 +322,7 @@ TEST_CASE("teacher: a resume refuses a teacher whose weights changed", "[reliabi
   REQUIRE(run(plus(tiny_train_args(shard, run_dir.string(), 4, 2), {"--set", "kd.teacher=" + teacher}), &out,
               (tmp.path / "t.log").string()) == 0);
   // Same path, other weights.
-  REQUIRE(run({KDTRAIN_BINARY, "init", "--preset", "tiny-qwen", "--seed", "2", "--out", teacher}, &out,
+  REQUIRE(run({KDTRAIN_BINARY, "init", "--preset", "tiny-qwen", "--seed", "2", "--out", teacher, "--force"}, &out,
               (tmp.path / "i.log").string()) == 0);
   CHECK(run({KDTRAIN_BINARY, "train", "--resume", (run_dir / "checkpoints" / "step_00000002").string(), "--run-dir",
              (tmp.path / "B").string()}, &out, (tmp.path / "r.log").string()) == 1);

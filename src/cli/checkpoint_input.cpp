@@ -1,12 +1,15 @@
 #include "cli/checkpoint_input.h"
 
+#include "cli/commands.h"
+
 namespace kdtrain::cli {
 
 void add_checkpoint_input_options(CLI::App& command, CheckpointInputOptions& options, const std::string& window,
                                   const std::string& device_help) {
   command.add_option("--checkpoint", options.checkpoint,
                      "model checkpoint directory, or a run directory (its latest checkpoint)")
-      ->required();
+      ->required()
+      ->transform(normal_path_option());
   command.add_option("--data", options.data, "token shards (paths or glob patterns)")->required();
   command.add_option("--seq-len", options.seq_len,
                      "tokens per " + window +

@@ -17,14 +17,18 @@
 #include "data/dataset.h"
 #include "eval/attention_analysis.h"
 #include "eval/perplexity.h"
+#include "io/output_dir.h"
 
 namespace kdtrain::cli {
 
 namespace {
 
+constexpr const char* kAnalysisFile = "analysis.json";
+
 struct AnalyzeFlags {
   CheckpointInputOptions input;
   std::string out;
+  bool force = false;
   bool num_seqs_given = false;
   int64_t num_seqs = 10, layer_map = 8, map_size = 30, bins = 50;
 };
@@ -32,6 +36,7 @@ struct AnalyzeFlags {
 void run_analyze(const AnalyzeFlags& f) {
   KD_CHECK(f.num_seqs >= 1, "--num-seqs must be at least 1, got ", f.num_seqs);
   KD_CHECK(f.layer_map >= 1, "--layer-map is a 1-based layer number, got ", f.layer_map);
+  io::claim_output_dir(f.out, {"--out", {kAnalysisFile}, f.force});
   const CheckpointInput in(f.input, 2);
   Model& model = *in.model;
   const ModelConfig& m = model.config();
@@ -73,7 +78,7 @@ void run_analyze(const AnalyzeFlags& f) {
   j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::filesystem::create_directories(f.out);
-  const std::string path = (std::filesystem::path(f.out) / "analysis.json").string();
+  const std::string path = (std::filesystem::path(f.out) / kAnalysisFile).string();
   eval::write_text_file(path, j.dump(1) + "\n");
   std::printf("wrote %s: %s, %lld sequences x %lld tokens, mean |QK^T/sqrt(d)| %.4f, "
               "first-token weight (mean over layers) %.4f\n",
@@ -100,7 +105,9 @@ void register_analyze(CLI::App& app) {
                       "1-based layer whose attention map is kept (default 8, clamped to the depth)");
   command->add_option("--map-size", flags->map_size, "attention map of the first N tokens (default 30)");
   command->add_option("--bins", flags->bins, "per-query mass histogram bins over [0, 1] (default 50)");
-  command->add_option("--out", flags->out, "output directory (analysis.json)")->required();
+  command->add_option("--out", flags->out, "output directory (analysis.json)")->required()->transform(normal_path_option());
+  command->add_flag("--force", flags->force,
+                    "write into a non-empty --out (never a training run or a checkpoint)");
   command->callback([flags, command] {
     flags->num_seqs_given = command->count("--num-seqs") > 0;
     run_analyze(*flags);

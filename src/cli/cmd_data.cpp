@@ -11,6 +11,8 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/paths.h"
+#include "io/output_dir.h"
 #include "data/shard.h"
 #include "data/shard_tools.h"
 
@@ -50,7 +52,7 @@ void register_data(CLI::App& app) {
 
   auto options = std::make_shared<DataWriteOptions>();
   auto* write = data->add_subcommand("write", "Write a shard from token ids (text) or from raw bytes");
-  write->add_option("--out", options->out, "Shard file to write (atomically)")->required();
+  write->add_option("--out", options->out, "Shard file to write (atomically)")->required()->transform(normal_path_option());
   write->add_option("--version", options->version,
                     "1: uint16 tokens, 7: uint32 tokens (default: the smallest that fits)")
       ->check(CLI::IsMember({1, 7}));
@@ -60,12 +62,24 @@ void register_data(CLI::App& app) {
                     ->check(CLI::ExistingFile);
   ids->excludes(bytes);
   write->add_option("--val-out", options->val_out,
-                    "also write a validation shard: the first --val-tokens tokens go here, the rest to --out");
+                    "also write a validation shard: the first --val-tokens tokens go here, the rest to --out")
+      ->transform(normal_path_option());
   write->add_option("--val-tokens", options->val_tokens,
                     "tokens held out for --val-out (default: a tenth of the input)");
   write->callback([options] {
     KD_CHECK(!options->ids_path.empty() || !options->bytes_path.empty(),
              "kdtrain data write: give --ids FILE or --bytes FILE");
+    // Every output names its own file, none of them the input: checked before anything is written.
+    const std::string input = options->ids_path.empty() ? options->bytes_path : options->ids_path;
+    for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--out", options->out}, {"--val-out", options->val_out}}) {
+      if (path.empty()) continue;
+      io::claim_output_file(path, flag);
+      KD_CHECK(!same_file(path, input), flag, " ", path, ": is the input file ", input,
+               "; writing it would destroy the input. Choose another ", flag);
+    }
+    KD_CHECK(options->val_out.empty() || !same_file(options->out, options->val_out), "--out ", options->out,
+             " and --val-out ", options->val_out, " name the same file; the training tokens would overwrite "
+             "the validation split. Give two files");
     std::vector<uint32_t> tokens = options->ids_path.empty()
                                        ? data::read_bytes_as_tokens(options->bytes_path)
                                        : data::read_token_ids_text(options->ids_path);

@@ -79,11 +79,11 @@ void register_dump(CLI::App& app) {
   auto flags = std::make_shared<DumpFlags>();
   auto* command = app.add_subcommand(
       "dump", "One forward (and backward) on a shard's first tokens, written as safetensors");
-  command->add_option("--checkpoint", flags->checkpoint, "model checkpoint directory")->required();
+  command->add_option("--checkpoint", flags->checkpoint, "model checkpoint directory")->required()->transform(normal_path_option());
   command->add_option("--data", flags->data, "token shard (llm.c .bin)")->required();
   command->add_option("--batch-size", flags->batch_size, "B: sequences")->required();
   command->add_option("--seq-len", flags->seq_len, "T: tokens per sequence")->required();
-  command->add_option("--out", flags->out, "output .safetensors file")->required();
+  command->add_option("--out", flags->out, "output .safetensors file")->required()->transform(normal_path_option());
   command->add_flag("--grads", flags->grads, "also write grad.<name> for every trained parameter");
   command->add_option("--device", flags->device, "cpu or cuda");
   command->callback([flags] { run_dump(*flags); });

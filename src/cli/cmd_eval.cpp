@@ -144,7 +144,7 @@ void register_eval(CLI::App& app) {
   command->add_option("--token-bytes", flags->token_bytes,
                       "bytes-per-token table for bits per byte (default: the token_bytes.json "
                       "named by the shards' manifest.json)");
-  command->add_option("--out", flags->out, "also write the JSON result to this file");
+  command->add_option("--out", flags->out, "also write the JSON result to this file")->transform(normal_path_option());
   command->add_flag("--json", flags->json, "print the result as JSON");
   command->callback([flags] { run_eval(*flags); });
 }

@@ -43,8 +43,9 @@ void register_export(CLI::App& app) {
   auto* command = app.add_subcommand(
       "export", "Write a checkpoint as a Hugging Face model directory (transformers, lm-eval)");
   command->add_option("--checkpoint", flags->checkpoint, "model checkpoint directory, or a run directory (its latest checkpoint)")
-      ->required();
-  command->add_option("--out", flags->out, "Hugging Face directory to write")->required();
+      ->required()
+      ->transform(normal_path_option());
+  command->add_option("--out", flags->out, "Hugging Face directory to write")->required()->transform(normal_path_option());
   command->add_option("--dtype", flags->dtype, "weights dtype: bf16 or fp32 (default fp32)");
   command->add_option("--tokenizer", flags->tokenizer,
                       "tokenizer directory (or tokenizer.json) whose files are copied into --out");

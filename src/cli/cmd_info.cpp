@@ -355,7 +355,8 @@ void register_info(CLI::App& app) {
       "info", "Print the architecture, parameter counts, ΔParams over baseline and a memory estimate");
   add_common_options(*command, options->common);
   command->add_option("--checkpoint", options->checkpoint,
-                      "describe this checkpoint directory (kdtrain or Hugging Face) instead of a config");
+                      "describe this checkpoint directory (kdtrain or Hugging Face) instead of a config")
+      ->transform(normal_path_option());
   command->add_option("--micro-batch", options->micro_batch,
                       "sequences per micro-batch for the memory estimate (default train.micro_batch)");
   command->add_option("--seq-len", options->seq_len,

@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "io/checkpoint_format.h"
+#include "io/output_dir.h"
 #include "model/init.h"
 #include "model/param_layout.h"
 
@@ -15,6 +16,7 @@ struct InitFlags {
   uint64_t seed = 1234;
   bool seed_given = false;
   std::string out;
+  bool force = false;
 };
 }  // namespace
 
@@ -23,8 +25,12 @@ void register_init(CLI::App& app) {
   auto* command = app.add_subcommand("init", "Write a freshly initialised model checkpoint");
   add_common_options(*command, flags->common);
   command->add_option("--seed", flags->seed, "initialisation seed (default train.seed)");
-  command->add_option("--out", flags->out, "checkpoint directory to write")->required();
+  command->add_option("--out", flags->out, "checkpoint directory to write")->required()->transform(normal_path_option());
+  command->add_flag("--force", flags->force,
+                    "replace --out when it holds files (never a training run or its checkpoints)");
   command->callback([flags, command] {
+    // Checked before the config: a wrong --out is the costliest mistake here.
+    io::claim_output_dir(flags->out, {"--out", {}, flags->force});
     Config config = load_config(flags->common.config_path, flags->common.preset,
                                 flags->common.attention, flags->common.overrides);
     const uint64_t seed = command->count("--seed") ? flags->seed : config.train.seed;

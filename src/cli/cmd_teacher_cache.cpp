@@ -17,12 +17,13 @@ void register_teacher_cache(CLI::App& app) {
   auto dtype = std::make_shared<std::string>("bf16");
   auto* command = app.add_subcommand(
       "teacher-cache", "Precompute a teacher's top-k log-probabilities for cached distillation");
-  command->add_option("--teacher", o->teacher, "teacher checkpoint directory")->required();
+  command->add_option("--teacher", o->teacher, "teacher checkpoint directory")->required()->transform(normal_path_option());
   command->add_option("--data", o->data, "token shards (paths or globs), as data.train")
       ->required();
   command->add_option("--seq-len", o->seq_len, "T: tokens per window, as train.seq_len")
       ->required();
-  command->add_option("--out", o->out, "output directory")->required();
+  command->add_option("--out", o->out, "output directory")->required()->transform(normal_path_option());
+  command->add_flag("--force", o->force, "write into a non-empty --out (never a run or a checkpoint)");
   command->add_option("--top-k", o->top_k, "K: token ids kept per position")->required();
   command->add_option("--batch-size", o->batch_size, "windows per teacher forward");
   command->add_option("--chunk-tokens", o->chunk_tokens, "rows of logits held at once");

@@ -6,6 +6,8 @@
 #include "cli/commands.h"
 #include "cli/config_help.h"
 #include "core/error.h"
+#include "core/paths.h"
+#include "io/output_dir.h"
 #include "train/checkpoint.h"
 #include "train/run_lock.h"
 #include "train/trainer.h"
@@ -43,7 +45,9 @@ void run_train(const TrainFlags& flags) {
   std::string config_path = flags.common.config_path;
   if (!flags.resume.empty()) {
     // A resumed run reads its own resolved config unless one is given.
-    options.run_dir = flags.run_dir.empty() ? run_dir_of(flags.resume) : flags.run_dir;
+    const std::string own_run = run_dir_of(flags.resume);
+    options.run_dir = flags.run_dir.empty() ? own_run : flags.run_dir;
+    io::claim_run_dir(options.run_dir, !same_file(options.run_dir, own_run), flags.resume);
     // A checkpoint resumed into a new --run-dir (say, on another number of ranks)
     // falls back to the checkpoint's own resolved config.
     if (config_path.empty()) {
@@ -56,6 +60,7 @@ void run_train(const TrainFlags& flags) {
                               flags.common.overrides);
   if (flags.resume.empty()) {
     options.run_dir = flags.run_dir.empty() ? default_run_dir(config, config_path) : flags.run_dir;
+    io::claim_run_dir(options.run_dir, false, "");
     // A run directory another process is using is reported as busy, naming the
     // holder, before anything else is said about its contents.
     if (fs::exists(options.run_dir)) RunLock probe(options.run_dir);
@@ -75,9 +80,11 @@ void register_train(CLI::App& app, TrainObserver* observer) {
       "train", "Train a student (optionally distilled from a teacher) from a JSON config");
   add_common_options(*command, flags->common);
   command->add_option("--run-dir", flags->run_dir,
-                      "run directory (default runs/<config or preset>-<variant>)");
+                      "run directory (default runs/<config or preset>-<variant>)")
+      ->transform(normal_path_option());
   command->add_option("--resume", flags->resume,
-                      "continue a run: its directory or one of its checkpoint directories");
+                      "continue a run: its directory or one of its checkpoint directories")
+      ->transform(normal_path_option());
   command->add_flag("--allow-config-change", flags->allow_config_change,
                     "with --resume: continue even though keys that change the trajectory (optimizer, "
                     "schedule, batch, seed, model, teacher, ...) differ from the checkpoint's");

@@ -33,6 +33,7 @@ int run_verify(const std::string& path) {
   }
   const RunVerification r = verify_run(path);
   for (const VerifiedCheckpoint& v : r.good) print_verified(v);
+  for (const std::string& dir : r.pruned) std::printf("note  %s: deleted by the running training (pruned) while verifying\n", dir.c_str());
   for (const auto& [dir, error] : r.bad) std::fprintf(stderr, "FAIL  %s: %s\n", dir.c_str(), error.c_str());
   if (!r.latest.empty()) std::printf("latest: %s\n", r.latest.c_str());
   else std::fprintf(stderr, "FAIL  latest: %s\n", r.latest_error.c_str());
@@ -47,7 +48,7 @@ void register_verify(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto* command = app.add_subcommand(
       "verify", "Check a checkpoint, or every checkpoint of a run directory: checksums, state, finite tensors");
-  command->add_option("path", *path, "checkpoint directory or run directory")->required();
+  command->add_option("path", *path, "checkpoint directory or run directory")->required()->transform(normal_path_option());
   command->callback([path] { run_verify(*path); });
 }
 

@@ -20,6 +20,10 @@ struct CommonOptions {
 };
 void add_common_options(CLI::App& command, CommonOptions& options);
 
+// Every path option goes through this transform (core/paths.h normal_path): one
+// spelling per path before any command sees it.
+CLI::Validator normal_path_option();
+
 // Every subcommand below, in the order `kdtrain --help` lists them; `observer`
 // as register_train's.
 void register_commands(CLI::App& app, TrainObserver* observer = nullptr);

@@ -15,6 +15,7 @@
 #include "data/shard_manifest.h"
 #include "io/file_util.h"
 #include "io/model_dir.h"
+#include "io/output_dir.h"
 #include "model/model.h"
 
 namespace kdtrain::cli {
@@ -53,6 +54,8 @@ bool topk_log_probs(const float* z, int64_t V, int64_t K, int32_t* ids, float* l
 
 namespace {
 
+constexpr const char* kCacheInfoFile = "cache.json";
+
 // <out>/cache.json: what the cache was made from, for people (the binary header
 // is what the trainer checks).
 void write_cache_info(const TeacherCacheOptions& o, const CacheHeader& h) {
@@ -70,7 +73,7 @@ void write_cache_info(const TeacherCacheOptions& o, const CacheHeader& h) {
   doc["teacher_hash"] = h.teacher_hash;
   doc["record_bytes"] = h.record_bytes();
   const std::string text = doc.dump(2) + "\n";
-  io::AtomicFileWriter out((std::filesystem::path(o.out) / "cache.json").string());
+  io::AtomicFileWriter out((std::filesystem::path(o.out) / kCacheInfoFile).string());
   out.write(text.data(), text.size());
   out.commit();
 }
@@ -81,8 +84,11 @@ CacheHeader build_teacher_cache(const TeacherCacheOptions& o) {
   KD_CHECK(o.seq_len >= 1, "--seq-len must be at least 1");
   KD_CHECK(o.batch_size >= 1, "--batch-size must be at least 1");
   KD_CHECK(o.chunk_tokens >= 1, "chunk_tokens must be at least 1");
+  io::claim_output_dir(o.out, {"--out", {data::kCacheFileName, kCacheInfoFile}, o.force});
   LoadedModel teacher = load_model_dir(o.teacher);
   const int64_t V = teacher.model.vocab_size, T = o.seq_len;
+  KD_CHECK(teacher.model.max_position_embeddings >= T, "--teacher ", o.teacher, " has max_position_embeddings ",
+           teacher.model.max_position_embeddings, ", fewer than --seq-len ", T, "; the teacher cannot score windows that long");
   KD_CHECK(o.top_k >= 1 && o.top_k <= V, "--top-k must be in [1, ", V, "] (the teacher's vocab), got ",
            o.top_k);
   data::check_manifest_vocab(o.data, V, "--data");

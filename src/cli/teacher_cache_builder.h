@@ -27,6 +27,7 @@ struct TeacherCacheOptions {
   std::string device = "cpu";
   int64_t threads = 0;
   bool progress = true;
+  bool force = false;                  // write into a non-empty --out (io/output_dir.h)
 };
 
 // Runs the teacher over every window and writes the cache; returns its header.

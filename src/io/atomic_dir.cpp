@@ -91,4 +91,13 @@ void StagedDir::commit() {
   fs::remove_all(staging_, ec);
 }
 
+void remove_dir_atomically(const std::string& dir) {
+  const std::string aside = strip_trailing_slashes(dir) + ".old." + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(aside, ec);
+  KD_CHECK(::rename(dir.c_str(), aside.c_str()) == 0, "cannot move ", dir, " aside to ", aside, " to delete it: ",
+           errno_text());
+  fs::remove_all(aside, ec);
+}
+
 }  // namespace kdtrain::io

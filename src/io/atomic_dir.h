@@ -39,4 +39,10 @@ class StagedDir {
   bool committed_ = false;
 };
 
+// Deletes a directory so that a reader (`kdtrain verify` on a live run) sees it
+// whole or not at all: it is renamed aside to "<dir>.old.<pid>" in one step,
+// then deleted. A crash in between leaves only the moved-aside name, which is
+// never read as a checkpoint and is removed by the next save.
+void remove_dir_atomically(const std::string& dir);
+
 }  // namespace kdtrain::io

@@ -1,3 +1,4 @@
+#include "io/output_dir.h"
 #include "io/hf_export.h"
 
 #include <algorithm>
@@ -74,18 +75,15 @@ std::vector<fs::path> tokenizer_files(const std::string& source, int64_t vocab_s
   return files;
 }
 
-// Refuses to replace anything but an empty directory unless --force, and never
-// the checkpoint being read.
+// Refuses to replace anything but an empty directory unless --force, never a
+// run or a training checkpoint (io/output_dir.h), and never the checkpoint being read.
 void check_output_dir(const ExportOptions& o) {
   const fs::path out(o.out);
   KD_CHECK(!o.out.empty(), "--out: no directory given");
   if (!fs::exists(out)) return;
-  KD_CHECK(fs::is_directory(out), "--out ", o.out, ": exists and is not a directory");
-  KD_CHECK(!fs::equivalent(out, fs::path(o.checkpoint)), "--out ", o.out,
+  KD_CHECK(!fs::is_directory(out) || !fs::equivalent(out, fs::path(o.checkpoint)), "--out ", o.out,
            ": is the checkpoint being exported; choose another directory");
-  const bool empty = fs::directory_iterator(out) == fs::directory_iterator();
-  KD_CHECK(empty || o.force, "--out ", o.out,
-           ": exists and is not empty; pass --force to replace it");
+  claim_output_dir(o.out, {"--out", {}, o.force});
 }
 
 }  // namespace

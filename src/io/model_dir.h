@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "io/run_layout.h"
 #include "model/model.h"
 
 namespace kdtrain {
@@ -23,8 +24,6 @@ LoadedModel load_model_dir(const std::string& dir);
 std::vector<float> params_for(const LoadedModel& loaded, const Model& target,
                               const std::string& source);
 
-// <run>/checkpoints/latest holds the name of the newest complete checkpoint.
-inline constexpr const char* kLatestCheckpointFile = "latest";
 // The checkpoint directory <run>/checkpoints/latest names; throws unless it is a
 // step_<N> directory of this run (no path, no link out) holding a model.
 std::string latest_checkpoint(const std::string& run_dir);

@@ -9,11 +9,13 @@
 
 #include "config/limits.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "io/atomic_dir.h"
 #include "io/checksums.h"
 #include "io/checkpoint_format.h"
 #include "io/file_util.h"
 #include "io/model_dir.h"
+#include "io/output_dir.h"
 #include "io/safetensors.h"
 #include "train/trainer_state.h"
 
@@ -26,7 +28,6 @@ namespace {
 constexpr const char* kLatest = kLatestCheckpointFile;
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = kTrainerStateFile;
-constexpr const char* kRunConfigFile = "run_config.json";
 
 void write_text_atomically(const std::string& path, const std::string& text) {
   io::AtomicFileWriter out(path);
@@ -73,9 +74,12 @@ int64_t latest_step(const fs::path& root) {
   return step;
 }
 
-fs::path resolve_checkpoint(const std::string& path) {
+fs::path resolve_checkpoint(const std::string& given) {
+  const std::string path = normal_path(given);
   const fs::path p(path);
   if (fs::exists(p / kStateFile)) return p;
+  KD_CHECK(io::dir_content(path) != io::DirContent::training_checkpoint, path,
+           ": not a complete training checkpoint (no ", kStateFile, ")");
   KD_CHECK(fs::exists(p / "checkpoints" / kLatest), "--resume ", path,
            ": neither a checkpoint directory (no ", kStateFile, ") nor a run directory (no checkpoints/",
            kLatest, ")");
@@ -189,7 +193,7 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
       const auto all = list_checkpoints(root);
       const size_t keep_n = static_cast<size_t>(std::max<int64_t>(keep, 1));
       for (size_t i = 0; i + keep_n < all.size(); ++i)
-        if (all[i].second != final_dir) fs::remove_all(all[i].second);
+        if (all[i].second != final_dir) io::remove_dir_atomically(all[i].second.string());
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -314,8 +318,11 @@ TrainingState load_training_checkpoint(const std::string& path, const Config& co
 }
 
 std::string run_dir_of(const std::string& resume_path) {
-  const fs::path p(resume_path);
-  if (fs::exists(p / kStateFile)) return p.parent_path().parent_path().string();
+  const fs::path p(normal_path(resume_path));
+  if (io::dir_content(p.string()) == io::DirContent::training_checkpoint) {
+    const fs::path run = p.parent_path().parent_path();
+    return run.empty() ? "." : run.string();
+  }
   return p.string();
 }
 

@@ -5,10 +5,12 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "io/checkpoint_format.h"
 #include "io/checksums.h"
 #include "io/file_util.h"
 #include "io/model_dir.h"
+#include "io/output_dir.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
 #include "train/checkpoint.h"
@@ -41,12 +43,15 @@ int64_t verify_weights(const std::string& dir, int64_t* total) {
 
 }  // namespace
 
-VerifiedCheckpoint verify_checkpoint(const std::string& dir) {
+VerifiedCheckpoint verify_checkpoint(const std::string& given) {
+  const std::string dir = normal_path(given);
   const std::string why = not_a_regular_file(dir);
   KD_CHECK(why.rfind("is a directory", 0) == 0, dir, ": ", why.empty() ? "is a file, not a checkpoint directory" : why);
   VerifiedCheckpoint v;
   v.dir = dir;
-  v.training = fs::exists(fs::path(dir) / kTrainerStateFile);
+  // What a resume would take for a training checkpoint (its name and place
+  // included) must verify as one: a lost trainer_state.json is a failure.
+  v.training = io::dir_content(dir) == io::DirContent::training_checkpoint;
   v.checksummed = io::has_checksums(dir);
   // A training checkpoint always carries its checksums; a model may (kdtrain init) or not (Hugging Face).
   if (v.training || v.checksummed) {
@@ -71,7 +76,8 @@ VerifiedCheckpoint verify_checkpoint(const std::string& dir) {
   return v;
 }
 
-RunVerification verify_run(const std::string& run_dir) {
+RunVerification verify_run(const std::string& given) {
+  const std::string run_dir = normal_path(given);
   RunVerification r;
   const fs::path root = fs::path(run_dir) / "checkpoints";
   KD_CHECK(fs::is_directory(root), run_dir, ": not a run directory (no checkpoints/)");
@@ -82,21 +88,37 @@ RunVerification verify_run(const std::string& run_dir) {
       dirs.emplace_back(step, entry.path().string());
   }
   std::sort(dirs.begin(), dirs.end());
-  for (const auto& [step, dir] : dirs) {
+  // A live run prunes old checkpoints while this reads them. Pruning renames a
+  // checkpoint aside in one step (io::remove_dir_atomically), so one that fails
+  // and is gone afterwards was pruned, not corrupt.
+  auto check = [&](const std::string& dir) {
     try {
       r.good.push_back(verify_checkpoint(dir));
     } catch (const std::exception& e) {
-      r.bad.emplace_back(dir, e.what());
+      if (fs::exists(dir)) r.bad.emplace_back(dir, e.what());
+      else r.pruned.push_back(dir);
     }
-  }
-  try {
-    const std::string latest = latest_checkpoint(run_dir);
-    bool good = false;
-    for (const VerifiedCheckpoint& v : r.good) good = good || fs::equivalent(v.dir, latest);
-    if (good) r.latest = latest;
-    else r.latest_error = "checkpoints/latest names " + latest + ", which did not verify";
-  } catch (const std::exception& e) {
-    r.latest_error = e.what();
+  };
+  for (const auto& [step, dir] : dirs) check(dir);
+  // `latest` is read last and may name a checkpoint written meanwhile (verified
+  // here too), or one pruned since it was read (then it is read again).
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    try {
+      const std::string latest = latest_checkpoint(run_dir);
+      auto named = [&](const std::string& dir) { return fs::exists(dir) && fs::equivalent(dir, latest); };
+      bool seen = std::any_of(r.bad.begin(), r.bad.end(), [&](const auto& b) { return named(b.first); });
+      for (const VerifiedCheckpoint& v : r.good) seen = seen || named(v.dir);
+      if (!seen) check(latest);
+      if (std::any_of(r.good.begin(), r.good.end(), [&](const VerifiedCheckpoint& v) { return named(v.dir); })) {
+        r.latest = latest;
+        r.latest_error.clear();
+        return r;
+      }
+      r.latest_error = "checkpoints/latest names " + latest + ", which did not verify";
+      if (fs::exists(latest)) return r;
+    } catch (const std::exception& e) {
+      r.latest_error = e.what();  // read again: `latest` may have moved past a pruned checkpoint
+    }
   }
   return r;
 }

@@ -9,7 +9,10 @@
 //   model checkpoint     (kdtrain init / export, Hugging Face) checksums when
 //                        listed, config.json, weight shapes and finite values
 //   run directory        every checkpoint under checkpoints/, and `latest`
-//                        naming one of them
+//                        naming one of them. A step_<N> directory under
+//                        checkpoints/ is a training checkpoint by its place, as
+//                        for --resume: without trainer_state.json it fails.
+//                        One the live run prunes while it is read is skipped.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,6 +34,7 @@ VerifiedCheckpoint verify_checkpoint(const std::string& dir);
 struct RunVerification {
   std::vector<VerifiedCheckpoint> good;
   std::vector<std::pair<std::string, std::string>> bad;  // directory, error
+  std::vector<std::string> pruned;  // deleted by the live run while being read (not failures)
   std::string latest;  // what `latest` names ("" when it does not name a good checkpoint)
   std::string latest_error;
 };

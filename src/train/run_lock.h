@@ -12,9 +12,9 @@
 #pragma once
 #include <string>
 
-namespace kdtrain {
+#include "io/run_layout.h"
 
-constexpr const char* kRunLockFile = "kdtrain.lock";
+namespace kdtrain {
 
 class RunLock {
  public:

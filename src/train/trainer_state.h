@@ -12,11 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/run_layout.h"
 #include "train/checkpoint.h"
 
 namespace kdtrain {
-
-constexpr const char* kTrainerStateFile = "trainer_state.json";
 
 nlohmann::json trainer_state_json(const TrainingState& state, int world_size);
 // Fills the fields above (not the moments); throws naming `source` and the key.
