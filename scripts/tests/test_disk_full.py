@@ -4,7 +4,8 @@ The red team filled the disk under a run: metrics.jsonl stopped mid-record at
 step 87 while the console logged to step 200. Here the failures are real ENOSPC
 errors, not mocks:
   - metrics.jsonl or standard output as a link to / redirect into /dev/full
-    (every write fails with ENOSPC, everything else has room): the run stops
+    (every write fails with ENOSPC, everything else has room), or standard
+    output a pipe whose reader has exited (EPIPE, not SIGPIPE): the run stops
     with an error naming the file, after writing a checkpoint that keeps the
     unwritten record, and a resume reads as one uninterrupted run;
   - a small tmpfs mounted in a private mount namespace (unshare), filling during
@@ -102,6 +103,22 @@ def test_console_write_failure_stops_the_run(shard, tmp_path):
     assert r.returncode == 1, r.stderr
     assert "standard output" in r.stderr and "No space left on device" in r.stderr, r.stderr
     assert latest(run_dir) == "step_00000001"
+
+
+def test_console_pipe_whose_reader_exits_stops_the_run_after_a_checkpoint(shard, reference, tmp_path):
+    """`kdtrain train ... | head` or a log shipper that restarts: the pipe's reader is gone.
+    Before: SIGPIPE killed the run (returncode -13) with no checkpoint and no message."""
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen(train_args(shard, run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job.stdout.close()  # the reader exits before the first line
+    err = job.stderr.read()
+    job.wait()
+    assert job.returncode == 1, (job.returncode, err)
+    assert "standard output" in err and "checkpoint at step 1" in err, err
+    assert latest(run_dir) == "step_00000001"
+    r = subprocess.run([str(KDTRAIN), "train", "--resume", str(run_dir)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert trajectory(records(run_dir)) == reference
 
 
 def test_info_to_a_full_disk_is_an_error():

@@ -1,6 +1,7 @@
 // kdtrain: the command-line entry point. Errors reach stderr with exit code 1.
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -11,8 +12,14 @@
 #include "cli/commands.h"
 #include "cli/suggest.h"
 #include "core/error.h"
+#include "io/file_util.h"
 
 int main(int argc, char** argv) {
+  // A console write to a pipe whose reader is gone (`| head`, a restarted log
+  // shipper) fails with EPIPE and is handled as any failed write (the run
+  // checkpoints and says so) instead of killing the process silently.
+  std::signal(SIGPIPE, SIG_IGN);
+  kdtrain::io::install_mapped_file_fault_handler();
   CLI::App app{"kdtrain: pretrain LLaMA/Qwen-style students by knowledge distillation"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kdtrain 0.1.0");

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +19,75 @@ namespace kdtrain::io {
 std::string parent_directory(const std::string& path) {
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   return parent.empty() ? std::string(".") : parent.string();
+}
+
+namespace {
+
+// The live mappings, for the SIGBUS handler: fixed storage it can scan without
+// allocating or locking (async-signal-safe). A mapping beyond kMaxMapped is not
+// listed; its fault is then reported without the file name.
+struct MappedRange {
+  std::atomic<bool> used{false};
+  std::atomic<uintptr_t> begin{0}, end{0};
+  char path[512] = {};
+};
+constexpr int kMaxMapped = 256;
+MappedRange g_mapped[kMaxMapped];
+
+void register_mapping(const void* data, size_t size, const std::string& path) {
+  for (MappedRange& r : g_mapped) {
+    if (r.used.exchange(true)) continue;
+    std::strncpy(r.path, path.c_str(), sizeof r.path - 1);
+    r.path[sizeof r.path - 1] = 0;
+    r.end.store(reinterpret_cast<uintptr_t>(data) + size);
+    r.begin.store(reinterpret_cast<uintptr_t>(data), std::memory_order_release);
+    return;
+  }
+}
+
+void unregister_mapping(const void* data) {
+  for (MappedRange& r : g_mapped)
+    if (r.used.load() && r.begin.load() == reinterpret_cast<uintptr_t>(data)) {
+      r.begin.store(0);
+      r.end.store(0);
+      r.used.store(false);
+      return;
+    }
+}
+
+void write_stderr(const char* text) {
+  size_t n = std::strlen(text);
+  while (n > 0) {
+    const ssize_t w = ::write(2, text, n);
+    if (w <= 0) return;
+    text += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+extern "C" void on_bus_error(int, siginfo_t* info, void*) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(info->si_addr);
+  const char* path = nullptr;
+  for (const MappedRange& r : g_mapped) {
+    const uintptr_t b = r.begin.load(std::memory_order_acquire);
+    if (b != 0 && b <= at && at < r.end.load()) path = r.path;
+  }
+  write_stderr("kdtrain: error: ");
+  write_stderr(path ? path : "a memory-mapped input file");
+  write_stderr(": the file shrank while kdtrain was reading it (truncated or rewritten in place by another "
+               "process; bus error). Input files must not change while a command reads them: restore the "
+               "file and run again (a training run resumes from its last checkpoint).\n");
+  ::_exit(1);
+}
+
+}  // namespace
+
+void install_mapped_file_fault_handler() {
+  struct sigaction action {};
+  action.sa_sigaction = on_bus_error;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGBUS, &action, nullptr);
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
@@ -36,6 +107,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       fail(path, ": cannot mmap ", size_, " bytes: ", why);
     }
     data_ = static_cast<const uint8_t*>(p);
+    register_mapping(data_, size_, path_);
   }
   // The mapping keeps the file alive; the descriptor is no longer needed.
   ::close(fd);
@@ -62,7 +134,10 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 void MappedFile::release() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr) {
+    unregister_mapping(data_);
+    ::munmap(const_cast<uint8_t*>(data_), size_);
+  }
   data_ = nullptr;
   size_ = 0;
 }

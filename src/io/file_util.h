@@ -56,6 +56,13 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
+// A mapped file that shrinks under its mapping (truncated or rewritten in place
+// by another process) makes the next read of the lost pages raise SIGBUS, which
+// would end the process without a word. This installs a SIGBUS handler that
+// names the file (every live MappedFile registers its range) and exits with
+// status 1. The CLI installs it once at start.
+void install_mapped_file_fault_handler();
+
 // fsync of a directory (so renames and new entries in it are durable).
 void fsync_directory(const std::string& dir);
 // fsync of a regular file by path.
