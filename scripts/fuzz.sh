@@ -131,6 +131,22 @@ names = ["model.embed_tokens.weight", "model.norm.weight"] + [
     ("input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
      "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
      "mlp.down_proj.weight")]
+# JSON: documents, and the NUL / trailing-data forms every JSON reader refuses
+# (a hidden second document after a NUL, data after the document), for every JSON target.
+doc = json.dumps({"train": {"steps": 3}, "data": {"train": ["a.bin"]}})
+put("json", "doc", doc)
+put("json", "spaces", " \t\n" + doc + " \n")
+for target in ("json", "config", "trainer_state", "hf_config", "hf_index"):
+    put(target, "nul_second_document", doc.encode() + b"\0" + doc.encode())
+    put(target, "nul_padding", doc.encode() + b"\0" * 8)
+    put(target, "trailing_data", doc + " {}")
+# A safetensors header padded with NULs (the reference implementation refuses it) and data after the last tensor.
+def padded_header(pad):
+    text = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode() + pad
+    return struct.pack("<Q", len(text)) + text + struct.pack("<f", 1.0)
+put("safetensors", "nul_padded_header", padded_header(b"\0" * 8))
+put("safetensors", "trailing_bytes", padded_header(b" " * 8) + b"\0" * 8)
+
 put("hf_index", "index", json.dumps({"metadata": {"total_size": 1}, "weight_map": {n: "model-00001-of-00001.safetensors" for n in names}}))
 EOF
 

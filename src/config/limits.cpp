@@ -39,6 +39,13 @@ void check_run_limits(const Config& c) {
   at_most(t.threads, SizeLimits::threads, "train.threads", "");
   at_most(c.kd.chunk_tokens, SizeLimits::chunk_tokens, "kd.chunk_tokens", "");
   at_most(c.eval.batches, SizeLimits::batch, "eval.batches", "");
+  at_most(t.max_consecutive_skips, SizeLimits::step_count, "train.max_consecutive_skips", "");
+  at_most(c.checkpoint.interval, SizeLimits::step_count, "checkpoint.interval", "");
+  at_most(c.checkpoint.keep, SizeLimits::step_count, "checkpoint.keep", "");
+  at_most(c.log.interval, SizeLimits::step_count, "log.interval", "");
+  at_most(c.eval.interval, SizeLimits::step_count, "eval.interval", "");
+  KD_CHECK(c.dist.timeout_s <= SizeLimits::timeout_s, "dist.timeout_s = ", c.dist.timeout_s,
+           " exceeds kdtrain's limit of ", SizeLimits::timeout_s, " s (one year; docs/reliability.md lists the limits)");
   // Both factors are bounded by 2^20 above, so the product cannot overflow.
   KD_CHECK(t.micro_batch * t.seq_len <= SizeLimits::tokens_per_micro_batch, "train.micro_batch x train.seq_len = ",
            t.micro_batch, " x ", t.seq_len, " = ", t.micro_batch * t.seq_len,

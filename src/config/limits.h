@@ -27,6 +27,12 @@ struct SizeLimits {
   static constexpr int64_t batch = 1 << 20;             // sequences per step or micro-batch
   static constexpr int64_t tokens_per_micro_batch = 1 << 24;
   static constexpr int64_t steps = int64_t{1} << 40;
+  // Every other count of steps (intervals, keep, skips) is bounded as steps are
+  // (schedule.warmup is clamped to train.steps).
+  static constexpr int64_t step_count = steps;
+  // dist.timeout_s: one year. "Never" spelled 1e10 would overflow the watchdog's
+  // nanosecond deadline (int64 ns hold 292 years); this bound keeps it exact.
+  static constexpr double timeout_s = 365.0 * 24 * 3600;
   static constexpr int64_t threads = 1024;
   static constexpr int64_t chunk_tokens = 1 << 20;
 };
@@ -34,7 +40,8 @@ struct SizeLimits {
 // Model sizes: `prefix` is how keys are spelled where they came from: "model."
 // for a run config, "" for a checkpoint's config.json (whose path `source` names).
 void check_model_limits(const ModelConfig& model, const std::string& source, const std::string& prefix);
-// The run's sizes (train.*, kd.chunk_tokens, eval.batches), model included.
+// The run's sizes (train.*, kd.chunk_tokens, eval.batches), counts (intervals,
+// keep, skips) and dist.timeout_s, model included.
 void check_run_limits(const Config& config);
 
 // "model.vocab_size=… model.hidden_size=… model.intermediate_size=… model.num_hidden_layers=…":

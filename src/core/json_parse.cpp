@@ -162,6 +162,15 @@ class StrictBuilder {
 }  // namespace
 
 JsonProblem try_parse_json(std::string_view text, json* out, std::string* error) {
+  // nlohmann's lexer reads a NUL byte as the end of the input, so "{...}\0{...}"
+  // would parse as its first document; JSON text holds no raw NUL anywhere
+  // (inside strings it is escaped as \u0000), so one is refused where it stands.
+  const size_t nul = text.find('\0');
+  if (nul != std::string_view::npos) {
+    *error = "invalid JSON: a NUL byte at line " + std::to_string(line_of(text, nul)) + " (byte " +
+             std::to_string(nul) + "); JSON text never holds one, and anything after it would be ignored";
+    return JsonProblem::syntax;
+  }
   const char* cursor = text.data();
   StrictBuilder builder(text, &cursor);
   const TrackingIterator first(text.data(), &cursor), last(text.data() + text.size(), nullptr);

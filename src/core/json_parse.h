@@ -6,7 +6,10 @@
 //     and both lines (nlohmann keeps the last one, so an appended second
 //     "train" section would silently replace the first);
 //   - nesting deeper than kMaxJsonDepth is refused (no legitimate file nests
-//     that deep, and deep documents make recursive consumers overflow).
+//     that deep, and deep documents make recursive consumers overflow);
+//   - a NUL byte anywhere is refused (nlohmann stops reading at one, so a
+//     second document hidden after it would go unseen), and so is anything but
+//     whitespace after the document.
 // Syntax errors name the line and column. Every error starts with `source`.
 #pragma once
 #include <cstddef>

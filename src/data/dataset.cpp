@@ -1,12 +1,16 @@
 #include "data/dataset.h"
 
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
+#include "core/paths.h"
 #include "io/file_util.h"
 
 namespace kdtrain::data {
@@ -48,6 +52,13 @@ std::vector<std::string> expand_shard_patterns(const std::vector<std::string>& p
   KD_CHECK(!patterns.empty(), "no data shards given (empty list of paths / globs)");
   std::vector<std::string> paths;
   for (const std::string& pattern : patterns) {
+    // A path that names an existing file is that file, even when it holds glob
+    // characters: `shards/run[1].bin` is not the pattern matching `run1.bin`.
+    struct stat st {};
+    if (::stat(pattern.c_str(), &st) == 0) {
+      paths.push_back(normal_path(pattern));
+      continue;
+    }
     glob_t g{};
     // GLOB_NOCHECK is not used: a pattern (or plain path) matching nothing must
     // be an error, not a literal filename that fails later with a vaguer message.
@@ -59,12 +70,20 @@ std::vector<std::string> expand_shard_patterns(const std::vector<std::string>& p
       if (why == "matches no files") fail("data pattern '", pattern, "' matches no files");
       fail("data pattern '", pattern, "': ", why);
     }
-    for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
+    for (size_t i = 0; i < g.gl_pathc; ++i) paths.push_back(normal_path(g.gl_pathv[i]));
     ::globfree(&g);
   }
+  // Each file once, however many patterns or spellings (`train.bin`, `./train.bin`,
+  // a link) reach it: the same file listed twice would silently double its data.
   std::sort(paths.begin(), paths.end());
-  paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
-  return paths;
+  std::set<std::pair<dev_t, ino_t>> seen;
+  std::vector<std::string> unique;
+  for (const std::string& path : paths) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) continue;
+    unique.push_back(path);
+  }
+  return unique;
 }
 
 TokenDataset::TokenDataset(const std::vector<std::string>& patterns, int64_t seq_len,

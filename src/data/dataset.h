@@ -12,7 +12,9 @@
 
 namespace kdtrain::data {
 
-// Expands each path or glob(3) pattern; the union is sorted and deduplicated.
+// Expands each path or glob(3) pattern; the union is sorted and holds each file
+// once (by device and inode, so two spellings or a link do not double a shard).
+// A path naming an existing file is taken literally, glob characters included.
 // A pattern matching nothing is an error naming it.
 std::vector<std::string> expand_shard_patterns(const std::vector<std::string>& patterns);
 

@@ -1,5 +1,6 @@
 #include "dist/watchdog.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -24,8 +25,11 @@ void Watchdog::arm(const char* what) {
     std::lock_guard<std::mutex> lock(mutex_);
     armed_ = true;
     what_ = what;
+    // Saturated: a timeout beyond what the clock's int64 ticks hold (the config
+    // bounds it far below) must mean "later than any deadline", not wrap around.
+    const double max_s = std::chrono::duration<double>(Clock::time_point::max() - Clock::now()).count() / 2;
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(timeout_s_));
+                                   std::chrono::duration<double>(std::min(timeout_s_, max_s)));
   }
   wake_.notify_all();
 }

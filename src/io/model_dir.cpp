@@ -17,6 +17,10 @@ LoadedModel load_model_dir(const std::string& dir) {
   LoadedModel loaded;
   io::read_hf_config((fs::path(dir) / "config.json").string(), &loaded.model, &loaded.attention);
   const ParamLayout layout = make_param_layout(loaded.model, loaded.attention);
+  // The sizes config.json claims are checked against the tensors the files hold
+  // (their headers, nothing read) before the arena is reserved: a config claiming
+  // a model far larger than its weights is refused, not an out-of-memory kill.
+  io::check_model_weights(dir, layout);
   loaded.params = allocate_or_name(
       "the parameters of " + dir, 4.0 * double(layout.total), model_size_keys(loaded.model),
       [&] { return std::vector<float>(static_cast<size_t>(layout.total), 0.f); });

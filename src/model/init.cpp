@@ -1,8 +1,10 @@
 #include "model/init.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "config/limits.h"
+#include "core/error.h"
 #include "core/rng.h"
 
 namespace kdtrain {
@@ -43,6 +45,11 @@ std::vector<float> init_params(const ParamLayout& layout, const ModelConfig& mod
       const int64_t end = std::min(n, (b + 1) * kBlock);
       for (int64_t i = b * kBlock; i < end; ++i) p[i] = static_cast<float>(std * block_rng.normal());
     }
+    // A standard deviation near float's range overflows: never a model of infinities.
+    for (int64_t i = 0; i < n; ++i)
+      KD_CHECK(std::isfinite(p[i]), spec.role == ParamRole::sink ? "attention.sink_init_std" : "model.initializer_range",
+               " = ", std, " draws a non-finite float32 value for tensor '", spec.name, "' (element ", i,
+               "); choose a standard deviation far below 3.4e38 (typically 0.02)");
   }
   return params;
 }
