@@ -26,6 +26,7 @@
 #include "dist/grad_reducer.h"
 #include "dist/mpi_communicator.h"
 #include "io/safetensors.h"
+#include "mpi_util.h"
 #include "process_util.h"
 #include "temp_dir.h"
 
@@ -37,19 +38,6 @@ namespace {
 
 constexpr int64_t kSeq = 32;
 constexpr int64_t kWindows = 96;  // one epoch = 8 steps of 12 windows
-
-std::string find_mpirun() {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    const size_t end = dirs.find(':', start) == std::string::npos ? dirs.size() : dirs.find(':', start);
-    const fs::path candidate = fs::path(dirs.substr(start, end - start)) / "mpirun";
-    if (!candidate.parent_path().empty() && fs::exists(candidate)) return candidate.string();
-    start = end + 1;
-  }
-  return "";
-}
 
 // Token at position p is the index of the window it starts (p / seq_len), so the
 // first input token of every sequence names the window a rank actually read.
@@ -86,12 +74,6 @@ std::vector<std::string> with_probe(std::vector<std::string> args, const std::ve
   return args;
 }
 
-std::vector<std::string> under_mpi(int ranks, std::vector<std::string> args) {
-  std::vector<std::string> cmd = {find_mpirun(), "--oversubscribe", "--allow-run-as-root",
-                                  "--mca", "mpi_yield_when_idle", "1", "-np", std::to_string(ranks)};
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  return cmd;
-}
 
 std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
   std::vector<nlohmann::json> rows;
@@ -168,13 +150,6 @@ void require_close_weights(const fs::path& a, const fs::path& b, double tol) {
   }
 }
 
-#define REQUIRE_MPIRUN()                                                 \
-  do {                                                                   \
-    if (find_mpirun().empty()) {                                         \
-      WARN("SKIPPED: mpirun not found on PATH (install openmpi-bin)");   \
-      return;                                                            \
-    }                                                                    \
-  } while (0)
 
 int run_logged(const std::vector<std::string>& args, const fs::path& log, std::string* out,
                double timeout_s = 120.0) {

@@ -15,9 +15,10 @@ bool checkpoint_due(const Config& config, int64_t step, bool stopping) {
   return (interval > 0 && step % interval == 0) || step == config.train.steps || stopping;
 }
 
-void Checkpointer::start_fresh() {
+void Checkpointer::open_run() {
   if (!parts_.is_root()) return;
-  lock_ = std::make_unique<RunLock>(parts_.run_dir);
+  if (!lock_) lock_ = std::make_unique<RunLock>(parts_.run_dir);
+  if (!rewind_to_.empty()) rewind_run(parts_.run_dir, rewind_to_, rewind_step_);
   write_resolved_config(parts_.config, parts_.run_dir);
 }
 
@@ -25,7 +26,7 @@ TrainingState Checkpointer::resume() {
   const Config& config = parts_.config;
   const data::TokenDataset& data = *parts_.train_data;
   // An existing run directory is locked before reading, so no other process
-  // writes the checkpoints being read; a new one is created only once they check out.
+  // writes the checkpoints being read; a new one is created only in open_run.
   if (parts_.is_root() && std::filesystem::exists(parts_.run_dir))
     lock_ = std::make_unique<RunLock>(parts_.run_dir);
   TrainingState state = load_training_checkpoint(options_.resume, config, *parts_.student, parts_.opt_range);
@@ -33,14 +34,14 @@ TrainingState Checkpointer::resume() {
   KD_CHECK(state.data_fingerprint == data.fingerprint(), "--resume ", options_.resume,
            ": the training data differs from the checkpoint's (fingerprint ", state.data_fingerprint, " vs ",
            data.fingerprint(), ")");
-  if (parts_.is_root() && !lock_) lock_ = std::make_unique<RunLock>(parts_.run_dir);
   const ResumeContext ctx{state.directory,       parts_.run_dir,          data.num_windows(),
                           parts_.teacher_fingerprint, options_.allow_config_change, options_.rewind,
                           parts_.is_root()};
-  check_resume(config, state, ctx);
+  if (check_resume(config, state, ctx)) {
+    rewind_to_ = state.directory;
+    rewind_step_ = state.step;
+  }
   parts_.sampler->from_json(state.sampler, state.directory);
-  // The config the run now goes on with (a new run directory, or train.steps extended).
-  if (parts_.is_root()) write_resolved_config(config, parts_.run_dir);
   spdlog::info("resumed from {} at step {} (written by {} rank(s), now {})", state.directory, state.step,
                state.world_size, parts_.comm.world());
   return state;

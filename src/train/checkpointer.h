@@ -6,7 +6,9 @@
 //     checkpoint is never durable ahead of the metrics it follows;
 //   - resume: weights, moments, sampler and counters from a checkpoint, after
 //     the checks of train/resume_checks.h;
-//   - the run lock (train/run_lock.h): rank 0 owns the run directory.
+//   - the run lock (train/run_lock.h): rank 0 owns the run directory, and
+//     writes it (lock, --rewind, config.json) only in open_run, after every
+//     rank's checks and their agreement (train/rank_agreement.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -29,14 +31,15 @@ class Checkpointer {
  public:
   Checkpointer(RunParts& parts, const TrainOptions& options) : parts_(parts), options_(options) {}
 
-  // A fresh run, everything checked: rank 0 locks the run directory (creating
-  // it) and writes config.json.
-  void start_fresh();
-  // Continues from options.resume: locks the run directory, loads the weights
-  // into the student and the moments into parts.optimizer, checks that the run
-  // may go on (data, config, teacher, `latest`), restores the sampler and
-  // writes config.json. Returns the checkpoint's state.
+  // Continues from options.resume: locks an existing run directory (so nothing
+  // prunes what is read), loads the weights into the student and the moments
+  // into parts.optimizer, checks that the run may go on (data, config, teacher,
+  // `latest`) and restores the sampler. Writes nothing. Returns the checkpoint's state.
   TrainingState resume();
+  // Everything checked and agreed: rank 0 locks the run directory (creating
+  // it), drops the checkpoints --rewind asked to drop, and writes config.json
+  // (the config the run goes on with: new, or train.steps extended).
+  void open_run();
 
   // Every rank's vote, after each step: stop when a signal arrived or rank 0
   // failed to write its logs (`write_failed`) on any rank.
@@ -55,6 +58,8 @@ class Checkpointer {
   RunParts& parts_;
   TrainOptions options_;
   std::unique_ptr<RunLock> lock_;  // rank 0: this process owns the run directory
+  std::string rewind_to_;          // --rewind: the resumed checkpoint, whose newer ones go in open_run
+  int64_t rewind_step_ = 0;
   std::string last_;               // the last checkpoint written
 };
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/atomic_dir.h"
 #include "io/file_util.h"
 #include "io/model_dir.h"
 
@@ -31,15 +32,6 @@ const std::set<std::string> kOperationalKeys = {
     "train.steps",
 };
 
-void flatten(const json& value, const std::string& path, std::map<std::string, json>* out) {
-  if (!value.is_object()) {
-    (*out)[path] = value;
-    return;
-  }
-  for (auto it = value.begin(); it != value.end(); ++it)
-    flatten(it.value(), path.empty() ? it.key() : path + "." + it.key(), out);
-}
-
 std::string checkpoint_name(const std::string& dir) { return fs::path(dir).filename().string(); }
 
 // Rewinding: the run's newer checkpoints are dropped and `latest` names the
@@ -47,7 +39,8 @@ std::string checkpoint_name(const std::string& dir) { return fs::path(dir).filen
 void rewind_to(const fs::path& checkpoints, const std::string& checkpoint_dir, int64_t step) {
   for (const auto& entry : fs::directory_iterator(checkpoints)) {
     int64_t s = 0;
-    if (parse_step_name(entry.path().filename().string(), &s) && s > step) fs::remove_all(entry.path());
+    if (parse_step_name(entry.path().filename().string(), &s) && s > step)
+      io::remove_dir_atomically(entry.path().string());
   }
   const std::string name = checkpoint_name(checkpoint_dir);
   if (!fs::exists(checkpoints / name)) {
@@ -62,10 +55,24 @@ void rewind_to(const fs::path& checkpoints, const std::string& checkpoint_dir, i
 
 }  // namespace
 
+void flatten_json(const json& value, const std::string& path, std::map<std::string, json>* out) {
+  if (!value.is_object()) {
+    (*out)[path] = value;
+    return;
+  }
+  for (auto it = value.begin(); it != value.end(); ++it)
+    flatten_json(it.value(), path.empty() ? it.key() : path + "." + it.key(), out);
+}
+
+void rewind_run(const std::string& run_dir, const std::string& checkpoint_dir, int64_t step) {
+  spdlog::warn("--rewind: deleting the checkpoints of {} after step {}", run_dir, step);
+  rewind_to(fs::path(run_dir) / kCheckpointsDir, checkpoint_dir, step);
+}
+
 std::vector<std::string> trajectory_changes(const Config& before, const Config& now) {
   std::map<std::string, json> a, b;
-  flatten(to_json(before), "", &a);
-  flatten(to_json(now), "", &b);
+  flatten_json(to_json(before), "", &a);
+  flatten_json(to_json(now), "", &b);
   std::vector<std::string> changes;
   for (const auto& [key, value] : b) {
     if (kOperationalKeys.count(key)) continue;
@@ -76,7 +83,7 @@ std::vector<std::string> trajectory_changes(const Config& before, const Config& 
   return changes;
 }
 
-void check_resume(const Config& now, const TrainingState& state, const ResumeContext& ctx) {
+bool check_resume(const Config& now, const TrainingState& state, const ResumeContext& ctx) {
   const std::string where = "--resume " + ctx.checkpoint_dir;
   const fs::path run_config = fs::path(ctx.checkpoint_dir) / "run_config.json";
   Config before;
@@ -114,16 +121,15 @@ void check_resume(const Config& now, const TrainingState& state, const ResumeCon
 
   // A checkpoint older than the run directory's `latest` would rewind the run.
   const fs::path checkpoints = fs::path(ctx.run_dir) / "checkpoints";
-  if (!ctx.owns_run_dir || !fs::exists(checkpoints / "latest")) return;
+  if (!ctx.owns_run_dir || !fs::exists(checkpoints / "latest")) return false;
   const std::string latest = latest_checkpoint(ctx.run_dir);
   int64_t latest_step = 0;
   parse_step_name(checkpoint_name(latest), &latest_step);
-  if (latest_step <= state.step) return;
+  if (latest_step <= state.step) return false;
   KD_CHECK(ctx.rewind, where, ": ", ctx.run_dir, " has a newer checkpoint (", checkpoint_name(latest),
            "); resuming step ", state.step, " there would rewind the run, deleting the checkpoints and metrics "
            "after it. Pass --rewind to do that, or --run-dir NEW to branch into a new run directory.");
-  spdlog::warn("--rewind: deleting the checkpoints of {} after step {}", ctx.run_dir, state.step);
-  rewind_to(checkpoints, ctx.checkpoint_dir, state.step);
+  return true;
 }
 
 }  // namespace kdtrain

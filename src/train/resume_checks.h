@@ -13,6 +13,8 @@
 //     directory (that would rewind the run and leave `latest` ahead of it)
 //     unless --rewind asks for exactly that.
 #pragma once
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,8 +37,15 @@ struct ResumeContext {
   bool owns_run_dir = true;  // rank 0: the one process that checks and moves `latest`
 };
 
-// Throws naming the checkpoint and what differs. With ctx.rewind, moves
-// `latest` back to the checkpoint and deletes the newer checkpoints.
-void check_resume(const Config& now, const TrainingState& state, const ResumeContext& ctx);
+// Throws naming the checkpoint and what differs. Writes nothing: returns true
+// when the run directory holds newer checkpoints that --rewind (ctx.rewind) asks
+// to drop, which rewind_run then does once every rank agrees.
+bool check_resume(const Config& now, const TrainingState& state, const ResumeContext& ctx);
+// Deletes the checkpoints of run_dir after `step` and points `latest` at
+// `checkpoint_dir` (or at nothing, when that lives in another run).
+void rewind_run(const std::string& run_dir, const std::string& checkpoint_dir, int64_t step);
+
+// value flattened to "a.b.c" -> leaf, for listing what differs between configs.
+void flatten_json(const nlohmann::json& value, const std::string& path, std::map<std::string, nlohmann::json>* out);
 
 }  // namespace kdtrain

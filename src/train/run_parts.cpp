@@ -55,6 +55,10 @@ void RunParts::load_teacher() {
     KD_CHECK(loaded.model.vocab_size == vocab, "kd.teacher: ", kd.teacher, " has vocab_size ",
              loaded.model.vocab_size, " but the student has ", vocab,
              "; student and teacher must share the vocabulary");
+    // Checked here, before the run directory exists, not at the first forward.
+    KD_CHECK(loaded.model.max_position_embeddings >= config.train.seq_len, "kd.teacher: ", kd.teacher,
+             " has max_position_embeddings ", loaded.model.max_position_embeddings, ", fewer than train.seq_len ",
+             config.train.seq_len, ": the teacher cannot score windows that long");
     teacher = std::make_unique<Model>(loaded.model, loaded.attention, *backend, ModelUse::teacher);
     teacher->set_params(loaded.params);
     teacher_fingerprint = "model:" + io::hex64(data::teacher_hash(loaded));

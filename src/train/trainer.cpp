@@ -10,6 +10,7 @@
 #include "model/init.h"
 #include "train/checkpointer.h"
 #include "train/observer.h"
+#include "train/rank_agreement.h"
 #include "train/reporter.h"
 #include "train/run_parts.h"
 #include "train/signals.h"
@@ -71,8 +72,10 @@ class Trainer {
       } else {
         student.set_params(init_params(student.layout(), config.model, config.attention, config.train.seed));
       }
-      checkpointer_.start_fresh();
     }
+    // Checked on every rank, and the ranks agree, before rank 0 writes anything.
+    require_ranks_agree(parts_.comm, {parts_.config, parts_.train_data->fingerprint(), parts_.teacher_fingerprint, step_});
+    checkpointer_.open_run();
     reporter_.log_setup(step_fn_->reducer());
     return pending;
   }

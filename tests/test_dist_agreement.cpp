@@ -1,0 +1,67 @@
+// Every rank of a job checks everything, and the ranks agree, before anything
+// is written (issue 25, findings 4 and 17; train/rank_agreement.h). The ranks
+// are started with different command lines through mpirun's `A : B` form.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "mpi_util.h"
+#include "process_util.h"
+#include "reliability_util.h"
+#include "temp_dir.h"
+
+using namespace kdtrain;
+using namespace kdtrain::testing;
+
+namespace {
+
+std::vector<std::string> rank_args(const std::string& shard, const fs::path& run_dir,
+                                   const std::vector<std::string>& more = {}) {
+  return plus(tiny_train_args(shard, run_dir.string(), 2, 2),
+              plus({"--set", "train.threads=1", "--set", "dist.timeout_s=60"}, more));
+}
+
+}  // namespace
+
+TEST_CASE("dist: ranks started with different configs are refused before anything is written",
+          "[reliability][dist][mpi]") {
+  REQUIRE_MPIRUN();
+  TempDir tmp("agree");
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 11);
+  const fs::path run_dir = tmp.path / "run";
+  std::string out;
+  // Before: both ranks trained together without a word, exit 0, and checkpointed.
+  for (const std::vector<std::string>& other : {std::vector<std::string>{"--set", "optimizer.lr=0.002"},
+                                                std::vector<std::string>{"--set", "train.seed=7"}}) {
+    INFO(other[1]);
+    const int code = run(under_mpi_per_rank({rank_args(shard, run_dir), rank_args(shard, run_dir, other)}), &out,
+                         tmp.file("job.log"));
+    INFO(out);
+    CHECK(code != 0);
+    require_all(out, {"started with different configs", other[1].substr(0, other[1].find('=')), "on rank 1"});
+    CHECK_FALSE(fs::exists(run_dir));
+  }
+  // Same config: trains.
+  REQUIRE(run(under_mpi(2, rank_args(shard, run_dir)), &out, tmp.file("ok.log")) == 0);
+  CHECK(metrics_of(run_dir).size() == 2);
+}
+
+TEST_CASE("dist: a config error on one rank ends the job before rank 0 creates the run directory",
+          "[reliability][dist][mpi]") {
+  REQUIRE_MPIRUN();
+  TempDir tmp("agree_error");
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 12);
+  const fs::path run_dir = tmp.path / "run";
+  std::string out;
+  for (const std::vector<std::string>& broken :
+       {std::vector<std::string>{"--set", "train.seq_len=abc"},                     // rejected while resolving
+        std::vector<std::string>{"--set", "data.train=" + tmp.file("missing.bin")}}) {  // rejected in the checks
+    INFO(broken[1]);
+    // Before: rank 0 created the run directory (config.json, lock) before rank 1's error ended the job.
+    const int code = run(under_mpi_per_rank({rank_args(shard, run_dir), rank_args(shard, run_dir, broken)}), &out,
+                         tmp.file("job.log"));
+    INFO(out);
+    CHECK(code != 0);
+    CHECK_FALSE(fs::exists(run_dir));
+  }
+}
