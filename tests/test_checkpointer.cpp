@@ -24,7 +24,7 @@ struct Loop {
   Checkpointer checkpointer;
   explicit Loop(RunParts& parts)
       : options(options_for(parts)), step(parts, nullptr), reporter(parts), checkpointer(parts, options) {
-    checkpointer.start_fresh();
+    checkpointer.open_run();
     reporter.start(0, nlohmann::json::array());
   }
   static TrainOptions options_for(const RunParts& parts) {
@@ -71,6 +71,9 @@ TEST_CASE("checkpointer: a saved run resumes bit for bit into freshly built part
   CHECK(state.skipped_steps == 2);
   CHECK(state.consecutive_skips == 1);
   CHECK(state.pending_metrics.empty());
+  // Resuming only reads: the new run directory appears once the run opens (after the ranks agree).
+  CHECK_FALSE(std::filesystem::exists(resumed.run_dir));
+  resumer.open_run();
   CHECK(std::filesystem::exists(std::filesystem::path(resumed.run_dir) / "config.json"));
   TrainStep resumed_step(resumed, nullptr);
   const StepResult again = resumed_step.run(3);
@@ -99,9 +102,9 @@ TEST_CASE("checkpointer: a second writer of the run directory is refused", "[tra
   TrainOptions options;
   options.run_dir = run.parts->run_dir;
   Checkpointer first(*run.parts, options), second(*run.parts, options);
-  first.start_fresh();
+  first.open_run();
   CHECK(std::filesystem::exists(std::filesystem::path(run.parts->run_dir) / "config.json"));
-  CHECK_THAT(error_message([&] { second.start_fresh(); }), Contains(run.parts->run_dir));
+  CHECK_THAT(error_message([&] { second.open_run(); }), Contains(run.parts->run_dir));
 }
 
 TEST_CASE("checkpointer: ranks stop together when the logs fail", "[train][checkpointer]") {
