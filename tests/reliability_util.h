@@ -73,13 +73,18 @@ inline std::vector<std::string> plus(std::vector<std::string> args, const std::v
   return args;
 }
 
-inline std::vector<nlohmann::json> metrics_of(const std::filesystem::path& run_dir) {
+// Every non-empty line of a JSON-lines file, parsed.
+inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path) {
   std::vector<nlohmann::json> rows;
-  std::ifstream in(run_dir / "metrics.jsonl");
+  std::ifstream in(path);
   std::string line;
   while (std::getline(in, line))
     if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
   return rows;
+}
+
+inline std::vector<nlohmann::json> metrics_of(const std::filesystem::path& run_dir) {
+  return read_jsonl(run_dir / "metrics.jsonl");
 }
 
 }  // namespace kdtrain::testing

@@ -28,6 +28,7 @@
 #include "io/safetensors.h"
 #include "mpi_util.h"
 #include "process_util.h"
+#include "reliability_util.h"
 #include "temp_dir.h"
 
 using namespace kdtrain;
@@ -74,15 +75,6 @@ std::vector<std::string> with_probe(std::vector<std::string> args, const std::ve
   return args;
 }
 
-
-std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
 
 fs::path final_checkpoint(const fs::path& run_dir) {
   std::string name = read_file((run_dir / "checkpoints" / "latest").string());
