@@ -133,6 +133,10 @@ class Bf16EmulationBackend final : public Backend {
     cpu_->loss_chunk(a);
     if (a.compute_grad) round(a.logits, a.n * a.V);
   }
+  void sparse_kd_loss_chunk(const SparseKdChunkArgs& a) override {
+    cpu_->sparse_kd_loss_chunk(a);
+    if (a.compute_grad) round(a.logits, a.n * a.V);
+  }
   double sum_squares(const float* x, int64_t n) override { return cpu_->sum_squares(x, n); }
   // Not emulated: on the CPU the compute copy may be the master itself, so the
   // emulation covers forward and backward passes, not optimizer steps.

@@ -20,10 +20,12 @@
 // Adding an op's case is one entry in cases(): inputs, the call, the outputs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <memory>
 #include <regex>
 #include <set>
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/cached_teacher_loss.h"
 #include "test_cuda_util.h"
 
 using namespace kdtrain;
@@ -218,6 +221,73 @@ void add_loss_cases(std::vector<OpCase>& cases) {
   }
 }
 
+// A cached sparse teacher of n rows: K distinct ids per row (the first row
+// holds the row's target among them), their log-probabilities (a softmax of
+// random logits restricted to the K ids, scaled to leave `tail` of the mass out)
+// and log(tail). K = V leaves no tail.
+struct SparseRows {
+  std::vector<int32_t> ids;
+  std::vector<float> logp, log_tail;
+};
+SparseRows sparse_rows(int64_t n, int64_t V, int64_t K, uint32_t seed) {
+  SparseRows rows;
+  std::mt19937 rng(seed);
+  std::vector<int32_t> all(static_cast<size_t>(V));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < V; ++j) all[j] = static_cast<int32_t>(j);
+    std::shuffle(all.begin(), all.end(), rng);
+    const std::vector<float> z = values(K, seed + 1 + static_cast<uint32_t>(r), 2.f);
+    double sum = 0.0;
+    for (float x : z) sum += std::exp(double(x));
+    const double kept = K == V ? 1.0 : 0.5 + 0.45 * double(r % 3) / 2.0;  // 0.5 .. 0.95
+    for (int64_t k = 0; k < K; ++k) {
+      rows.ids.push_back(all[k]);
+      rows.logp.push_back(static_cast<float>(double(z[k]) - std::log(sum) + std::log(kept)));
+    }
+    rows.log_tail.push_back(static_cast<float>(std::log1p(-kept)));
+  }
+  return rows;
+}
+
+void add_sparse_kd_cases(std::vector<OpCase>& cases) {
+  for (const CacheTail tail : {CacheTail::renormalize, CacheTail::bucket}) {
+    for (const KdLoss kd_loss : {KdLoss::forward_kl, KdLoss::reverse_kl, KdLoss::soft_ce}) {
+      if (kd_loss == KdLoss::reverse_kl && tail == CacheTail::renormalize) continue;
+      for (const int64_t V : {33, 1025}) {
+        for (const int64_t K : {int64_t(1), int64_t(8), V}) {
+          const int64_t n = 9;
+          cases.push_back({"sparse_kd_loss_chunk",
+                           std::string(to_string(kd_loss)) + " " + to_string(tail) + " V=" +
+                               std::to_string(V) + " K=" + std::to_string(K),
+                           [=](OpRun& r) {
+                             std::vector<int32_t> targets = ids(n, 21, V);
+                             targets[n / 2] = -1;  // a masked row: no CE, KD still counts
+                             const SparseRows rows = sparse_rows(n, V, K, 24);
+                             SparseKdChunkArgs a;
+                             a.n = n;
+                             a.V = V;
+                             a.K = K;
+                             a.logits = r.out_act("dlogits", n * V, values(n * V, 22, 3.f));
+                             a.targets = r.i32(targets);
+                             a.ids = r.i32(rows.ids);
+                             a.logp = r.f32(rows.logp);
+                             a.log_tail = r.f32(rows.log_tail);
+                             a.tail = tail;
+                             a.ce = r.out_f32("ce", n);
+                             a.kd = r.out_f32("kd", n);
+                             a.soft_ce = r.out_f32("soft_ce", n);
+                             a.kd_loss = kd_loss;
+                             a.temperature = 2.f;
+                             a.kd_weight = 0.6f;
+                             a.grad_scale = 0.25f;
+                             r.be().sparse_kd_loss_chunk(a);
+                           }});
+        }
+      }
+    }
+  }
+}
+
 // An adamw_update case's outputs: the master weights from `seed`, the compute
 // copy and zero moments, at lr 1e-3.
 AdamWArgs adamw_outputs(OpRun& r, int64_t n, uint32_t seed) {
@@ -338,6 +408,7 @@ std::vector<OpCase> cases() {
                  r.be().accumulate(r.out_act("dst", n, values(n, 35)), r.act(values(n, 36)), n);
                }});
   add_loss_cases(c);
+  add_sparse_kd_cases(c);
   c.push_back({"sum_squares", "n=100003", [=](OpRun& r) {
                  const int64_t m = 100003;
                  r.scalar("sum", r.be().sum_squares(r.f32(random_values(m, 37, 0.f, 1e-2f, false)), m));
@@ -438,4 +509,83 @@ TEST_CASE("backend ops: every backend against the CPU reference", "[backend_ops]
       CHECK(again.at(name).bytes == out.bytes);
     }
   }
+}
+
+// The sparse loss against its definition (docs/distillation.md, "How the tail is
+// treated"): on the CPU backend, loss_chunk against the dense teacher that
+// dense_cached_teacher expands (for soft_ce in bucket mode: forward_kl plus the
+// bucket teacher's entropy tau^2 H(q), as that doc states), every tail mode and
+// loss, K from 1 to V, tau 1 and 2, and a rerun bit-identical.
+// Bound: both forms compute each row in double from the same fp32 inputs; the
+// dense form rounds the teacher logits t = tau log q to fp32 (relative 2^-24 of
+// |t| <= ~40, so |d log q| <= 3e-6) before its softmax, so values and gradients
+// agree to a few 1e-6 relative: max |err| <= 2e-5 * max(|ref|, 1e-3), NMSE < 1e-9.
+TEST_CASE("backend ops: sparse_kd_loss_chunk equals loss_chunk against the dense cached teacher",
+          "[backend_ops][teacher_cache]") {
+  auto cpu = make_backend("cpu", 0);
+  const int64_t n = 7;
+  for (const CacheTail tail : {CacheTail::renormalize, CacheTail::bucket})
+    for (const KdLoss kd_loss : {KdLoss::forward_kl, KdLoss::reverse_kl, KdLoss::soft_ce})
+      for (const int64_t V : {33, 1025})
+        for (const int64_t K : {int64_t(1), int64_t(8), V})
+          for (const float tau : {1.f, 2.f}) {
+            if (kd_loss == KdLoss::reverse_kl && tail == CacheTail::renormalize) continue;
+            INFO(to_string(kd_loss) << " " << to_string(tail) << " V=" << V << " K=" << K
+                                    << " tau=" << tau);
+            const std::vector<int32_t> targets = ids(n, 21, V);
+            const SparseRows rows = sparse_rows(n, V, K, 24);
+            const std::vector<float> logits = values(n * V, 22, 3.f);
+            std::vector<float> teacher(n * V);
+            dense_cached_teacher<float>(rows.ids.data(), rows.logp.data(), rows.log_tail.data(), n, K,
+                                        V, tail, tau, logits.data(), teacher.data());
+            const bool bucket_soft_ce = tail == CacheTail::bucket && kd_loss == KdLoss::soft_ce;
+            std::vector<float> dense = logits, dense_ce(n), dense_kd(n), dense_soft(n);
+            LossChunkArgs d;
+            d.n = n;
+            d.V = V;
+            d.logits = dense.data();
+            d.teacher_logits = teacher.data();
+            d.targets = targets.data();
+            d.ce = dense_ce.data();
+            d.kd = dense_kd.data();
+            d.soft_ce = dense_soft.data();
+            d.kd_loss = bucket_soft_ce ? KdLoss::forward_kl : kd_loss;
+            d.temperature = tau;
+            d.kd_weight = 0.6f;
+            d.grad_scale = 0.25f;
+            cpu->loss_chunk(d);
+            if (bucket_soft_ce) {
+              std::vector<double> h(n);
+              bucket_teacher_entropy(rows.logp.data(), rows.log_tail.data(), n, K, tau, h.data());
+              for (int64_t r = 0; r < n; ++r) dense_kd[r] += static_cast<float>(h[r]);
+            }
+            std::vector<float> runs[2];
+            std::vector<float> ce(n), kd(n), soft(n);
+            for (std::vector<float>& sparse : runs) {
+              sparse = logits;
+              SparseKdChunkArgs a;
+              a.n = n;
+              a.V = V;
+              a.K = K;
+              a.logits = sparse.data();
+              a.targets = targets.data();
+              a.ids = rows.ids.data();
+              a.logp = rows.logp.data();
+              a.log_tail = rows.log_tail.data();
+              a.tail = tail;
+              a.ce = ce.data();
+              a.kd = kd.data();
+              a.soft_ce = soft.data();
+              a.kd_loss = kd_loss;
+              a.temperature = tau;
+              a.kd_weight = 0.6f;
+              a.grad_scale = 0.25f;
+              cpu->sparse_kd_loss_chunk(a);
+            }
+            CHECK(runs[0] == runs[1]);
+            check_close("dlogits", runs[0], dense, 1e-9, 2e-5, 1e-3);
+            check_close("ce", ce, dense_ce, 1e-9, 2e-5, 1e-3);
+            check_close("kd", kd, dense_kd, 1e-9, 2e-5, 1e-3);
+            check_close("soft_ce", soft, dense_soft, 1e-9, 2e-5, 1e-3);
+          }
 }

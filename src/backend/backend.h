@@ -92,6 +92,31 @@ struct LossChunkArgs {
   bool compute_grad = true;
 };
 
+// The fused classifier against a cached sparse teacher (data/teacher_cache.h):
+// per row the teacher's top-K ids, their log-probabilities (temperature 1) and
+// the log of the mass outside them. The teacher is never expanded to (n, V);
+// the values and the gradient equal loss_chunk's against the dense teacher of
+// dense_cached_teacher (model/cached_teacher_loss.h), the tail treated as
+// `tail` says (docs/distillation.md). In bucket mode soft_ce is the (K+1)-bucket
+// cross-entropy itself. reverse_kl needs bucket.
+struct SparseKdChunkArgs {
+  int64_t n = 0, V = 0, K = 0;
+  void* logits = nullptr;            // (n, V) student logits; becomes dlogits
+  const int32_t* targets = nullptr;  // (n)
+  const int32_t* ids = nullptr;      // (n, K) distinct per row, in [0, V)
+  const float* logp = nullptr;       // (n, K) teacher log-probabilities, fp32
+  const float* log_tail = nullptr;   // (n) log of the teacher's mass outside the K ids, fp32
+  CacheTail tail = CacheTail::renormalize;
+  float* ce = nullptr;               // (n) per-token cross-entropy, written
+  float* kd = nullptr;               // (n) per-token KD loss (tau^2-scaled), written
+  float* soft_ce = nullptr;          // (n) or nullptr: -tau^2 sum q log p_S of the dense teacher, written
+  KdLoss kd_loss = KdLoss::forward_kl;
+  float temperature = 1.f;
+  float kd_weight = 0.f;
+  float grad_scale = 1.f;
+  bool compute_grad = true;
+};
+
 // A contiguous range [begin, end) of a parameter arena with its weight decay: the
 // unit of the multi-tensor AdamW.
 struct ParamSegment {
@@ -240,6 +265,7 @@ class Backend {
   virtual void accumulate(void* dst, const void* src, int64_t n) = 0;
 
   virtual void loss_chunk(const LossChunkArgs& args) = 0;
+  virtual void sparse_kd_loss_chunk(const SparseKdChunkArgs& args) = 0;
 
   // Optimizer support.
   virtual double sum_squares(const float* x, int64_t n) = 0;  // deterministic

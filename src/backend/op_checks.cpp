@@ -1,5 +1,7 @@
 #include "backend/op_checks.h"
 
+#include <vector>
+
 #include "core/error.h"
 
 namespace kdtrain::op_checks {
@@ -174,6 +176,34 @@ void loss_chunk(const LossChunkArgs& a) {
            a.kd_weight);
   if (a.n == 0) return;
   all_given(op, {{"logits", a.logits}, {"targets", a.targets}, {"ce", a.ce}, {"kd", a.kd}});
+}
+
+void sparse_kd_loss_chunk(const SparseKdChunkArgs& a) {
+  const char* op = "sparse_kd_loss_chunk";
+  KD_CHECK(a.temperature > 0.f, op, ": temperature must be positive, got ", a.temperature);
+  non_negative(op, "n", a.n);
+  positive(op, "V", a.V);
+  KD_CHECK(a.K >= 1 && a.K <= a.V, op, ": K = ", a.K, " must be in [1, V = ", a.V, "]");
+  KD_CHECK(a.kd_weight >= 0.f && a.kd_weight <= 1.f, op, ": kd_weight must be in [0, 1], got ",
+           a.kd_weight);
+  KD_CHECK(!(a.kd_loss == KdLoss::reverse_kl && a.tail == CacheTail::renormalize), op,
+           ": reverse_kl needs kd.cache_tail=bucket (the renormalised teacher is 0 off its top k)");
+  if (a.n == 0) return;
+  all_given(op, {{"logits", a.logits}, {"targets", a.targets}, {"ids", a.ids}, {"logp", a.logp},
+                 {"ce", a.ce}, {"kd", a.kd}});
+  if (a.tail == CacheTail::bucket) given(op, "log_tail", a.log_tail);
+}
+
+void sparse_teacher_ids(const int32_t* ids, int64_t n, int64_t K, int64_t V) {
+  std::vector<int64_t> seen(static_cast<size_t>(V), -1);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t id = ids[r * K + k];
+      KD_CHECK(id >= 0 && id < V, "teacher cache: row ", r, " holds id ", id,
+               " outside the vocabulary (", V, ")");
+      KD_CHECK(seen[id] != r, "teacher cache: row ", r, " repeats id ", id);
+      seen[id] = r;
+    }
 }
 
 void sum_squares(const float* x, int64_t n) {

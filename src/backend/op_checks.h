@@ -40,6 +40,10 @@ void elementwise(const char* op, int64_t n, std::initializer_list<const void*> p
 void column_sum(const float* sums, const void* x, int64_t N, int64_t H);
 void swiglu(const char* op, int64_t N, int64_t F, std::initializer_list<const void*> pointers);
 void loss_chunk(const LossChunkArgs& args);
+void sparse_kd_loss_chunk(const SparseKdChunkArgs& args);
+// Host ids (n, K) of a cached sparse teacher: each row's distinct and in [0, V);
+// the error names the row and the id.
+void sparse_teacher_ids(const int32_t* ids, int64_t n, int64_t K, int64_t V);
 void sum_squares(const float* x, int64_t n);
 void adamw(const AdamWArgs& args);
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -15,9 +16,12 @@
 #include "bench/backend_report.h"
 #include "core/error.h"
 #include "model/init.h"
+#include "model/cached_teacher_loss.h"
 #include "model/loss.h"
 #include "model/model.h"
-#include "io/model_dir.h"
+#include "train/teacher_load.h"
+#include "data/teacher_cache.h"
+#include "io/checkpoint_format.h"
 #include "train/optimizer.h"
 
 namespace kdtrain::bench {
@@ -84,7 +88,36 @@ double ms_since(Clock::time_point a, Clock::time_point b) {
 struct Teacher {
   std::unique_ptr<Model> model;
   std::string source;  // "preset (random init)" or "checkpoint"
+  double ready_s = 0;  // a checkpoint's: mapped, checked, uploaded and hashed (train/teacher_load.h)
 };
+
+// N rows of a cached top-K teacher: K distinct random ids per row, log-probabilities
+// of a random softmax over them holding 90% of the mass, log(0.1) for the tail.
+CachedRows random_cached_rows(int64_t N, int64_t V, int64_t K, uint64_t seed) {
+  KD_CHECK(K >= 1 && K <= V, "--teacher-cache ", K, " must be in [1, vocab_size = ", V, "]");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(V - 1));
+  std::normal_distribution<float> logit(0.f, 2.f);
+  CachedRows rows;
+  rows.K = K;
+  std::vector<int32_t> taken(static_cast<size_t>(V), -1);
+  std::vector<float> z(static_cast<size_t>(K));
+  for (int64_t r = 0; r < N; ++r) {
+    double sum = 0.0;
+    for (int64_t k = 0; k < K; ++k) {
+      int32_t id = pick(rng);
+      while (taken[id] == r) id = (id + 1) % static_cast<int32_t>(V);
+      taken[id] = static_cast<int32_t>(r);
+      rows.ids.push_back(id);
+      z[k] = logit(rng);
+      sum += std::exp(double(z[k]));
+    }
+    for (int64_t k = 0; k < K; ++k)
+      rows.logp.push_back(static_cast<float>(double(z[k]) - std::log(sum) + std::log(0.9)));
+    rows.log_tail.push_back(static_cast<float>(std::log(0.1)));
+  }
+  return rows;
+}
 
 // What both benches resolve first: the command line's config, B and T (the
 // flags over train.*), the step counts, and the device (the flag over train.device).
@@ -110,11 +143,10 @@ Teacher make_teacher(const std::string& spec, const ModelConfig& student, Backen
   Teacher t;
   if (spec.empty()) return t;
   if (std::filesystem::is_directory(spec)) {
-    LoadedModel loaded = load_model_dir(spec);
-    KD_CHECK(loaded.model.vocab_size == student.vocab_size, "--teacher: ", spec, " has vocab_size ",
-             loaded.model.vocab_size, " but the student has ", student.vocab_size);
-    t.model = std::make_unique<Model>(loaded.model, loaded.attention, backend, ModelUse::teacher);
-    t.model->set_params(loaded.params);
+    const auto start = Clock::now();
+    t.model = load_teacher(spec, backend, student.vocab_size, "--teacher").model;
+    backend.synchronize();
+    t.ready_s = ms_since(start, Clock::now()) / 1e3;
     t.source = "checkpoint";
   } else {
     ModelConfig m = model_preset(spec);
@@ -130,6 +162,48 @@ Teacher make_teacher(const std::string& spec, const ModelConfig& student, Backen
 
 }  // namespace
 
+nlohmann::json run_teacher_load_bench(const std::string& dir) {
+  const auto start = Clock::now();
+  ModelConfig m;
+  AttentionConfig a;
+  io::read_hf_config((std::filesystem::path(dir) / "config.json").string(), &m, &a);
+  const ParamLayout layout = make_param_layout(m, a);
+  data::TeacherHasher hash(m, a);
+  constexpr size_t kStaging = size_t(64) << 20;
+  std::vector<char> staging(kStaging);
+  double copy_ms = 0, hash_ms = 0;
+  int64_t bf16_tensors = 0, bytes = 0;
+  io::stream_model_weights(dir, layout, [&](const ParamSpec& spec, const void* values, bool bf16) {
+    const int64_t n = spec.numel();
+    const size_t size = static_cast<size_t>(n) * (bf16 ? 2 : 4);
+    const auto c0 = Clock::now();
+    for (size_t off = 0; off < size; off += kStaging)
+      std::memcpy(staging.data(), static_cast<const char*>(values) + off, std::min(kStaging, size - off));
+    const auto c1 = Clock::now();
+    if (bf16) {
+      hash.add_bf16(values, n);
+    } else {
+      hash.add(static_cast<const float*>(values), n);
+    }
+    copy_ms += ms_since(c0, c1);
+    hash_ms += ms_since(c1, Clock::now());
+    bf16_tensors += bf16;
+    bytes += static_cast<int64_t>(size);
+  });
+  const uint64_t h = hash.value();
+  const double total_s = ms_since(start, Clock::now()) / 1e3;
+  return {{"checkpoint", dir},
+          {"params", layout.total},
+          {"bytes", bytes},
+          {"bf16_tensors", bf16_tensors},
+          {"tensors", static_cast<int64_t>(layout.specs.size())},
+          {"host_s", total_s},
+          {"staging_copy_s", copy_ms / 1e3},
+          {"hash_s", hash_ms / 1e3},
+          {"map_check_scan_s", total_s - (copy_ms + hash_ms) / 1e3},
+          {"teacher_hash", h}};
+}
+
 nlohmann::json run_bench(const BenchOptions& o) {
   const auto [c, B, T, device] = resolve(o);
   KD_CHECK(T <= c.model.max_position_embeddings, "--seq-len ", T,
@@ -137,7 +211,10 @@ nlohmann::json run_bench(const BenchOptions& o) {
 
   std::unique_ptr<Backend> backend = make_backend(device, c.train.threads);
   Model student(c.model, c.attention, *backend, true);
+  student.set_recompute(recompute_plan(c.train));
   student.set_params(init_params(student.layout(), c.model, c.attention, o.seed));
+  KD_CHECK(o.teacher_cache == 0 || o.teacher.empty(),
+           "--teacher-cache replaces the online teacher: give one of --teacher and --teacher-cache");
   Teacher teacher = make_teacher(o.teacher, c.model, *backend, o.seed);
   AdamW optimizer(student, c.optimizer);
   FusedLoss loss(*backend);
@@ -161,6 +238,9 @@ nlohmann::json run_bench(const BenchOptions& o) {
     }
   }
   const float grad_scale = 1.0f / float(B * T);
+  const CachedRows cached =
+      o.teacher_cache > 0 ? random_cached_rows(B * T, c.model.vocab_size, o.teacher_cache, o.seed + 2)
+                          : CachedRows{};
   const float lr = static_cast<float>(c.optimizer.lr);
 
   std::vector<double> t_teacher, t_student, t_backward, t_optim, t_step;
@@ -175,7 +255,10 @@ nlohmann::json run_bench(const BenchOptions& o) {
     const auto b = Clock::now();
     student.forward(inputs.data(), B, T, true);
     const LossSums sums =
-        loss.run(student, teacher.model.get(), targets.data(), settings, grad_scale, true);
+        o.teacher_cache > 0
+            ? run_cached_loss(loss, student, cached, c.kd.cache_tail, targets.data(), settings,
+                              grad_scale, true)
+            : loss.run(student, teacher.model.get(), targets.data(), settings, grad_scale, true);
     backend->synchronize();
     const auto d = Clock::now();
     student.backward();
@@ -188,7 +271,7 @@ nlohmann::json run_bench(const BenchOptions& o) {
     student.zero_grads();
     backend->synchronize();
     const auto f = Clock::now();
-    last_loss = sums.mixed(settings.kd_weight, teacher.model != nullptr);
+    last_loss = sums.mixed(settings.kd_weight, teacher.model != nullptr || o.teacher_cache > 0);
     if (i < o.warmup) continue;
     t_teacher.push_back(ms_since(a, b));
     t_student.push_back(ms_since(b, d));
@@ -252,6 +335,13 @@ nlohmann::json run_bench(const BenchOptions& o) {
   r["steps"] = o.steps;
   r["teacher"] = o.teacher.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.teacher);
   r["teacher_source"] = teacher.source;
+  r["teacher_ready_s"] = teacher.source == "checkpoint" ? nlohmann::json(teacher.ready_s)
+                                                        : nlohmann::json(nullptr);
+  r["teacher_cache_k"] = o.teacher_cache;
+  r["cache_tail"] = o.teacher_cache > 0 ? nlohmann::json(to_string(c.kd.cache_tail))
+                                        : nlohmann::json(nullptr);
+  r["recompute"] = to_string(c.train.recompute);
+  r["recompute_layers"] = c.train.recompute_layers;
   r["params_trainable"] = layout.trainable_count();
   r["params_flop"] = flop_params(layout, c.model);
   r["teacher_params_flop"] =

@@ -26,6 +26,7 @@ struct BenchOptions {
   std::string config_path, preset, attention;
   std::vector<std::string> overrides;
   std::string teacher;        // "" = none; a preset name (random init) or a checkpoint dir
+  int64_t teacher_cache = 0;  // > 0: a cached top-K teacher of random rows (kd.cache_tail), not --teacher
   std::string device;         // "" = train.device
   int64_t micro_batch = 0;    // 0 = train.micro_batch
   int64_t seq_len = 0;        // 0 = train.seq_len
@@ -53,6 +54,12 @@ double student_train_flops_per_token(const ModelConfig& model, const AttentionCo
 // Forward FLOPs per token of a teacher (2N + 4 L H D T).
 double teacher_forward_flops_per_token(const ModelConfig& model, const AttentionConfig& attention,
                                        int64_t T);
+
+// The host part of loading a teacher checkpoint (train/teacher_load.h) without a
+// device: map and check the files, scan for non-finite values, hash, and copy
+// every tensor through a 64 MiB buffer as the driver stages a pageable upload.
+// Seconds, as JSON (docs/performance.md, "The teacher ready").
+nlohmann::json run_teacher_load_bench(const std::string& dir);
 
 // Runs warmup + steps training steps; returns the report as JSON (keys in docs/performance.md).
 nlohmann::json run_bench(const BenchOptions& options);

@@ -19,6 +19,7 @@ struct BenchCliOptions {
   std::string measured;             // the measured step for it ("" = run the bench first)
   bench::Interconnect links;
   bool collectives = false;         // --collectives: MPI against the communication model
+  std::string teacher_load;         // --teacher-load DIR: time the host part of loading it
 };
 }  // namespace
 
@@ -31,6 +32,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--seq-len", o->bench.seq_len, "tokens per sequence (default train.seq_len)");
   cmd->add_option("--teacher", o->bench.teacher,
                   "teacher: a preset name (random init) or a checkpoint directory");
+  cmd->add_option("--teacher-cache", o->bench.teacher_cache,
+                  "K: distil from a cached top-K teacher (random rows, kd.cache_tail) through the "
+                  "sparse KD loss instead of an online teacher");
   cmd->add_option("--steps", o->bench.steps, "timed steps (default 10)");
   cmd->add_option("--warmup", o->bench.warmup, "untimed warmup steps (default 2)");
   cmd->add_option("--device", o->bench.device, "cpu or cuda (default train.device)");
@@ -55,7 +59,14 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--collectives", o->collectives,
                 "under mpirun -np W: time MPI's gradient reduction and all-gather against the "
                 "scaling model's prediction from the measured link (--steps repetitions)");
+  cmd->add_option("--teacher-load", o->teacher_load,
+                  "DIR: time the host part of loading this teacher checkpoint (map, check, scan, "
+                  "hash, staging copies) and print it as JSON; no training step");
   cmd->callback([o] {
+    if (!o->teacher_load.empty()) {
+      std::cout << bench::run_teacher_load_bench(o->teacher_load).dump() << std::endl;
+      return;
+    }
     if (o->collectives) {
       bench::CollectiveBenchOptions c;
       c.repeats = o->bench.steps;

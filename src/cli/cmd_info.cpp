@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -19,6 +20,7 @@
 #include "io/checkpoint_format.h"
 #include "io/file_util.h"
 #include "io/hf_checkpoint.h"
+#include "bench/bench.h"
 #include "model/activations.h"
 #include "model/memory_plan.h"
 #include "model/param_layout.h"
@@ -83,8 +85,27 @@ MemoryEstimate estimate_memory(const Config& c, const ActivationPlan& plan, int6
   return e;
 }
 
-// The device budget of a CUDA run (model/memory_plan.h): the teacher is --teacher
-// (a preset, random init, or a checkpoint directory) or else kd.teacher.
+// The teacher of the device budget: --teacher (a preset, random init, or a
+// checkpoint directory) or else kd.teacher; none when neither names one.
+struct TeacherShape {
+  ModelConfig model;
+  AttentionConfig attention;
+};
+std::optional<TeacherShape> teacher_shape(const InfoOptions& o, const Config& c) {
+  const std::string teacher = !o.teacher.empty() ? o.teacher : c.kd.teacher;
+  if (teacher.empty()) return std::nullopt;
+  TeacherShape t;
+  if (std::filesystem::is_directory(teacher)) {
+    const std::string path = teacher + "/config.json";
+    KD_CHECK(std::filesystem::exists(path), "--teacher ", teacher, ": no config.json");
+    io::parse_hf_config(read_json_file(path), path, &t.model, &t.attention);
+  } else {
+    t.model = model_preset(teacher);  // throws naming an unknown preset
+  }
+  return t;
+}
+
+// The device budget of a CUDA run (model/memory_plan.h).
 MemoryPlan device_budget(const InfoOptions& o, const Config& c, int64_t B, int64_t T) {
   MemoryPlanInput in;
   in.student = c.model;
@@ -94,21 +115,49 @@ MemoryPlan device_budget(const InfoOptions& o, const Config& c, int64_t B, int64
   in.world_size = o.world_size;
   in.zero1 = c.dist.zero1;
   in.chunk_tokens = c.kd.chunk_tokens;
+  in.recompute = recompute_plan(c.train);
   KD_CHECK(o.device_gib > 0, "--device-memory must be positive, got ", o.device_gib);
   in.device_bytes = static_cast<int64_t>(o.device_gib * 1024.0 * 1024.0 * 1024.0);
-  const std::string teacher = !o.teacher.empty() ? o.teacher : c.kd.teacher;
-  if (!teacher.empty()) {
-    if (std::filesystem::is_directory(teacher)) {
-      const std::string path = teacher + "/config.json";
-      KD_CHECK(std::filesystem::exists(path), "--teacher ", teacher, ": no config.json");
-      ModelConfig m;
-      io::parse_hf_config(read_json_file(path), path, &m, &in.teacher_attention);
-      in.teacher = m;
-    } else {
-      in.teacher = model_preset(teacher);  // throws naming an unknown preset
-    }
+  if (const std::optional<TeacherShape> t = teacher_shape(o, c)) {
+    in.teacher = t->model;
+    in.teacher_attention = t->attention;
   }
   return plan_memory(in);
+}
+
+// The budget under each recomputation choice (train.recompute at the configured
+// train.recompute_layers, then every layer whole), from the same layout pass,
+// with the forward FLOPs the backward adds per micro-batch and their share of
+// the step's (student 6N + attention, plus the teacher's forward).
+struct RecomputeRow {
+  std::string name;
+  RecomputePlan recompute;
+  MemoryPlan budget;
+  double added_flops = 0, step_flops = 0;
+};
+
+std::vector<RecomputeRow> recompute_rows(const InfoOptions& o, const Config& c, int64_t B, int64_t T) {
+  std::vector<RecomputePlan> choices;
+  for (const auto& row : Choices<Recompute>::rows) choices.push_back({row.value, c.train.recompute_layers});
+  choices.push_back({Recompute::none, c.model.num_hidden_layers});
+  std::vector<RecomputeRow> rows;
+  for (const RecomputePlan& r : choices) {
+    Config with = c;
+    with.train.recompute = r.kept;
+    with.train.recompute_layers = r.whole_layers;
+    RecomputeRow row;
+    row.name = std::string(choice_name(r.kept)) +
+               (r.whole_layers > 0 ? " + layers:" + std::to_string(r.whole_layers) : "");
+    row.recompute = r;
+    row.budget = device_budget(o, with, B, T);
+    const double tokens = double(B) * double(T);
+    row.added_flops = tokens * recompute_flops_per_token(c.model, features_of(c.attention.variant), r, T);
+    row.step_flops = tokens * bench::student_train_flops_per_token(c.model, c.attention, T);
+    if (const std::optional<TeacherShape> t = teacher_shape(o, c))
+      row.step_flops += tokens * bench::teacher_forward_flops_per_token(t->model, t->attention, T);
+    rows.push_back(row);
+  }
+  return rows;
 }
 
 // What --checkpoint found, for the report.
@@ -201,8 +250,10 @@ void run_info(const InfoOptions& o) {
   const int64_t delta = p.total - base.total;
   KD_CHECK(o.world_size >= 1, "--world-size must be >= 1, got ", o.world_size);
   const ActivationPlan plan = plan_activations(c.model, features_of(c.attention.variant),
-                                               DType::bf16, ModelUse::train, B, T);
+                                               DType::bf16, ModelUse::train, B, T,
+                                               recompute_plan(c.train));
   const MemoryPlan budget = device_budget(o, c, B, T);
+  const std::vector<RecomputeRow> recompute = recompute_rows(o, c, B, T);
   MemoryEstimate mem = estimate_memory(c, plan, p.total, B, T, budget.loss_chunk_rows);
   // ZeRO-1 (dist.zero1): each rank keeps the moments of its arena shard only;
   // weights, master copy and gradients stay whole on every rank.
@@ -263,7 +314,19 @@ void run_info(const InfoOptions& o) {
                           {"loss_chunk_rows", budget.loss_chunk_rows},
                           {"loss_buffers_bytes", budget.loss_buffers},
                           {"workspace_bytes", budget.workspace},
-                          {"total_bytes", budget.total()}};
+                          {"total_bytes", budget.total()},
+                          {"recompute", to_string(c.train.recompute)},
+                          {"recompute_layers", c.train.recompute_layers}};
+    nlohmann::json choices = nlohmann::json::array();
+    for (const RecomputeRow& r : recompute)
+      choices.push_back({{"choice", r.name},
+                         {"recompute", to_string(r.recompute.kept)},
+                         {"recompute_layers", r.recompute.whole_layers},
+                         {"student_activations_bytes", r.budget.student_activations},
+                         {"total_bytes", r.budget.total()},
+                         {"added_flops_per_micro_batch", r.added_flops},
+                         {"added_flops_fraction", r.step_flops > 0 ? r.added_flops / r.step_flops : 0.0}});
+    j["recompute_choices"] = choices;
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -337,7 +400,7 @@ void run_info(const InfoOptions& o) {
   brow("student gradients (fp32)", budget.student_grads);
   brow(zero1 ? "AdamW m, v (fp32, this rank's ZeRO-1 shard)" : "AdamW m, v (fp32)", budget.optimizer);
   brow("teacher weights (bf16 only)", budget.teacher_weights);
-  brow("student activations (every layer, for the backward)", budget.student_activations);
+  brow("student activations (for the backward; train.recompute)", budget.student_activations);
   brow("teacher activations (one layer, reused)", budget.teacher_activations);
   char loss_label[96];
   std::snprintf(loss_label, sizeof loss_label, "loss chunk (%lld rows of logits x %s)",
@@ -345,6 +408,14 @@ void run_info(const InfoOptions& o) {
   brow(loss_label, budget.loss_buffers);
   brow("workspace (cuBLASLt, backend buffers)", budget.workspace);
   brow("total", budget.total());
+  std::printf("activation recomputation (train.recompute, train.recompute_layers; now %s, %lld), "
+              "same budget\n  %-26s %12s %10s %16s\n",
+              to_string(c.train.recompute), static_cast<long long>(c.train.recompute_layers), "choice",
+              "activations", "total GiB", "added TFLOP/mb");
+  for (const RecomputeRow& r : recompute)
+    std::printf("  %-26s %12.2f %10.2f %9.2f (%4.1f%%)\n", r.name.c_str(),
+                double(r.budget.student_activations) / gib, double(r.budget.total()) / gib,
+                r.added_flops / 1e12, r.step_flops > 0 ? 100.0 * r.added_flops / r.step_flops : 0.0);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ enum class Device { cpu, cuda };
 enum class CacheTail { renormalize, bucket };      // teacher-cache mass outside the top K
 enum class DistBackend { auto_select, single, mpi, nccl };  // dist/communicator.h
 enum class ReduceDtype { fp32, bf16 };             // gradient all-reduce precision
+// Activations the backward recomputes instead of keeping (model/activations.h),
+// each choice dropping more than the one before it.
+enum class Recompute { none, swiglu, norms, mlp };
 
 template <typename E>
 struct ChoiceName {
@@ -112,6 +115,15 @@ struct Choices<ReduceDtype> {
   static constexpr const char* what = "dist.reduce_dtype";
   static constexpr ChoiceName<ReduceDtype> rows[] = {{ReduceDtype::fp32, "fp32"},
                                                      {ReduceDtype::bf16, "bf16"}};
+};
+
+template <>
+struct Choices<Recompute> {
+  static constexpr const char* what = "train.recompute";
+  static constexpr ChoiceName<Recompute> rows[] = {{Recompute::none, "none"},
+                                                   {Recompute::swiglu, "swiglu"},
+                                                   {Recompute::norms, "norms"},
+                                                   {Recompute::mlp, "mlp"}};
 };
 
 namespace choice_detail {

@@ -107,6 +107,8 @@ struct TrainConfig {
   NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
   int64_t max_consecutive_skips = 10;  // on_nonfinite=skip: this many skipped steps in a row stop the run
   int64_t threads = 0;  // CPU threads, 0 = all cores
+  Recompute recompute = Recompute::norms;  // model/activations.h
+  int64_t recompute_layers = 0;            // layers 0..K-1 recomputed whole in the backward
 };
 
 struct CheckpointConfig {

@@ -136,6 +136,11 @@ void visit(V& v, TrainConfig& t) {
   v.integer("max_consecutive_skips", t.max_consecutive_skips, 1,
             "with on_nonfinite=skip: skipped steps in a row that stop the run");
   v.integer("threads", t.threads, 0, "CPU threads (0 = all cores)");
+  v.choice("recompute", t.recompute,
+           "activations the backward recomputes instead of keeping: none, swiglu (its output), "
+           "norms (+ both RMSNorm outputs), mlp (+ the gate/up product); results are bit-identical");
+  v.integer("recompute_layers", t.recompute_layers, 0,
+            "layers 0..K-1 keep only their input and rerun their whole forward in the backward");
 }
 
 template <typename V>

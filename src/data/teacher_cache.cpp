@@ -2,10 +2,13 @@
 // checksum, the reader and writer of teacher_cache.bin and the teacher hash it
 // records. The cached-teacher loss (model/) and the builder (cli/) live apart,
 // so the format links on its own (the fuzz target of its parser, fuzz/).
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "config/limits.h"
+#include "core/bf16.h"
 #include "core/error.h"
 #include "data/teacher_cache.h"
 #include "io/checkpoint_format.h"
@@ -214,20 +217,57 @@ void TeacherCacheWriter::commit() {
   impl_->out.commit();
 }
 
-uint64_t teacher_hash(const LoadedModel& teacher) {
-  CacheChecksum sum;
-  std::string config = io::hf_config_json(teacher.model, teacher.attention).dump();
+TeacherHasher::TeacherHasher(const ModelConfig& model, const AttentionConfig& attention) {
+  std::string config = io::hf_config_json(model, attention).dump();
   config.resize((config.size() + 7) / 8 * 8, ' ');
-  sum.update(config.data(), config.size());
-  // The parameters zero-padded to whole 8-byte words, without copying them.
-  const std::vector<float>& params = teacher.params;
-  const size_t pairs = params.size() / 2;
-  sum.update(params.data(), pairs * 2 * sizeof(float));
-  if (params.size() % 2) {
-    const float last[2] = {params.back(), 0.f};
-    sum.update(last, sizeof last);
+  sum_.update(config.data(), config.size());
+}
+
+void TeacherHasher::add(const float* values, int64_t n) {
+  int64_t i = 0;
+  if (has_carry_ && n > 0) {
+    const float pair[2] = {carry_, values[0]};
+    sum_.update(pair, sizeof pair);
+    has_carry_ = false;
+    i = 1;
   }
-  return sum.value();
+  const int64_t pairs = (n - i) / 2;
+  sum_.update(values + i, static_cast<size_t>(pairs) * 2 * sizeof(float));
+  i += 2 * pairs;
+  if (i < n) {
+    carry_ = values[i];
+    has_carry_ = true;
+  }
+}
+
+void TeacherHasher::add_bf16(const void* values, int64_t n) {
+  constexpr int64_t kSlice = int64_t(1) << 20;
+  std::vector<float> slice(static_cast<size_t>(std::min(n, kSlice)));
+  const auto* bytes = static_cast<const unsigned char*>(values);
+  for (int64_t start = 0; start < n; start += kSlice) {
+    const int64_t len = std::min(kSlice, n - start);
+    for (int64_t i = 0; i < len; ++i) {
+      uint16_t b;
+      std::memcpy(&b, bytes + 2 * (start + i), sizeof b);
+      slice[i] = bf16_bits_to_float(b);
+    }
+    add(slice.data(), len);
+  }
+}
+
+uint64_t TeacherHasher::value() {
+  if (has_carry_) {
+    const float last[2] = {carry_, 0.f};  // zero-padded to a whole word
+    sum_.update(last, sizeof last);
+    has_carry_ = false;
+  }
+  return sum_.value();
+}
+
+uint64_t teacher_hash(const LoadedModel& teacher) {
+  TeacherHasher hash(teacher.model, teacher.attention);
+  hash.add(teacher.params.data(), static_cast<int64_t>(teacher.params.size()));
+  return hash.value();
 }
 
 }  // namespace kdtrain::data

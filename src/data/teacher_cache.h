@@ -101,4 +101,19 @@ class TeacherCacheWriter {
 // hash of its config and weights. Training records it too (trainer_state.json).
 uint64_t teacher_hash(const LoadedModel& teacher);
 
+// The same fingerprint fed a tensor at a time in arena order, for a teacher
+// loaded without an fp32 copy of its weights (train/teacher_load.h).
+class TeacherHasher {
+ public:
+  TeacherHasher(const ModelConfig& model, const AttentionConfig& attention);
+  void add(const float* values, int64_t n);       // the next n parameters
+  void add_bf16(const void* values, int64_t n);   // the same from bf16 bits (any alignment)
+  uint64_t value();                               // once, after the last parameter
+
+ private:
+  CacheChecksum sum_;
+  float carry_ = 0.f;  // an odd parameter waiting for its pair (the hash reads 8-byte words)
+  bool has_carry_ = false;
+};
+
 }  // namespace kdtrain::data

@@ -356,6 +356,24 @@ WeightsSummary check_model_weights(const std::string& dir, const ParamLayout& la
   return check_weights(weights, dir, layout);
 }
 
+WeightsSummary stream_model_weights(const std::string& dir, const ParamLayout& layout,
+                                    const WeightSink& sink) {
+  WeightSet weights(dir);
+  const WeightsSummary summary = check_weights(weights, dir, layout);
+  for (const ParamSpec& s : layout.specs) {
+    const SafetensorsFile* file = weights.owner.at(s.name);
+    file->require_finite(s.name);
+    const TensorView& view = file->tensor(s.name);
+    if (view.dtype == Dtype::BF16) {
+      sink(s, view.data, true);
+    } else {
+      const std::vector<float> values = file->read_f32(s.name);
+      sink(s, values.data(), false);
+    }
+  }
+  return summary;
+}
+
 void load_model_weights(const std::string& dir, const ParamLayout& layout, float* arena) {
   WeightSet weights(dir);
   const WeightsSummary summary = check_weights(weights, dir, layout);

@@ -15,6 +15,7 @@
 // has the details.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,6 +25,7 @@
 
 namespace kdtrain {
 struct ParamLayout;
+struct ParamSpec;
 }
 
 namespace kdtrain::io {
@@ -89,5 +91,14 @@ WeightsSummary check_model_weights(const std::string& dir, const ParamLayout& la
 // converting BF16 / F16 / F64 to fp32. A tied model's stored lm_head.weight is
 // ignored, with a warning when it differs from the embedding.
 void load_model_weights(const std::string& dir, const ParamLayout& layout, float* arena);
+
+// check_model_weights, then hands every parameter tensor to `sink` in layout
+// order, each checked finite, straight from the mapped files: a BF16 tensor as
+// its n bytes-pairs (bf16 = true; any alignment), any other dtype converted to
+// fp32 (bf16 = false). Returns what load_model_weights warns about: whether a
+// tied checkpoint also stores an lm_head (ignored).
+using WeightSink = std::function<void(const ParamSpec& spec, const void* values, bool bf16)>;
+WeightsSummary stream_model_weights(const std::string& dir, const ParamLayout& layout,
+                                    const WeightSink& sink);
 
 }  // namespace kdtrain::io

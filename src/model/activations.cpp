@@ -15,7 +15,7 @@ class Carver {
  public:
   Carver(char* base, ActivationPlan* plan) : base_(base), plan_(plan) {}
   template <typename T>
-  void take(T*& ptr, size_t bytes, const char* name) {
+  void take(T*& ptr, size_t bytes, const std::string& name) {
     ptr = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
     used_ += align_up(bytes);
     if (!plan_) return;
@@ -40,7 +40,8 @@ class Carver {
 }  // namespace
 
 size_t lay_out_activations(Activations& x, char* base, const ModelConfig& m,
-                           AttentionFeatures f, DType act, ModelUse use, ActivationPlan* plan) {
+                           AttentionFeatures f, DType act, ModelUse use,
+                           const RecomputePlan& recompute, ActivationPlan* plan) {
   const int64_t B = x.B, T = x.T, L = m.num_hidden_layers, C = m.hidden_size,
                 H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim,
                 F = m.intermediate_size;
@@ -49,6 +50,8 @@ size_t lay_out_activations(Activations& x, char* base, const ModelConfig& m,
   // A teacher's forward reads layer l's activations only within layer l and
   // updates the residual stream in place, so every layer shares layer 0's buffers.
   const bool streaming = use == ModelUse::teacher;
+  const RecomputePlan r = use == ModelUse::train ? recompute : RecomputePlan{};
+  const int64_t whole = std::min(r.whole_layers, L);
   if (plan) *plan = ActivationPlan{};
   Carver c(base, plan);
   for (auto* v : {&x.resid, &x.resid_mid, &x.ln1, &x.ln2, &x.qkv, &x.att, &x.alpha_z, &x.alpha,
@@ -57,39 +60,72 @@ size_t lay_out_activations(Activations& x, char* base, const ModelConfig& m,
   x.resid.assign(L + 1, nullptr);
   for (auto* v : {&x.ln1_rstd, &x.ln2_rstd, &x.lse}) v->assign(L, nullptr);
 
-  c.set_in_layer(true);
-  for (int64_t l = 0; l < (streaming ? std::min<int64_t>(L, 1) : L); ++l) {
-    c.take(x.resid[l], N * C * a, "resid");
+  // Layer l's buffers but resid[l]; those `drop` recomputes stay null, to be
+  // pointed at the shared ones. `tag` prefixes the plan's names.
+  auto carve_layer = [&](int64_t l, const RecomputePlan& drop, const std::string& tag) {
+    auto name = [&](const char* n) { return tag + n; };
     if (streaming) {
       x.resid_mid[l] = x.resid[l];
     } else {
-      c.take(x.resid_mid[l], N * C * a, "resid_mid");
+      c.take(x.resid_mid[l], N * C * a, name("resid_mid"));
     }
-    c.take(x.ln1[l], N * C * a, "ln1");
-    c.take(x.ln1_rstd[l], N * fp, "ln1_rstd");
+    if (!drop.drops_norms()) c.take(x.ln1[l], N * C * a, name("ln1"));
+    c.take(x.ln1_rstd[l], N * fp, name("ln1_rstd"));
     if (streaming) {
       x.ln2[l] = x.ln1[l];
       x.ln2_rstd[l] = x.ln1_rstd[l];
     } else {
-      c.take(x.ln2[l], N * C * a, "ln2");
-      c.take(x.ln2_rstd[l], N * fp, "ln2_rstd");
+      if (!drop.drops_norms()) c.take(x.ln2[l], N * C * a, name("ln2"));
+      c.take(x.ln2_rstd[l], N * fp, name("ln2_rstd"));
     }
-    c.take(x.qkv[l], N * QKV * a, "qkv");
-    c.take(x.lse[l], B * H * T * fp, "lse");
-    c.take(x.att[l], N * H * D * a, "att");
+    c.take(x.qkv[l], N * QKV * a, name("qkv"));
+    c.take(x.lse[l], B * H * T * fp, name("lse"));
+    c.take(x.att[l], N * H * D * a, name("att"));
     if (f.affine) {
-      c.take(x.alpha_z[l], N * H * a, "alpha_z");
-      c.take(x.alpha[l], N * H * a, "alpha");
+      c.take(x.alpha_z[l], N * H * a, name("alpha_z"));
+      c.take(x.alpha[l], N * H * a, name("alpha"));
     }
     if (f.gate) {
-      c.take(x.gate_z[l], N * H * D * a, "gate_z");
-      c.take(x.att_gated[l], N * H * D * a, "att_gated");
+      c.take(x.gate_z[l], N * H * D * a, name("gate_z"));
+      c.take(x.att_gated[l], N * H * D * a, name("att_gated"));
     }
-    c.take(x.gate_up[l], N * 2 * F * a, "gate_up");
-    c.take(x.swiglu[l], N * F * a, "swiglu");
+    if (!drop.drops_gate_up()) c.take(x.gate_up[l], N * 2 * F * a, name("gate_up"));
+    if (!drop.drops_swiglu()) c.take(x.swiglu[l], N * F * a, name("swiglu"));
+  };
+
+  c.set_in_layer(true);
+  size_t layer_bytes = 0;  // the last layer's: a kept layer unless every layer is whole
+  for (int64_t l = 0; l < (streaming ? std::min<int64_t>(L, 1) : L); ++l) {
+    const size_t before = c.used();
+    c.take(x.resid[l], N * C * a, "resid");
+    if (!r.whole(l)) carve_layer(l, r, "");
+    layer_bytes = c.used() - before;
   }
-  const size_t layers_bytes = c.used();
   c.set_in_layer(false);
+  // The buffers the recomputation refills, one of each shared by every layer.
+  if (whole > 0) {
+    carve_layer(0, RecomputePlan{}, "recompute_layer.");
+    for (int64_t l = 1; l < whole; ++l) {
+      for (auto* v : {&x.resid_mid, &x.ln1, &x.ln2, &x.qkv, &x.att, &x.alpha_z, &x.alpha,
+                      &x.gate_z, &x.att_gated, &x.gate_up, &x.swiglu})
+        (*v)[l] = (*v)[0];
+      for (auto* v : {&x.ln1_rstd, &x.ln2_rstd, &x.lse}) (*v)[l] = (*v)[0];
+    }
+  }
+  if (whole < L) {
+    auto share = [&](std::vector<void*>& per_layer, size_t bytes, const char* name) {
+      void* shared = nullptr;
+      c.take(shared, bytes, name);
+      for (int64_t l = whole; l < L; ++l) per_layer[l] = shared;
+    };
+    if (r.drops_norms()) {
+      // ln1 and ln2 of a layer are never needed at once, in the forward or the backward.
+      share(x.ln1, N * C * a, "recompute_ln");
+      for (int64_t l = whole; l < L; ++l) x.ln2[l] = x.ln1[l];
+    }
+    if (r.drops_gate_up()) share(x.gate_up, N * 2 * F * a, "recompute_gate_up");
+    if (r.drops_swiglu()) share(x.swiglu, N * F * a, "recompute_swiglu");
+  }
   if (streaming) {
     for (int64_t l = 1; l < L; ++l) {
       for (auto* v : {&x.resid, &x.resid_mid, &x.ln1, &x.ln2, &x.qkv, &x.att, &x.alpha_z,
@@ -126,19 +162,42 @@ size_t lay_out_activations(Activations& x, char* base, const ModelConfig& m,
   }
   if (plan) {
     plan->total_bytes = c.used();
-    plan->per_layer_bytes =
-        streaming ? layers_bytes : L > 0 ? layers_bytes / static_cast<size_t>(L) : 0;
+    plan->per_layer_bytes = layer_bytes;
   }
   return c.used();
 }
 
+RecomputePlan recompute_plan(const TrainConfig& train) {
+  RecomputePlan r;
+  r.kept = train.recompute;
+  r.whole_layers = train.recompute_layers;
+  return r;
+}
+
+double recompute_flops_per_token(const ModelConfig& m, AttentionFeatures f,
+                                 const RecomputePlan& recompute, int64_t T) {
+  const double L = double(m.num_hidden_layers), C = double(m.hidden_size),
+               H = double(m.num_attention_heads), Hkv = double(m.num_key_value_heads),
+               D = double(m.head_dim), F = double(m.intermediate_size);
+  const double whole = std::min(double(recompute.whole_layers), L);
+  const double gate_up = 2.0 * C * 2.0 * F;
+  // A layer's forward up to the SwiGLU output (the down product is not rerun):
+  // its products (2 FLOPs per weight) and attention at the bench's convention
+  // (4*H*D*T per token, full T: bench/bench.cpp).
+  const double products = 2.0 * C * ((H + 2 * Hkv) * D + H * D + (f.affine ? H : 0.0) +
+                                     (f.gate ? H * D : 0.0) + 2.0 * F);
+  const double layer = products + 4.0 * H * D * double(T);
+  return whole * layer + (recompute.drops_gate_up() ? (L - whole) * gate_up : 0.0);
+}
+
 ActivationPlan plan_activations(const ModelConfig& model, AttentionFeatures features, DType act,
-                                ModelUse use, int64_t B, int64_t T) {
+                                ModelUse use, int64_t B, int64_t T,
+                                const RecomputePlan& recompute) {
   Activations sizing;
   sizing.B = B;
   sizing.T = T;
   ActivationPlan plan;
-  lay_out_activations(sizing, nullptr, model, features, act, use, &plan);
+  lay_out_activations(sizing, nullptr, model, features, act, use, recompute, &plan);
   return plan;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "config/choices.h"
 
 namespace kdtrain {
 
@@ -17,6 +18,34 @@ namespace kdtrain {
 // layer's activations stay readable for analysis), teacher (forward only: one
 // layer's buffers reused by every layer, no gradient scratch).
 enum class ModelUse { train, frozen, teacher };
+
+// What the training backward recomputes instead of keeping (train.recompute and
+// train.recompute_layers). A dropped per-layer buffer points, in every layer, at
+// one shared buffer of the same size that the forward overwrites layer after
+// layer and the backward refills just before it reads it, with the same ops on
+// the same inputs, so the results are bit-identical:
+// - swiglu: the SwiGLU output, from gate_up (elementwise);
+// - norms: also ln1 and ln2, from resid / resid_mid (elementwise; the fp32 rstd
+//   of each layer is kept, and rewritten with the same values);
+// - mlp: also gate_up, from ln2 (one (N, C) x (C, 2F) product per layer);
+// - whole_layers K: layers 0..K-1 keep only their input resid[l] and share one
+//   full layer of buffers, refilled by rerunning the layer's forward.
+// Only ModelUse::train recomputes: frozen models keep every layer for analysis.
+struct RecomputePlan {
+  Recompute kept = Recompute::none;
+  int64_t whole_layers = 0;
+  bool drops_swiglu() const { return kept >= Recompute::swiglu; }
+  bool drops_norms() const { return kept >= Recompute::norms; }
+  bool drops_gate_up() const { return kept >= Recompute::mlp; }
+  bool whole(int64_t layer) const { return layer < whole_layers; }
+};
+
+RecomputePlan recompute_plan(const TrainConfig& train);  // train.recompute, train.recompute_layers
+
+// Extra forward FLOPs per token the backward spends recomputing, at sequence
+// length T (matrix products and attention; elementwise work counted as zero).
+double recompute_flops_per_token(const ModelConfig& model, AttentionFeatures features,
+                                 const RecomputePlan& recompute, int64_t T);
 
 // Per-layer buffers are what backward reads; the d* buffers are scratch reused
 // layer after layer.
@@ -71,9 +100,10 @@ struct ActivationPlan {
 // bytes used; fills `plan` when given.
 size_t lay_out_activations(Activations& x, char* base, const ModelConfig& model,
                            AttentionFeatures features, DType act, ModelUse use,
-                           ActivationPlan* plan = nullptr);
+                           const RecomputePlan& recompute, ActivationPlan* plan = nullptr);
 
 ActivationPlan plan_activations(const ModelConfig& model, AttentionFeatures features, DType act,
-                                ModelUse use, int64_t B, int64_t T);
+                                ModelUse use, int64_t B, int64_t T,
+                                const RecomputePlan& recompute = {});
 
 }  // namespace kdtrain

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backend/backend.h"
+#include "backend/op_checks.h"
 #include "core/error.h"
 #include "model/model.h"
 
@@ -32,17 +33,8 @@ void dense_cached_teacher(const int32_t* ids, const float* logp, const float* lo
   KD_CHECK(tau > 0.0, "teacher cache: temperature must be positive");
   KD_CHECK(tail == CacheTail::renormalize || student != nullptr,
            "teacher cache: bucket mode needs the student logits");
-  {  // Validate first: exceptions must not escape the parallel region.
-    std::vector<int64_t> seen(V, -1);
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t k = 0; k < K; ++k) {
-        const int32_t id = ids[r * K + k];
-        KD_CHECK(id >= 0 && id < V, "teacher cache: row ", r, " holds id ", id,
-                 " outside the vocabulary (", V, ")");
-        KD_CHECK(seen[id] != r, "teacher cache: row ", r, " repeats id ", id);
-        seen[id] = r;
-      }
-  }
+  // Validate first: exceptions must not escape the parallel region.
+  op_checks::sparse_teacher_ids(ids, n, K, V);
 #pragma omp parallel
   {
     std::vector<char> in_topk(V);
@@ -121,63 +113,18 @@ void check_cached_loss_kind(KdLoss kd_loss, CacheTail tail) {
 LossSums run_cached_loss(FusedLoss& loss, Model& student, const CachedRows& rows, CacheTail tail,
                          const int32_t* targets, const LossSettings& settings, float grad_scale,
                          bool compute_grad) {
-  const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size, K = rows.K;
+  const int64_t N = student.tokens_in_batch(), K = rows.K;
   KD_CHECK(static_cast<int64_t>(rows.log_tail.size()) == N &&
                static_cast<int64_t>(rows.ids.size()) == N * K,
            "kd.teacher_cache: ", rows.log_tail.size(), " cached rows for ", N, " student tokens");
   check_cached_loss_kind(settings.kd_loss, tail);
-  Backend& backend = student.backend();
-  const bool f32 = backend.act_dtype() == DType::f32;
-  std::vector<float> host_teacher, host_student;
-  float* scratch = nullptr;  // (chunk, V) fp32 in backend memory, bf16 backends only
-  int64_t scratch_rows = 0;
-  const FusedLoss::TeacherChunkFn fn = [&](int64_t start, int64_t n, const void* student_logits,
-                                           void* teacher_logits) {
-    if (!f32 && n > scratch_rows) {
-      if (scratch) backend.release(scratch);
-      scratch = static_cast<float*>(backend.alloc(n * V * sizeof(float)));
-      scratch_rows = n;
-    }
-    host_teacher.resize(n * V);
-    const float* s = nullptr;
-    if (tail == CacheTail::bucket) {
-      host_student.resize(n * V);
-      if (f32) {
-        backend.to_host(host_student.data(), student_logits, n * V * sizeof(float));
-      } else {
-        backend.convert_to_f32(scratch, student_logits, n * V);
-        backend.to_host(host_student.data(), scratch, n * V * sizeof(float));
-      }
-      s = host_student.data();
-    }
-    dense_cached_teacher<float>(rows.ids.data() + start * K, rows.logp.data() + start * K,
-                                rows.log_tail.data() + start, n, K, V, tail, settings.temperature,
-                                s, host_teacher.data());
-    if (f32) {
-      backend.to_device(teacher_logits, host_teacher.data(), n * V * sizeof(float));
-    } else {
-      backend.to_device(scratch, host_teacher.data(), n * V * sizeof(float));
-      backend.convert_from_f32(teacher_logits, scratch, n * V);
-    }
-  };
-  LossSettings run_settings = settings;
-  const bool bucket_soft_ce = tail == CacheTail::bucket && settings.kd_loss == KdLoss::soft_ce;
-  if (bucket_soft_ce) run_settings.kd_loss = KdLoss::forward_kl;
-  LossSums sums;
-  try {
-    sums = loss.run(student, fn, targets, run_settings, grad_scale, compute_grad);
-  } catch (...) {
-    if (scratch) backend.release(scratch);
-    throw;
-  }
-  if (scratch) backend.release(scratch);
-  if (bucket_soft_ce) {
-    std::vector<double> h(N);
-    bucket_teacher_entropy(rows.logp.data(), rows.log_tail.data(), N, K, settings.temperature,
-                           h.data());
-    for (double v : h) sums.kd += v;
-  }
-  return sums;
+  FusedLoss::SparseTeacher teacher;
+  teacher.K = K;
+  teacher.ids = rows.ids.data();
+  teacher.logp = rows.logp.data();
+  teacher.log_tail = rows.log_tail.data();
+  teacher.tail = tail;
+  return loss.run(student, teacher, targets, settings, grad_scale, compute_grad);
 }
 
 }  // namespace kdtrain

@@ -22,7 +22,8 @@ struct CachedRows {
 };
 
 // The dense teacher logits (n, V) that make the fused loss (backend loss_chunk,
-// which applies softmax(t / tau)) compute the cached-teacher loss exactly:
+// which applies softmax(t / tau)) compute the cached-teacher loss exactly: the
+// definition the sparse loss is checked against (tests/test_backend_ops.cpp):
 //   renormalize: t = stored log p_T on the K ids, -inf elsewhere, so the teacher
 //     is softmax(log p_T / tau) renormalised over the K ids;
 //   bucket: the K+1 coarse teacher q = softmax over {log p_T,k / tau, log_tail / tau};
@@ -49,7 +50,11 @@ void bucket_teacher_entropy(const float* logp, const float* log_tail, int64_t n,
 void check_cached_loss_kind(KdLoss kd_loss, CacheTail tail);
 
 // The fused loss against cached rows [0, N) (N = the student's tokens in batch,
-// rows in the order of the student's tokens). reverse_kl needs kd.cache_tail=bucket.
+// rows in the order of the student's tokens), each chunk's KD computed from the
+// K cached values by the backend's sparse_kd_loss_chunk, never from (n, V)
+// teacher logits; its values and gradient are those of the fused loss against
+// dense_cached_teacher (plus bucket_teacher_entropy for soft_ce in bucket mode).
+// reverse_kl needs kd.cache_tail=bucket.
 LossSums run_cached_loss(FusedLoss& loss, Model& student, const CachedRows& rows, CacheTail tail,
                          const int32_t* targets, const LossSettings& settings, float grad_scale,
                          bool compute_grad);

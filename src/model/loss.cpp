@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/op_checks.h"
 #include "core/error.h"
 
 namespace kdtrain {
@@ -26,7 +27,8 @@ int64_t loss_chunk_tokens(int64_t requested, int64_t N, int64_t V, int64_t act_b
 
 FusedLoss::~FusedLoss() {
   for (void* p : {logits_, teacher_logits_, static_cast<void*>(host_view_),
-                  static_cast<void*>(targets_), static_cast<void*>(ce_)})
+                  static_cast<void*>(targets_), static_cast<void*>(ce_),
+                  static_cast<void*>(sparse_ids_), static_cast<void*>(sparse_logp_)})
     if (p) backend_.release(p);
 }
 
@@ -60,7 +62,8 @@ LossSums FusedLoss::run(Model& student, Model* teacher, const int32_t* targets,
                         const LogitsObserver& observer) {
   const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size;
   if (!teacher)
-    return run_chunks(student, nullptr, targets, settings, grad_scale, compute_grad, observer);
+    return run_chunks(student, nullptr, nullptr, targets, settings, grad_scale, compute_grad,
+                      observer);
   KD_CHECK(teacher->config().vocab_size == V, "kd.teacher: vocabulary size ",
            teacher->config().vocab_size, " differs from the student's ", V);
   KD_CHECK(teacher->tokens_in_batch() == N, "kd.teacher: teacher ran on ",
@@ -68,17 +71,42 @@ LossSums FusedLoss::run(Model& student, Model* teacher, const int32_t* targets,
   const TeacherChunkFn online = [teacher](int64_t start, int64_t n, const void*, void* out) {
     teacher->head_logits(out, start, n);
   };
-  return run_chunks(student, &online, targets, settings, grad_scale, compute_grad, observer);
+  return run_chunks(student, &online, nullptr, targets, settings, grad_scale, compute_grad,
+                    observer);
 }
 
 LossSums FusedLoss::run(Model& student, const TeacherChunkFn& teacher, const int32_t* targets,
                         const LossSettings& settings, float grad_scale, bool compute_grad) {
-  return run_chunks(student, &teacher, targets, settings, grad_scale, compute_grad, {});
+  return run_chunks(student, &teacher, nullptr, targets, settings, grad_scale, compute_grad, {});
+}
+
+LossSums FusedLoss::run(Model& student, const SparseTeacher& teacher, const int32_t* targets,
+                        const LossSettings& settings, float grad_scale, bool compute_grad) {
+  const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size;
+  op_checks::sparse_teacher_ids(teacher.ids, N, teacher.K, V);  // the device cannot throw
+  upload_sparse(teacher, N);
+  return run_chunks(student, nullptr, &teacher, targets, settings, grad_scale, compute_grad, {});
+}
+
+// The rows of the whole micro-batch in one upload: N*K*8 + N*4 bytes (8.3 MiB at
+// N = 16384, K = 64), against the (chunk, V) teacher logits the dense form held.
+void FusedLoss::upload_sparse(const SparseTeacher& teacher, int64_t N) {
+  const int64_t K = teacher.K;
+  if (N * K > sparse_capacity_ || !sparse_ids_) {
+    for (void** p : {reinterpret_cast<void**>(&sparse_ids_), reinterpret_cast<void**>(&sparse_logp_)})
+      if (*p) backend_.release(*p), *p = nullptr;
+    sparse_ids_ = static_cast<int32_t*>(backend_.alloc(N * K * sizeof(int32_t)));
+    sparse_logp_ = static_cast<float*>(backend_.alloc((N * K + N) * sizeof(float)));
+    sparse_capacity_ = N * K;
+  }
+  backend_.to_device(sparse_ids_, teacher.ids, N * K * sizeof(int32_t));
+  backend_.to_device(sparse_logp_, teacher.logp, N * K * sizeof(float));
+  if (teacher.log_tail) backend_.to_device(sparse_logp_ + N * K, teacher.log_tail, N * sizeof(float));
 }
 
 LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
-                               const int32_t* targets, const LossSettings& settings,
-                               float grad_scale, bool compute_grad,
+                               const SparseTeacher* sparse, const int32_t* targets,
+                               const LossSettings& settings, float grad_scale, bool compute_grad,
                                const LogitsObserver& observer) {
   const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size;
   for (int64_t i = 0; i < N; ++i)
@@ -108,27 +136,51 @@ LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
       }
       observer(start, n, host.data());
     }
-    if (teacher) (*teacher)(start, n, logits_, teacher_logits_);
-    LossChunkArgs args;
-    args.n = n;
-    args.V = V;
-    args.logits = logits_;
-    args.teacher_logits = teacher ? teacher_logits_ : nullptr;
-    args.targets = targets_ + start;
-    args.ce = ce_ + start;
-    args.kd = kd_ + start;
-    args.soft_ce = teacher ? soft_ce_ + start : nullptr;
-    args.kd_loss = settings.kd_loss;
-    args.temperature = settings.temperature;
-    args.kd_weight = teacher ? settings.kd_weight : 0.f;
-    args.grad_scale = grad_scale;
-    args.compute_grad = compute_grad;
-    backend_.loss_chunk(args);
+    if (sparse) {
+      const int64_t K = sparse->K;
+      SparseKdChunkArgs args;
+      args.n = n;
+      args.V = V;
+      args.K = K;
+      args.logits = logits_;
+      args.targets = targets_ + start;
+      args.ids = sparse_ids_ + start * K;
+      args.logp = sparse_logp_ + start * K;
+      args.log_tail = sparse_logp_ + N * K + start;
+      args.tail = sparse->tail;
+      args.ce = ce_ + start;
+      args.kd = kd_ + start;
+      args.soft_ce = soft_ce_ + start;
+      args.kd_loss = settings.kd_loss;
+      args.temperature = settings.temperature;
+      args.kd_weight = settings.kd_weight;
+      args.grad_scale = grad_scale;
+      args.compute_grad = compute_grad;
+      backend_.sparse_kd_loss_chunk(args);
+    } else {
+      if (teacher) (*teacher)(start, n, logits_, teacher_logits_);
+      LossChunkArgs args;
+      args.n = n;
+      args.V = V;
+      args.logits = logits_;
+      args.teacher_logits = teacher ? teacher_logits_ : nullptr;
+      args.targets = targets_ + start;
+      args.ce = ce_ + start;
+      args.kd = kd_ + start;
+      args.soft_ce = teacher ? soft_ce_ + start : nullptr;
+      args.kd_loss = settings.kd_loss;
+      args.temperature = settings.temperature;
+      args.kd_weight = teacher ? settings.kd_weight : 0.f;
+      args.grad_scale = grad_scale;
+      args.compute_grad = compute_grad;
+      backend_.loss_chunk(args);
+    }
     if (compute_grad) student.head_backward(logits_, start, n);
   }
 
   // ce, kd and (with a teacher) soft-CE are adjacent: one read brings them back.
-  const int64_t terms = teacher ? 3 : 2;
+  const bool has_teacher = teacher || sparse;
+  const int64_t terms = has_teacher ? 3 : 2;
   std::vector<float> ce_kd(static_cast<size_t>(terms * N));
   backend_.to_host(ce_kd.data(), ce_, terms * N * sizeof(float));
   LossSums sums;
@@ -136,7 +188,7 @@ LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
     sums.ce += ce_kd[i];
     sums.kd += ce_kd[N + i];
   }
-  for (int64_t i = 0; teacher && i < N; ++i) sums.soft_ce += ce_kd[2 * N + i];
+  for (int64_t i = 0; has_teacher && i < N; ++i) sums.soft_ce += ce_kd[2 * N + i];
   sums.tokens = N;
   return sums;
 }

@@ -75,10 +75,25 @@ class FusedLoss {
                const LossSettings& settings, float grad_scale, bool compute_grad);
   // ---- end teacher from a callback ----
 
+  // ---- a cached sparse teacher (data/teacher_cache.h) ----
+  // Host rows, one per student token: top-K ids (N, K), their log-probabilities
+  // (N, K) and the log of the tail mass (N). Each chunk's KD runs in the backend's
+  // sparse_kd_loss_chunk: no (n, V) teacher exists on the host or the device.
+  struct SparseTeacher {
+    int64_t K = 0;
+    const int32_t* ids = nullptr;
+    const float* logp = nullptr;
+    const float* log_tail = nullptr;
+    CacheTail tail = CacheTail::renormalize;
+  };
+  LossSums run(Model& student, const SparseTeacher& teacher, const int32_t* targets,
+               const LossSettings& settings, float grad_scale, bool compute_grad);
+
  private:
-  LossSums run_chunks(Model& student, const TeacherChunkFn* teacher, const int32_t* targets,
-                      const LossSettings& settings, float grad_scale, bool compute_grad,
-                      const LogitsObserver& observer);
+  LossSums run_chunks(Model& student, const TeacherChunkFn* teacher, const SparseTeacher* sparse,
+                      const int32_t* targets, const LossSettings& settings, float grad_scale,
+                      bool compute_grad, const LogitsObserver& observer);
+  void upload_sparse(const SparseTeacher& teacher, int64_t N);
   void reserve(int64_t chunk, int64_t V, int64_t N, bool teacher, bool observer);
   Backend& backend_;
   void* logits_ = nullptr;          // (chunk, V)
@@ -90,6 +105,9 @@ class FusedLoss {
   float* soft_ce_ = nullptr;        // ce_ + 2N
   int64_t chunk_ = 0, V_ = 0, N_ = 0;
   int64_t auto_chunk_ = 0;          // the auto chunk, decided at the first run
+  int32_t* sparse_ids_ = nullptr;   // (N, K) of a sparse teacher
+  float* sparse_logp_ = nullptr;    // (N, K), then log_tail (N)
+  int64_t sparse_capacity_ = 0;     // rows x K the two hold
 };
 
 }  // namespace kdtrain

@@ -35,7 +35,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   p.optimizer_all_ranks = 8 * n;
   p.student_activations = static_cast<int64_t>(
       plan_activations(in.student, features_of(in.attention.variant), in.act_dtype,
-                       ModelUse::train, in.micro_batch, in.seq_len)
+                       ModelUse::train, in.micro_batch, in.seq_len, in.recompute)
           .total_bytes);
   int64_t buffers = 1;
   if (in.teacher) {

@@ -25,6 +25,7 @@ struct MemoryPlanInput {
   bool zero1 = true;                   // dist.zero1 (counts only when world_size > 1)
   int64_t chunk_tokens = 0;            // kd.chunk_tokens (0 = auto)
   int64_t device_bytes = -1;           // device capacity for the auto loss chunk; -1 = host
+  RecomputePlan recompute;             // train.recompute, train.recompute_layers
 };
 
 // Bytes, per rank.

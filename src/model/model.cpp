@@ -89,6 +89,48 @@ void Model::set_params(const std::vector<float>& host) {
   upload_alpha_ma();
 }
 
+void Model::set_param_tensor(int64_t offset, const void* values, int64_t n, bool bf16) {
+  KD_CHECK(offset >= 0 && n >= 0 && offset + n <= layout_.total, "set_param_tensor: [", offset,
+           ", ", offset + n, ") is outside the ", layout_.total, " parameters");
+  const int64_t H = model_.num_attention_heads;
+  // fp32 values where they are needed: a master, or the fp32 sinks / alpha_ma.
+  auto fp32 = [&] {
+    std::vector<float> v(static_cast<size_t>(n));
+    if (!bf16) {
+      std::memcpy(v.data(), values, n * sizeof(float));
+      return v;
+    }
+    const auto* bytes = static_cast<const unsigned char*>(values);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, bytes + 2 * i, sizeof b);  // the mapping may be unaligned
+      v[i] = bf16_bits_to_float(b);
+    }
+    return v;
+  };
+  for (int64_t l = 0; l < model_.num_hidden_layers; ++l) {
+    const LayerOffsets& o = layout_.layers[l];
+    if (offset != o.sinks && offset != o.alpha_ma) continue;
+    const std::vector<float> v = fp32();
+    if (offset == o.alpha_ma) std::copy_n(v.data(), H, alpha_ma_host_.data() + l * H);
+    if (!master_) backend_.to_device(const_cast<float*>(offset == o.sinks ? layer_sinks(l) : layer_alpha_ma(l)),
+                                     v.data(), H * sizeof(float));
+  }
+  if (master_) {
+    const std::vector<float> v = fp32();
+    backend_.to_device(master_ + offset, v.data(), n * sizeof(float));
+  } else if (bf16) {
+    backend_.to_device(static_cast<uint16_t*>(weights_) + offset, values, n * sizeof(uint16_t));
+  } else {
+    std::vector<uint16_t> rounded(static_cast<size_t>(n));
+    round_to_bf16(rounded.data(), static_cast<const float*>(values), n);
+    backend_.to_device(static_cast<uint16_t*>(weights_) + offset, rounded.data(), n * sizeof(uint16_t));
+  }
+}
+
+void Model::finish_param_tensors() { refresh_compute_weights(); }
+
 std::vector<float> Model::get_params() {
   KD_CHECK(master_ != nullptr, "get_params: a teacher model keeps no fp32 master weights");
   std::vector<float> host(layout_.total);
@@ -141,6 +183,16 @@ void* Model::weight(int64_t offset) const {
   return static_cast<char*>(weights_) + offset * dtype_size(backend_.act_dtype());
 }
 
+void Model::set_recompute(const RecomputePlan& recompute) {
+  KD_CHECK(recompute.whole_layers >= 0 && recompute.whole_layers <= model_.num_hidden_layers,
+           "train.recompute_layers ", recompute.whole_layers, " is outside [0, ",
+           model_.num_hidden_layers, "] (model.num_hidden_layers)");
+  if (recompute.kept == recompute_.kept && recompute.whole_layers == recompute_.whole_layers) return;
+  recompute_ = recompute;
+  if (arena_) backend_.release(arena_);  // laid out again by the next forward
+  arena_ = nullptr;
+}
+
 void Model::ensure_activations(int64_t B, int64_t T) {
   if (arena_ && acts_.B == B && acts_.T == T) return;
   if (arena_) backend_.release(arena_);
@@ -149,13 +201,13 @@ void Model::ensure_activations(int64_t B, int64_t T) {
   acts_.B = B;
   acts_.T = T;
   const DType act = backend_.act_dtype();
-  arena_bytes_ = lay_out_activations(acts_, nullptr, model_, features_, act, use_);
+  arena_bytes_ = lay_out_activations(acts_, nullptr, model_, features_, act, use_, recompute_);
   arena_ = allocate_or_name(
       "activations for " + std::to_string(B) + " x " + std::to_string(T) + " tokens", double(arena_bytes_),
       "the micro-batch and sequence length (train.micro_batch, train.seq_len; --batch-size, --seq-len) and " +
           model_size_keys(model_),
       [&] { return backend_.alloc(arena_bytes_); });
-  lay_out_activations(acts_, static_cast<char*>(arena_), model_, features_, act, use_);
+  lay_out_activations(acts_, static_cast<char*>(arena_), model_, features_, act, use_, recompute_);
 
   std::vector<float> cos, sin;
   rope_tables(model_, T, cos, sin);
@@ -219,12 +271,27 @@ Model::LayerSizes Model::layer_sizes() const {
 }
 
 void Model::forward_layer(int64_t l, bool accumulate_alpha) {
+  forward_layer_body(l, accumulate_alpha);
+  Activations& x = acts_;
+  const ModelConfig& m = model_;
+  const int64_t N = B_ * T_, C = m.hidden_size, F = m.intermediate_size;
+  backend_.matmul_forward(x.proj_out, x.swiglu[l], weight(layout_.layers[l].mlp_down_weight),
+                          nullptr, N, F, C);
+  // The residual add, fused with the next layer's input norm (or the final norm).
+  const bool last = l + 1 == m.num_hidden_layers;
+  backend_.add_rmsnorm_forward(
+      x.resid[l + 1], last ? x.final_norm : x.ln1[l + 1], last ? x.final_rstd : x.ln1_rstd[l + 1],
+      x.resid_mid[l], x.proj_out,
+      weight(last ? layout_.final_norm : layout_.layers[l + 1].input_norm), N, C,
+      static_cast<float>(m.rms_norm_eps));
+}
+
+void Model::forward_layer_body(int64_t l, bool accumulate_alpha) {
   Activations& x = acts_;
   const LayerOffsets& o = layout_.layers[l];
-  const ModelConfig& m = model_;
   const auto [B, T, N, C, H, Hkv, D, F, QKV] = layer_sizes();
   const AttentionFeatures f = features_;
-  const float eps = static_cast<float>(m.rms_norm_eps);
+  const float eps = static_cast<float>(model_.rms_norm_eps);
 
   backend_.matmul_forward(x.qkv[l], x.ln1[l], weight(o.qkv_weight), weight(o.qkv_bias), N, C, QKV);
   backend_.rope_forward(x.qkv[l], x.rope_cos, x.rope_sin, B, T, H + 2 * Hkv, H + Hkv, D);
@@ -247,13 +314,37 @@ void Model::forward_layer(int64_t l, bool accumulate_alpha) {
 
   backend_.matmul_forward(x.gate_up[l], x.ln2[l], weight(o.mlp_gate_weight), nullptr, N, C, 2 * F);
   backend_.swiglu_forward(x.swiglu[l], x.gate_up[l], N, F);
-  backend_.matmul_forward(x.proj_out, x.swiglu[l], weight(o.mlp_down_weight), nullptr, N, F, C);
-  // The residual add, fused with the next layer's input norm (or the final norm).
-  const bool last = l + 1 == m.num_hidden_layers;
-  backend_.add_rmsnorm_forward(
-      x.resid[l + 1], last ? x.final_norm : x.ln1[l + 1], last ? x.final_rstd : x.ln1_rstd[l + 1],
-      x.resid_mid[l], x.proj_out,
-      weight(last ? layout_.final_norm : layout_.layers[l + 1].input_norm), N, C, eps);
+}
+
+// A whole recomputed layer reruns its forward body from resid[l] (its input
+// norm first: the forward fused it into the previous layer's residual add, which
+// computes the same values from the same bf16 sum). Otherwise the dropped MLP
+// inputs are rebuilt in their forward order: ln2, gate_up, swiglu.
+void Model::recompute_mlp_inputs(int64_t l) {
+  Activations& x = acts_;
+  const LayerOffsets& o = layout_.layers[l];
+  const auto [B, T, N, C, H, Hkv, D, F, QKV] = layer_sizes();
+  const float eps = static_cast<float>(model_.rms_norm_eps);
+  if (recompute_.whole(l)) {
+    backend_.rmsnorm_forward(x.ln1[l], x.ln1_rstd[l], x.resid[l], weight(o.input_norm), N, C, eps);
+    forward_layer_body(l, false);
+    return;
+  }
+  if (recompute_.drops_norms())
+    backend_.rmsnorm_forward(x.ln2[l], x.ln2_rstd[l], x.resid_mid[l], weight(o.post_norm), N, C,
+                             eps);
+  if (recompute_.drops_gate_up())
+    backend_.matmul_forward(x.gate_up[l], x.ln2[l], weight(o.mlp_gate_weight), nullptr, N, C,
+                            2 * F);
+  if (recompute_.drops_swiglu()) backend_.swiglu_forward(x.swiglu[l], x.gate_up[l], N, F);
+}
+
+// ln1 shares its buffer with ln2, so it is rebuilt after the MLP's backward.
+void Model::recompute_attention_inputs(int64_t l) {
+  if (recompute_.whole(l) || !recompute_.drops_norms()) return;
+  const LayerOffsets& o = layout_.layers[l];
+  backend_.rmsnorm_forward(acts_.ln1[l], acts_.ln1_rstd[l], acts_.resid[l], weight(o.input_norm),
+                           B_ * T_, model_.hidden_size, static_cast<float>(model_.rms_norm_eps));
 }
 
 void Model::head_logits(void* logits, int64_t start, int64_t n) {
@@ -304,6 +395,7 @@ void Model::backward_layer(int64_t l) {
   const AttentionFeatures f = features_;
 
   // MLP block: resid[l+1] = resid_mid + down(swiglu(gate_up(ln2(resid_mid))))
+  recompute_mlp_inputs(l);
   backend_.matmul_backward(x.d_swiglu, grads_ + o.mlp_down_weight, nullptr, x.d_resid,
                            x.swiglu[l], weight(o.mlp_down_weight), N, F, C, false);
   backend_.swiglu_backward(x.d_gate_up, x.d_swiglu, x.gate_up[l], N, F);
@@ -313,6 +405,7 @@ void Model::backward_layer(int64_t l) {
                             weight(o.post_norm), x.ln2_rstd[l], N, C);
 
   // Attention block: resid_mid = resid[l] + o_proj(gate(attention(...)))
+  recompute_attention_inputs(l);
   const void* y = f.gate ? x.att_gated[l] : x.att[l];
   backend_.matmul_backward(x.d_y, grads_ + o.o_weight, nullptr, x.d_resid, y,
                            weight(o.o_weight), N, H * D, C, false);

@@ -56,6 +56,14 @@ class Model {
   bool trainable() const { return grads_ != nullptr; }
   void* weights() { return weights_; } // (layout.total) compute copy
   void set_params(const std::vector<float>& host);  // master (if any) and compute copy
+  // One tensor of the parameters at arena `offset`, from n bf16 values (e.g. the
+  // bytes of a mapped safetensors file, any alignment) or n fp32 ones, for
+  // loading a checkpoint without an fp32 copy of the whole model: a teacher
+  // without master uploads bf16 values as they are (the compute copy set_params
+  // would round them to, bit for bit). Call finish_param_tensors() once every
+  // tensor is in.
+  void set_param_tensor(int64_t offset, const void* values, int64_t n, bool bf16);
+  void finish_param_tensors();
   std::vector<float> get_params();                   // master to host
   std::vector<float> get_grads();
   void refresh_compute_weights();  // compute copy from master (no-op on CPU)
@@ -66,6 +74,11 @@ class Model {
   const float* layer_alpha_ma(int64_t l) const;
   // Every layer's sinks (L*H) on the host: one small read, not the whole arena.
   std::vector<float> sinks();
+
+  // What the backward recomputes instead of keeping (model/activations.h); takes
+  // effect at the next forward. Results are bit-identical for every choice.
+  void set_recompute(const RecomputePlan& recompute);
+  const RecomputePlan& recompute() const { return recompute_; }
 
   // Runs the decoder on tokens (B, T) (host int32), keeping what backward needs.
   // With accumulate_alpha, adds the column sums of alpha per (layer, head) to
@@ -114,6 +127,12 @@ class Model {
   void ensure_activations(int64_t B, int64_t T);
   void* weight(int64_t offset) const;  // compute-copy pointer at an arena offset
   void forward_layer(int64_t l, bool accumulate_alpha);
+  // Layer l's forward up to the SwiGLU output, without the down product and the
+  // residual add that end it: what the backward reruns for a whole layer.
+  void forward_layer_body(int64_t l, bool accumulate_alpha);
+  // Refills what the recomputation dropped, just before backward_layer reads it.
+  void recompute_mlp_inputs(int64_t l);
+  void recompute_attention_inputs(int64_t l);
   AttentionForwardArgs attention_args(int64_t l) const;
   // The sizes a layer's ops take at the current (B, T): N = B*T tokens, QKV = (H + 2*Hkv)*D.
   struct LayerSizes {
@@ -139,6 +158,7 @@ class Model {
   std::vector<float> alpha_ma_host_;  // (L*H) for affine variants
   std::vector<int32_t> host_tokens_;  // (B*T) of the last forward
   int64_t alpha_tokens_ = 0;
+  RecomputePlan recompute_;
   Activations acts_;          // pointers into arena_, laid out for (acts_.B, acts_.T)
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;

@@ -8,6 +8,7 @@
 #include "io/checksums.h"
 #include "io/model_dir.h"
 #include "model/cached_teacher_loss.h"
+#include "train/teacher_load.h"
 
 namespace kdtrain {
 
@@ -20,6 +21,7 @@ void RunParts::build() {
     threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / comm.local_world());
   backend = make_backend(t.device, threads);
   student = std::make_unique<Model>(config.model, config.attention, *backend, true);
+  student->set_recompute(recompute_plan(t));
   loss = std::make_unique<FusedLoss>(*backend);
   // Optimizer range: this rank's shard under ZeRO-1, else the whole arena.
   const int64_t total_params = student->layout().total;
@@ -51,17 +53,14 @@ void RunParts::load_teacher() {
   const KdConfig& kd = config.kd;
   const int64_t vocab = config.model.vocab_size;
   if (!kd.teacher.empty()) {
-    LoadedModel loaded = load_model_dir(kd.teacher);
-    KD_CHECK(loaded.model.vocab_size == vocab, "kd.teacher: ", kd.teacher, " has vocab_size ",
-             loaded.model.vocab_size, " but the student has ", vocab,
-             "; student and teacher must share the vocabulary");
+    LoadedTeacher loaded = kdtrain::load_teacher(kd.teacher, *backend, vocab, "kd.teacher");
+    const ModelConfig& tm = loaded.model->config();
     // Checked here, before the run directory exists, not at the first forward.
-    KD_CHECK(loaded.model.max_position_embeddings >= config.train.seq_len, "kd.teacher: ", kd.teacher,
-             " has max_position_embeddings ", loaded.model.max_position_embeddings, ", fewer than train.seq_len ",
+    KD_CHECK(tm.max_position_embeddings >= config.train.seq_len, "kd.teacher: ", kd.teacher,
+             " has max_position_embeddings ", tm.max_position_embeddings, ", fewer than train.seq_len ",
              config.train.seq_len, ": the teacher cannot score windows that long");
-    teacher = std::make_unique<Model>(loaded.model, loaded.attention, *backend, ModelUse::teacher);
-    teacher->set_params(loaded.params);
-    teacher_fingerprint = "model:" + io::hex64(data::teacher_hash(loaded));
+    teacher = std::move(loaded.model);
+    teacher_fingerprint = "model:" + io::hex64(loaded.hash);
   }
   if (!kd.teacher_cache.empty()) {
     cache = std::make_unique<data::TeacherCache>(kd.teacher_cache);

@@ -188,6 +188,13 @@ class CpuBackend final : public Backend {
                     a.kd_loss, a.temperature, a.kd_weight, a.grad_scale, a.compute_grad, a.soft_ce);
   }
 
+  void sparse_kd_loss_chunk(const SparseKdChunkArgs& a) override {
+    op_checks::sparse_kd_loss_chunk(a);
+    cpu::sparse_kd_loss_chunk(F(a.logits), a.targets, a.ids, a.logp, a.log_tail, a.ce, a.kd,
+                              a.soft_ce, a.n, a.V, a.K, a.tail, a.kd_loss, a.temperature,
+                              a.kd_weight, a.grad_scale, a.compute_grad);
+  }
+
   double sum_squares(const float* x, int64_t n) override {
     op_checks::sum_squares(x, n);
     return cpu::sum_squares(x, n);

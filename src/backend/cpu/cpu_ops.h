@@ -162,6 +162,15 @@ void loss_chunk(T* logits,                // (n, V) in: student logits, out: dlo
                 T grad_scale, bool compute_grad,
                 T* soft_ce = nullptr);    // (n) or nullptr, written
 
+// ---- the cached sparse teacher (cpu_sparse_kd.cpp) ----
+// sparse_kd_loss_chunk of backend.h: the values and gradient loss_chunk computes
+// against the dense teacher of dense_cached_teacher, in O(V + K) per row.
+template <typename T>
+void sparse_kd_loss_chunk(T* logits, const int32_t* targets, const int32_t* ids, const float* logp,
+                          const float* log_tail, T* ce, T* kd, T* soft_ce, int64_t n, int64_t V,
+                          int64_t K, CacheTail tail, KdLoss kd_loss, T temperature, T kd_weight,
+                          T grad_scale, bool compute_grad);
+
 // ---- optimizer (cpu_optim.cpp) ----
 // Sum of x^2 in double, in fixed blocks added in order: identical for any thread count.
 template <typename T>

@@ -14,6 +14,7 @@
 #include "kernels/optim.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/sparse_kd_loss.cuh"
 #include "kernels/sigmoid_gate.cuh"
 #include "kernels/swiglu.cuh"
 
@@ -322,6 +323,14 @@ void CudaBackend::accumulate(void* dst, const void* src, int64_t n) {
   cuda::accumulate(BF(dst), BF(src), n, stream_);
 }
 
+namespace {
+cuda::KdKind kd_kind(KdLoss loss) {
+  return loss == KdLoss::forward_kl   ? cuda::KdKind::forward_kl
+         : loss == KdLoss::reverse_kl ? cuda::KdKind::reverse_kl
+                                      : cuda::KdKind::soft_ce;
+}
+}  // namespace
+
 void CudaBackend::loss_chunk(const LossChunkArgs& a) {
   op_checks::loss_chunk(a);
   cuda::LossParams p;
@@ -333,14 +342,35 @@ void CudaBackend::loss_chunk(const LossChunkArgs& a) {
   p.ce = a.ce;
   p.kd = a.kd;
   p.soft_ce = a.soft_ce;
-  p.kind = a.kd_loss == KdLoss::forward_kl   ? cuda::KdKind::forward_kl
-           : a.kd_loss == KdLoss::reverse_kl ? cuda::KdKind::reverse_kl
-                                             : cuda::KdKind::soft_ce;
+  p.kind = kd_kind(a.kd_loss);
   p.temperature = a.temperature;
   p.kd_weight = a.kd_weight;
   p.grad_scale = a.grad_scale;
   p.compute_grad = a.compute_grad;
   cuda::loss_chunk(p, stream_);
+}
+
+void CudaBackend::sparse_kd_loss_chunk(const SparseKdChunkArgs& a) {
+  op_checks::sparse_kd_loss_chunk(a);
+  cuda::SparseKdParams p;
+  p.n = a.n;
+  p.V = a.V;
+  p.K = a.K;
+  p.logits = BF(a.logits);
+  p.targets = a.targets;
+  p.ids = a.ids;
+  p.logp = a.logp;
+  p.log_tail = a.log_tail;
+  p.bucket = a.tail == CacheTail::bucket;
+  p.ce = a.ce;
+  p.kd = a.kd;
+  p.soft_ce = a.soft_ce;
+  p.kind = kd_kind(a.kd_loss);
+  p.temperature = a.temperature;
+  p.kd_weight = a.kd_weight;
+  p.grad_scale = a.grad_scale;
+  p.compute_grad = a.compute_grad;
+  cuda::sparse_kd_loss_chunk(p, stream_);
 }
 
 double CudaBackend::sum_squares(const float* x, int64_t n) {

@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
   void add(void* out, const void* a, const void* b, int64_t n) override;
   void accumulate(void* dst, const void* src, int64_t n) override;
   void loss_chunk(const LossChunkArgs& args) override;
+  void sparse_kd_loss_chunk(const SparseKdChunkArgs& args) override;
   double sum_squares(const float* x, int64_t n) override;
   void adamw_update(const AdamWArgs& args) override;
 
