@@ -55,9 +55,10 @@ double student_train_flops_per_token(const ModelConfig& model, const AttentionCo
 double teacher_forward_flops_per_token(const ModelConfig& model, const AttentionConfig& attention,
                                        int64_t T);
 
-// The host part of loading a teacher checkpoint (train/teacher_load.h) without a
-// device: map and check the files, scan for non-finite values, hash, and copy
-// every tensor through a 64 MiB buffer as the driver stages a pageable upload.
+// The host part of loading a teacher checkpoint without a device: what
+// load_teacher does (train/teacher_load.h: map and check the files, scan for
+// non-finite values, hash on a thread beside), each tensor copied through a
+// 64 MiB buffer as the driver stages a pageable upload.
 // Seconds, as JSON (docs/performance.md, "The teacher ready").
 nlohmann::json run_teacher_load_bench(const std::string& dir);
 

@@ -357,10 +357,22 @@ WeightsSummary check_model_weights(const std::string& dir, const ParamLayout& la
 }
 
 WeightsSummary stream_model_weights(const std::string& dir, const ParamLayout& layout,
-                                    const WeightSink& sink) {
+                                    const WeightSink& sink,
+                                    const std::function<void()>& before_unmap) {
   WeightSet weights(dir);
+  struct Finally {  // destroyed before `weights`
+    const std::function<void()>& run;
+    ~Finally() {
+      if (run) run();
+    }
+  } finally{before_unmap};
   const WeightsSummary summary = check_weights(weights, dir, layout);
-  for (const ParamSpec& s : layout.specs) {
+  // The disk reads the next tensor while this one is scanned and handed over.
+  if (!layout.specs.empty()) weights.owner.at(layout.specs[0].name)->prefetch(layout.specs[0].name);
+  for (size_t i = 0; i < layout.specs.size(); ++i) {
+    const ParamSpec& s = layout.specs[i];
+    if (i + 1 < layout.specs.size())
+      weights.owner.at(layout.specs[i + 1].name)->prefetch(layout.specs[i + 1].name);
     const SafetensorsFile* file = weights.owner.at(s.name);
     file->require_finite(s.name);
     const TensorView& view = file->tensor(s.name);

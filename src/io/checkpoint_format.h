@@ -96,9 +96,12 @@ void load_model_weights(const std::string& dir, const ParamLayout& layout, float
 // order, each checked finite, straight from the mapped files: a BF16 tensor as
 // its n bytes-pairs (bf16 = true; any alignment), any other dtype converted to
 // fp32 (bf16 = false). Returns what load_model_weights warns about: whether a
-// tied checkpoint also stores an lm_head (ignored).
+// tied checkpoint also stores an lm_head (ignored). `before_unmap` runs last,
+// on success or on an error, while the files are still mapped (a consumer still
+// reading a tensor on another thread stops there).
 using WeightSink = std::function<void(const ParamSpec& spec, const void* values, bool bf16)>;
 WeightsSummary stream_model_weights(const std::string& dir, const ParamLayout& layout,
-                                    const WeightSink& sink);
+                                    const WeightSink& sink,
+                                    const std::function<void()>& before_unmap = {});
 
 }  // namespace kdtrain::io

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cerrno>
@@ -131,6 +132,14 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     other.size_ = 0;
   }
   return *this;
+}
+
+void MappedFile::prefetch(size_t offset, size_t bytes) const {
+  if (!data_ || offset >= size_) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t begin = offset / page * page;
+  const size_t end = std::min(size_, offset + bytes);
+  (void)::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_WILLNEED);
 }
 
 void MappedFile::release() {

@@ -26,6 +26,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Asks the kernel to start reading [offset, offset + bytes) in now (madvise
+  // WILLNEED), so a reader about to scan that range finds it in memory. A hint:
+  // failures are ignored.
+  void prefetch(size_t offset, size_t bytes) const;
 
  private:
   void release();

@@ -56,6 +56,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Throws naming the file, the tensor and the element when it holds a NaN or infinity.
   void require_finite(const std::string& name) const;
+  // Starts reading the tensor's bytes in from disk (MappedFile::prefetch).
+  void prefetch(const std::string& name) const;
 
  private:
   MappedFile file_;

@@ -6,6 +6,7 @@
 // fingerprint (data::teacher_hash) is computed from the same mapped tensors.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,14 @@ struct LoadedTeacher {
   std::unique_ptr<Model> model;  // ModelUse::teacher
   uint64_t hash = 0;             // data::teacher_hash of the checkpoint
 };
+
+// The tensors of checkpoint `dir` in arena order, each checked and handed to
+// `upload` straight from the mapping (bf16: the file's bytes; else fp32), with
+// the fingerprint computed beside them on a thread of its own; returns it.
+using TensorUpload = std::function<void(const ParamSpec& spec, const void* values, bool bf16)>;
+uint64_t stream_teacher(const std::string& dir, const ModelConfig& model,
+                        const AttentionConfig& attention, const ParamLayout& layout,
+                        const TensorUpload& upload);
 
 // `vocab_size` is the student's: a teacher with another vocabulary is refused,
 // naming `key` (kd.teacher, --teacher) and the directory.
