@@ -113,6 +113,9 @@ LoadedTeacher load_teacher(const std::string& dir, Backend& backend, int64_t voc
   io::read_hf_config((std::filesystem::path(dir) / "config.json").string(), &model, &attention);
   KD_CHECK(model.vocab_size == vocab_size, key, ": ", dir, " has vocab_size ", model.vocab_size,
            " but the student has ", vocab_size, "; student and teacher must share the vocabulary");
+  // The sizes config.json claims are checked against the files' headers before
+  // the device arena is reserved (as load_model_dir does).
+  io::check_model_weights(dir, make_param_layout(model, attention));
   LoadedTeacher t;
   t.model = std::make_unique<Model>(model, attention, backend, ModelUse::teacher);
   Model& m = *t.model;
