@@ -400,7 +400,7 @@ void run_info(const InfoOptions& o) {
   brow("student gradients (fp32)", budget.student_grads);
   brow(zero1 ? "AdamW m, v (fp32, this rank's ZeRO-1 shard)" : "AdamW m, v (fp32)", budget.optimizer);
   brow("teacher weights (bf16 only)", budget.teacher_weights);
-  brow("student activations (for the backward; train.recompute)", budget.student_activations);
+  brow("student activations (kept per train.recompute)", budget.student_activations);
   brow("teacher activations (one layer, reused)", budget.teacher_activations);
   char loss_label[96];
   std::snprintf(loss_label, sizeof loss_label, "loss chunk (%lld rows of logits x %s)",
