@@ -30,6 +30,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_byte_tokenizer import byte_alphabet  # noqa: E402
+from tokenizer_spec import (PrepareError, load_tokenizer, tokenizer_sha256,  # noqa: E402
+                            vocab_size_of, write_atomic)
 
 FORMAT = "kdtrain.token_bytes/1"
 
@@ -80,8 +82,6 @@ def token_bytes_document(tok, vocab_size: int, tokenizer_sha256: str) -> dict:
 
 
 def main(argv=None) -> int:
-    from prepare_fineweb_edu import (PrepareError, load_tokenizer, tokenizer_sha256,
-                                     vocab_size_of, write_atomic)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokenizer", required=True, help="tokenizer.json or a directory with it")
     p.add_argument("--out", required=True, help="output file, e.g. DIR/token_bytes.json")

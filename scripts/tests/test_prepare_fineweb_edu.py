@@ -350,3 +350,24 @@ def test_help_shows_the_defaults():
         for e in expected:
             assert e in text, (script, e)
         assert "(default: None)" not in text
+
+
+def test_token_bytes_and_prepare_import_apart():
+    # The two commands share tokenizer_spec.py: prepare_fineweb_edu imports
+    # token_bytes, and nothing in token_bytes (not even inside a function)
+    # imports prepare_fineweb_edu back.
+    import ast
+
+    def imported(name):
+        tree = ast.parse(open(os.path.join(SCRIPTS, name + ".py"), encoding="utf-8").read())
+        out = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                out.add(node.module)
+        return out
+
+    assert "token_bytes" in imported("prepare_fineweb_edu")
+    for name in ("token_bytes", "tokenizer_spec"):
+        assert "prepare_fineweb_edu" not in imported(name), name
