@@ -120,8 +120,13 @@ attention_b() {
 # (c) the step: kdtrain for every variant, then torch.compile variant by variant.
 step_kdtrain() { for V in $VARIANTS; do gpu_bench_kdtrain "$RAW" "$V" "$V"; done; }
 step_torch() { gpu_bench_torch "$RAW" "${TORCH_MODE}_$1" "$1" "$TORCH_MODE"; }
+# The cached-teacher step (top-64 log-probabilities, the sparse KD loss on the device),
+# to hold against the student-only step of the same variant.
+step_teacher_cache() { gpu_bench_kdtrain "$RAW" teacher_cache_baseline baseline --teacher-cache 64; }
+# With the teacher, the student recomputes its MLP (train.recompute=mlp: the memory plan
+# of the paper's 1B + 3B configuration).
 step_teacher() {
-  gpu_bench_kdtrain "$RAW" teacher_baseline baseline --teacher "$TEACHER"
+  gpu_bench_kdtrain "$RAW" teacher_baseline baseline --teacher "$TEACHER" --set train.recompute=mlp
   gpu_bench_torch "$RAW" teacher_baseline baseline "$TORCH_MODE" --teacher "$TEACHER"
 }
 # (d) NCCL at world size 1; its last line is the verdict.
@@ -136,6 +141,7 @@ step "a tests" 150 tests_a
 step "b attention" 120 attention_b
 step "c kdtrain step" 90 step_kdtrain
 for V in $TORCH_VARIANTS; do step "c torch $TORCH_MODE $V" 75 step_torch "$V"; done
+step "c cached teacher" 45 step_teacher_cache
 [[ -n "$TEACHER" && $(left) -gt 150 ]] && step "c with teacher $TEACHER" 90 step_teacher
 if [[ "$DEVICE" == cuda ]]; then step "d nccl" 60 nccl_d; fi
 step "e sanitizers" 600 sanitize_e
