@@ -177,10 +177,14 @@ elif [[ -f $RUN/checkpoints/latest ]]; then
   ${LAUNCHER[@]+"${LAUNCHER[@]}"} "$KDTRAIN" train --resume "$RUN"
 else
   log "train: ${STEPS:-$(cfg train steps)} steps ..."
-  mkdir -p "$RUN"
-  echo "$STAMP" > "$RUN/reproduce_stamp"
+  mkdir -p "$RUN"  # train takes a new or empty directory
+  rc=0
   ${LAUNCHER[@]+"${LAUNCHER[@]}"} "$KDTRAIN" train --config "$CONFIG" --attention "$VARIANT" \
-    "${SETS[@]}" --run-dir "$RUN"
+    "${SETS[@]}" --run-dir "$RUN" || rc=$?
+  # The stamp goes in once train has made $RUN a run directory: train refuses to start
+  # in a directory holding files of another kind (docs/reliability.md).
+  [[ -f $RUN/config.json ]] && echo "$STAMP" > "$RUN/reproduce_stamp"
+  ((rc == 0)) || die "training $RUN failed (exit $rc); rerun to resume"
 fi
 FINAL=$(final_of_run)
 [[ $(cat "$RUN/checkpoints/latest") == "$FINAL" ]] ||

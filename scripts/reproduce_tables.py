@@ -245,9 +245,6 @@ def main(argv=None) -> int:
                 else:
                     teachers[size] = teacher_of(a, plan, size)
             run_dir = a.out / "runs" / name
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "study_row.json").write_text(json.dumps(
-                {"size": size, "name": name, "smoke": a.smoke, "plan": str(a.plan)}) + "\n")
             overrides = (plan["smoke"]["set"] + spec["smoke_student"] if a.smoke else []) + run["set"] + a.set
             cmd = ["bash", reproduce, "--config", spec["config"], "--attention", run["attention"],
                    "--teacher", str(teachers[size]), "--out", str(run_dir), "--device", a.device,
@@ -258,6 +255,9 @@ def main(argv=None) -> int:
                     cmd += [flag, str(value)]
             log(f"{name}: {size} {run['attention']} {' '.join(run['set'])}".rstrip())
             run_cmd(cmd)
+            # After the run exists: train refuses to start in a directory holding other files.
+            (run_dir / "study_row.json").write_text(json.dumps(
+                {"size": size, "name": name, "smoke": a.smoke, "plan": str(a.plan)}) + "\n")
         except (RuntimeError, SystemExit) as e:
             failed.append(name)
             log(f"{name}: FAILED ({e})")
