@@ -89,7 +89,7 @@ class Bf16EmulationBackend final : public Backend {
     cpu_->attention_backward(a);
     const AttentionShape& s = a.shape;
     round(a.dqkv, s.B * s.T * (s.H + 2 * s.Hkv) * s.D);
-    if (has_affine(a.variant)) round(a.dalpha, s.B * s.T * s.H);
+    if (a.features.affine) round(a.dalpha, s.B * s.T * s.H);
   }
   void alpha_activation_forward(void* alpha, const void* z, int64_t n, AlphaActivation act) override {
     cpu_->alpha_activation_forward(alpha, z, n, act);

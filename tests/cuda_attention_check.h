@@ -109,7 +109,7 @@ inline AttentionReference attention_reference(const AttentionCase& c, const Atte
   r.groups = groups;
   const int64_t grp = c.H / c.Hkv, BT = c.B * c.T, W = (c.H + 2 * c.Hkv) * c.D, Ws = (grp + 2) * c.D;
   const float scale = 1.f / std::sqrt(static_cast<float>(c.D));
-  const AttentionVariant plain = has_sink(c.variant) ? AttentionVariant::sink : AttentionVariant::baseline;
+  const AttentionVariant plain = features_of(c.variant).sink ? AttentionVariant::sink : AttentionVariant::baseline;
   for (int64_t g : groups) {
     const int64_t h0 = g * grp;
     // Sub-problem: grp query heads, one kv head.
@@ -149,7 +149,7 @@ inline AttentionReference attention_reference(const AttentionCase& c, const Atte
     r.dalpha.insert(r.dalpha.end(), dalpha.begin(), dalpha.end());
     for (int64_t t = 0; t < BT; ++t)
       for (int64_t k = 0; k < grp; ++k) {
-        const float a = has_affine(c.variant) ? std::fabs(alpha[t * grp + k]) : 1.f;
+        const float a = features_of(c.variant).affine ? std::fabs(alpha[t * grp + k]) : 1.f;
         for (int64_t d = 0; d < c.D; ++d) r.p_abs_v.push_back(a * pv[(t * grp + k) * c.D + d]);
       }
     // dsinks bound and dalpha's cancelling terms.
@@ -164,7 +164,7 @@ inline AttentionReference attention_reference(const AttentionCase& c, const Atte
         }
       r.dsinks_bound.push_back(2.1 * kBf16U * sum + 1e-6 * std::fabs(ds[k]));
     }
-    if (has_affine(c.variant))
+    if (features_of(c.variant).affine)
       r.dalpha_terms = std::max(r.dalpha_terms, testing::dalpha_cancelling_terms(qkv.data(), dout.data(), dims, c.divisor));
   }
   return r;
@@ -205,7 +205,7 @@ inline bool all_finite(const std::vector<float>& v) {
 // reference, and returns the attention path the backend reports for it.
 inline std::string run_attention_case(Backend& be, const AttentionCase& c, uint32_t seed,
                                       const std::vector<int64_t>& groups = {}) {
-  const bool sink = has_sink(c.variant), affine = has_affine(c.variant);
+  const bool sink = features_of(c.variant).sink, affine = features_of(c.variant).affine;
   const int64_t B = c.B, T = c.T, H = c.H, Hkv = c.Hkv, D = c.D, W = (H + 2 * Hkv) * D;
   const AttentionInputs in = attention_inputs(c, seed);
   DevBuf d_qkv(be, B * T * W, DType::bf16), d_sinks(be, H, DType::f32), d_alpha(be, B * T * H, DType::bf16),
@@ -220,8 +220,7 @@ inline std::string run_attention_case(Backend& be, const AttentionCase& c, uint3
 
   AttentionForwardArgs f;
   f.shape = AttentionShape{B, T, H, Hkv, D};
-  f.variant = c.variant;
-  f.bias_divisor = c.divisor;
+  f.features = features_of(c.variant, c.divisor);
   f.scale = 1.f / std::sqrt(static_cast<float>(D));
   f.qkv = d_qkv.get();
   f.sinks = sink ? d_sinks.f32() : nullptr;
@@ -292,7 +291,7 @@ inline std::string run_attention_case(Backend& be, const AttentionCase& c, uint3
   }
   for (const AttentionPathUse& use : be.attention_paths())
     if (use.shape.B == B && use.shape.T == T && use.shape.H == H && use.shape.Hkv == Hkv &&
-        use.shape.D == D && use.variant == c.variant)
+        use.shape.D == D && use.features == features_of(c.variant, c.divisor))
       return use.forward + "/" + use.backward;
   return "not recorded";
 }

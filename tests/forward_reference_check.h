@@ -50,7 +50,7 @@ EmulatedForward run_forward_emulated(const AttnInputs& pb, sim::Schedule sched, 
   pb.point_inputs(a);
   a.out = out.data();
   a.lse = lse.data();
-  const bool sink = has_sink(pb.variant), affine = has_affine(pb.variant);
+  const bool sink = features_of(pb.variant).sink, affine = features_of(pb.variant).affine;
   const size_t cols = static_cast<size_t>(pb.Hkv * pb.D);
   Guarded<float> prefix(affine ? static_cast<size_t>(pb.B * pb.T) * cols : 0, std::numeric_limits<float>::quiet_NaN(),
                         guard_float());
@@ -89,7 +89,7 @@ inline void compare_forward_to_reference(const AttnInputs& pb, const std::vector
   const double scale = pb.scale();
   cpu::attention_forward<double>(out.data(), lse.data(), qkv.data(), sinks.data(), alpha.data(), ama.data(),
                                  cpu::AttnDims{B, T, H, Hkv, D}, scale, pb.features());
-  const bool affine = has_affine(pb.variant);
+  const bool affine = features_of(pb.variant).affine;
   const double u = std::ldexp(1.0, -8), e = std::ldexp(1.0, -24);
   double worst_out = 0, worst_lse = 0;  // error / bound
   bool finite = true;

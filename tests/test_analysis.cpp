@@ -82,11 +82,11 @@ void fill_reference(Model& model, int64_t l, Reference& r) {
         }
         double denom = 0.0;
         for (double xj : x) denom += std::exp(xj);
-        const double sink_term = has_sink(v) ? std::exp(static_cast<double>(master[o.sinks + h])) : 0.0;
+        const double sink_term = features_of(v).sink ? std::exp(static_cast<double>(master[o.sinks + h])) : 0.0;
         denom += sink_term;
         r.sink[(b * H + h) * T + i] = sink_term / denom;
         double a = 1.0, beta = 0.0;
-        if (has_affine(v)) {
+        if (features_of(v).affine) {
           a = alpha[(b * T + i) * H + h];
           const bool visible = model.features().bias_divisor == AffineBiasDivisor::visible;
           beta = (master[o.alpha_ma + h] - a) / static_cast<double>(visible ? i + 1 : T);
@@ -108,7 +108,7 @@ std::vector<std::pair<AttentionVariant, AffineBiasDivisor>> variant_divisors() {
   std::vector<std::pair<AttentionVariant, AffineBiasDivisor>> out;
   for (AttentionVariant v : kAllVariants) {
     out.emplace_back(v, AffineBiasDivisor::sequence);
-    if (has_affine(v)) out.emplace_back(v, AffineBiasDivisor::visible);
+    if (features_of(v).affine) out.emplace_back(v, AffineBiasDivisor::visible);
   }
   return out;
 }
@@ -213,8 +213,8 @@ TEST_CASE("analysis: statistics equal a first-principles recomputation", "[analy
       CHECK(w["min"].get<double>() == Approx(all_total.front()).margin(1e-6));
       CHECK(w["max"].get<double>() == Approx(all_total.back()).margin(1e-6));
       CHECK(w["count"].get<int64_t>() == static_cast<int64_t>(n));
-      CHECK(j.contains("alpha") == has_affine(variant));
-      if (has_affine(variant)) CHECK(j["affine_bias_divisor"] == to_string(divisor));
+      CHECK(j.contains("alpha") == features_of(variant).affine);
+      if (features_of(variant).affine) CHECK(j["affine_bias_divisor"] == to_string(divisor));
     }
   }
 }
@@ -237,7 +237,7 @@ TEST_CASE("analysis: each variant's mass identities", "[analysis]") {
         const double eff = j["mass_effective_per_layer"][l];
         const double mass = j["query_mass"]["per_layer_mean"][l];
         const double sink = j["sink_share_per_layer"][l];
-        if (has_affine(variant)) {
+        if (features_of(variant).affine) {
           // sum_j (alpha_i P_ij + beta_i) = alpha_i + (i + 1) beta_i: alpha_ma exactly per
           // head under `visible`, alpha_i + (i + 1)(alpha_ma - alpha_i)/T under `sequence`.
           const float* alpha = static_cast<const float*>(f.model->layer_alpha(l));
@@ -254,7 +254,7 @@ TEST_CASE("analysis: each variant's mass identities", "[analysis]") {
           CHECK(mass <= 1.0 + 1e-6);
           for (int64_t h = 0; h < H; ++h)
             CHECK(j["alpha"]["alpha_ma"][l][h].get<double>() == Approx(alpha_ma[l * H + h]));
-        } else if (has_sink(variant)) {
+        } else if (features_of(variant).sink) {
           CHECK(mass + sink == Approx(1.0).epsilon(1e-5));
           CHECK(eff == Approx(1.0 - sink).epsilon(1e-5));  // the paper's Fig. 3(a): 1 - S_i
           CHECK(sink > 0.0);
@@ -264,7 +264,7 @@ TEST_CASE("analysis: each variant's mass identities", "[analysis]") {
           CHECK(sink == 0.0);
         }
       }
-      if (!has_affine(variant) && !has_sink(variant)) {
+      if (!features_of(variant).affine && !features_of(variant).sink) {
         CHECK(j["query_mass"]["median"].get<double>() == Approx(1.0).epsilon(1e-5));
         CHECK(j["query_mass"]["counts"].back().get<int64_t>() == L * (T - 1));
       }

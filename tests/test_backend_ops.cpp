@@ -160,7 +160,7 @@ void add_attention_cases(std::vector<OpCase>& cases) {
       auto forward = [=](OpRun& r) {
         AttentionForwardArgs a;
         a.shape = AttentionShape{s.B, s.T, s.H, s.Hkv, s.D};
-        a.variant = info.variant;
+        a.features = info.features;
         a.scale = 1.f / std::sqrt(static_cast<float>(s.D));
         a.qkv = r.act(values(N * W, 11));
         a.sinks = f.sink ? r.f32(random_values(s.H, 12, 0.f, 1.f, false)) : nullptr;

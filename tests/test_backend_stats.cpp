@@ -45,17 +45,26 @@ TEST_CASE("the fused attention path takes head dims 64 and 128, aligned, within 
 TEST_CASE("the attention path log keeps one entry per distinct call", "[attention][path]") {
   AttentionPathLog log;
   const AttentionShape a{8, 2048, 32, 8, 64}, b{8, 2048, 32, 8, 6};
-  log.record(a, AttentionVariant::sink, false, "flash", "fused kernels");
-  log.record(a, AttentionVariant::sink, true, "flash", "fused kernels");
-  log.record(b, AttentionVariant::sink, false, "row", "head dim not 64 or 128");
-  log.record(a, AttentionVariant::affine, false, "flash", "fused kernels");
-  log.record(a, AttentionVariant::sink, false, "flash", "fused kernels");  // seen before
+  log.record(a, features_of(AttentionVariant::sink), false, "flash", "fused kernels");
+  log.record(a, features_of(AttentionVariant::sink), true, "flash", "fused kernels");
+  log.record(b, features_of(AttentionVariant::sink), false, "row", "head dim not 64 or 128");
+  log.record(a, features_of(AttentionVariant::affine), false, "flash", "fused kernels");
+  log.record(a, features_of(AttentionVariant::sink), false, "flash", "fused kernels");  // seen before
   REQUIRE(log.uses().size() == 3);
   CHECK(describe(log.uses()[0]) ==
         "B=8 T=2048 H=32 Hkv=8 D=64 sink: forward flash, backward flash (fused kernels)");
   CHECK(describe(log.uses()[1]) ==
         "B=8 T=2048 H=32 Hkv=8 D=6 sink: forward row, backward not run (head dim not 64 or 128)");
-  CHECK(log.uses()[2].variant == AttentionVariant::affine);
+  CHECK(log.uses()[2].features == features_of(AttentionVariant::affine));
+}
+
+TEST_CASE("features labels: each variant's features spelled and read back", "[attention][path]") {
+  CHECK(features_label(AttentionFeatures{}) == "softmax");
+  CHECK(features_label(features_of(AttentionVariant::affine_gated)) == "affine+gate");
+  for (AttentionVariant v : all_attention_variants()) {
+    INFO(v);
+    CHECK(features_from_label(features_label(features_of(v))) == features_of(v));
+  }
 }
 
 TEST_CASE("the memory tracker keeps live bytes and their high-water mark", "[memory]") {
@@ -97,7 +106,7 @@ TEST_CASE("the CPU backend reports its memory and attention path", "[memory][att
   be->attention_forward(f);
   REQUIRE(be->attention_paths().size() == 1);
   CHECK(describe(be->attention_paths()[0]) ==
-        "B=1 T=3 H=2 Hkv=1 D=4 baseline: forward cpu-reference, backward not run");
+        "B=1 T=3 H=2 Hkv=1 D=4 softmax: forward cpu-reference, backward not run");
   be->release(qkv);
   be->release(out);
   be->release(lse);

@@ -112,7 +112,7 @@ TEST_CASE("bench: every variant on tiny-llama reports consistent JSON", "[bench]
       // Which attention implementation ran, per distinct call: one shape here.
       REQUIRE(r["attention_paths"].size() == 1);
       const json& path = r["attention_paths"][0];
-      CHECK(path["variant"] == variant);
+      CHECK(path["features"] == kdtrain::features_label(kdtrain::features_of(kdtrain::parse_attention_variant(variant))));
       CHECK((path["B"] == 2 && path["T"] == 32 && path["H"] == 4 && path["Hkv"] == 2 && path["D"] == 16));
       CHECK(path["forward"] == "cpu-reference");
       CHECK(path["backward"] == "cpu-reference");

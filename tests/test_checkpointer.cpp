@@ -82,7 +82,7 @@ TEST_CASE("checkpointer: a saved run resumes bit for bit into freshly built part
   const std::vector<float> a = run.parts->student->get_params(), b = resumed.student->get_params();
   REQUIRE(a.size() == b.size());
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-  CHECK(run.parts->student->alpha_ma() == resumed.student->alpha_ma());
+  CHECK(run.parts->student->variant().alpha_ma() == resumed.student->variant().alpha_ma());
 }
 
 TEST_CASE("checkpointer: after failed logs it still saves, then stops saying so", "[train][checkpointer]") {

@@ -62,7 +62,7 @@ struct AttnProblem {
 
 // Both divisors for the affine variants (the other variants ignore it).
 std::vector<AffineBiasDivisor> divisors_of(AttentionVariant v) {
-  if (has_affine(v)) return {AffineBiasDivisor::sequence, AffineBiasDivisor::visible};
+  if (features_of(v).affine) return {AffineBiasDivisor::sequence, AffineBiasDivisor::visible};
   return {AffineBiasDivisor::sequence};
 }
 
@@ -79,8 +79,8 @@ void check_fd(AttentionVariant v, AffineBiasDivisor divisor) {
     std::vector<double> dqkv, dsinks, dalpha;
     p.backward(dqkv, dsinks, dalpha);
     check_grad(dqkv, numeric_grad(p.qkv, [&] { return p.loss(); }), "qkv");
-    if (has_sink(v)) check_grad(dsinks, numeric_grad(p.sinks, [&] { return p.loss(); }), "sinks");
-    if (has_affine(v)) check_grad(dalpha, numeric_grad(p.alpha, [&] { return p.loss(); }), "alpha");
+    if (features_of(v).sink) check_grad(dsinks, numeric_grad(p.sinks, [&] { return p.loss(); }), "sinks");
+    if (features_of(v).affine) check_grad(dalpha, numeric_grad(p.alpha, [&] { return p.loss(); }), "alpha");
   }
 }
 void check_fd(AttentionVariant v) {
@@ -130,7 +130,7 @@ TEST_CASE("attention forward: out and lse match a direct float64 evaluation", "[
         for (int64_t i = 0; i < d.T; ++i) {
           const int64_t g = h / (d.H / d.Hkv);
           std::vector<double> e(static_cast<size_t>(i + 1));
-          double denom = has_sink(v) ? std::exp(p.sinks[h]) : 0.0;
+          double denom = features_of(v).sink ? std::exp(p.sinks[h]) : 0.0;
           for (int64_t j = 0; j <= i; ++j) {
             double x = 0.0;
             for (int64_t k = 0; k < d.D; ++k)
@@ -141,7 +141,7 @@ TEST_CASE("attention forward: out and lse match a direct float64 evaluation", "[
           }
           max_err = std::max(max_err, std::fabs(lse[(b * d.H + h) * d.T + i] - std::log(denom)));
           // affine: alpha_i PV + beta_i sum_{j<=i} v_j, beta_i = (alpha_ma - alpha_i) / N_i (SPEC §2)
-          const bool affine = has_affine(v);
+          const bool affine = features_of(v).affine;
           const double a = affine ? p.alpha[(b * d.T + i) * d.H + h] : 1.0;
           const double n_keys = c.divisor == AffineBiasDivisor::visible ? double(i + 1) : double(d.T);
           const double beta = affine ? (p.alpha_ma[h] - a) / n_keys : 0.0;
@@ -281,8 +281,8 @@ TEST_CASE("attention: float agrees with double (forward and backward)", "[cpu][a
     CHECK(max_rel_diff(fo, out) < 1e-5);
     CHECK(max_rel_diff(fl, lse) < 1e-5);
     CHECK(max_rel_diff(fdq, dqkv) < 1e-5);
-    if (has_sink(v)) CHECK(max_rel_diff(fds, dsinks) < 1e-5);
-    if (has_affine(v)) CHECK(max_rel_diff(fda, dalpha) < 1e-5);
+    if (features_of(v).sink) CHECK(max_rel_diff(fds, dsinks) < 1e-5);
+    if (features_of(v).affine) CHECK(max_rel_diff(fda, dalpha) < 1e-5);
   }
 }
 

@@ -50,8 +50,7 @@ TEST_CASE("cpu backend: attention through the interface matches the reference",
   std::vector<float> out(B * T * H * D), lse(B * H * T), dqkv(qkv.size()), dalpha(alpha.size());
   AttentionForwardArgs f;
   f.shape = {B, T, H, Hkv, D};
-  f.variant = AttentionVariant::affine;
-  f.bias_divisor = divisor;
+  f.features = features_of(AttentionVariant::affine, divisor);
   f.scale = 0.4f;
   f.qkv = qkv.data();
   f.alpha = alpha.data();

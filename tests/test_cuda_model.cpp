@@ -162,8 +162,8 @@ TEST_CASE("cuda model matches the CPU model for every variant", "[cuda][model]")
       }
 
       int64_t counted_cpu = 0, counted_gpu = 0;
-      const std::vector<double> a_cpu = truth_run.student->take_alpha_sums(&counted_cpu);
-      const std::vector<double> a_gpu = gpu_run.student->take_alpha_sums(&counted_gpu);
+      const std::vector<double> a_cpu = truth_run.student->variant().take_alpha_sums(&counted_cpu);
+      const std::vector<double> a_gpu = gpu_run.student->variant().take_alpha_sums(&counted_gpu);
       CHECK(counted_cpu == counted_gpu);
       REQUIRE(a_cpu.size() == a_gpu.size());
       for (size_t i = 0; i < a_cpu.size(); ++i)

@@ -85,7 +85,7 @@ Result<T> allocate(const Problem& pb) {
   r.lse.assign(static_cast<size_t>(d.B * d.H * d.T), nan);
   r.dqkv.assign(pb.qkv.size(), nan);
   r.dsinks.assign(static_cast<size_t>(d.H), T(0.25));  // accumulated into
-  r.dalpha.assign(pb.alpha.size(), has_affine(pb.variant) ? nan : T(0));
+  r.dalpha.assign(pb.alpha.size(), features_of(pb.variant).affine ? nan : T(0));
   return r;
 }
 
@@ -142,9 +142,9 @@ void compare_to_reference(const Problem& pb, cpu::FlashTileOverride tiles, doubl
   CHECK(max_rel_diff(got.out, ref.out) < tol);
   CHECK(max_rel_diff(got.lse, ref.lse) < tol);
   CHECK(max_rel_diff(got.dqkv, ref.dqkv) < tol);
-  if (has_sink(pb.variant)) CHECK(max_rel_diff(got.dsinks, ref.dsinks) < dsinks_tol);
+  if (features_of(pb.variant).sink) CHECK(max_rel_diff(got.dsinks, ref.dsinks) < dsinks_tol);
   else CHECK(got.dsinks == ref.dsinks);  // untouched
-  if (has_affine(pb.variant)) {
+  if (features_of(pb.variant).affine) {
     check_all_finite(got.dalpha, "dalpha");
     // dalpha_i = sum_j P_ij dO_i.v_j - dO_i.S_i / N_i is a difference of two terms that
     // cancel exactly at i = 0; its round-off scales with the terms, not with dalpha.
@@ -235,7 +235,7 @@ TEST_CASE("cpu flash attention is deterministic for any thread count", "[flash][
       CHECK(same(one.lse, r->lse));
       CHECK(same(one.dqkv, r->dqkv));
       CHECK(same(one.dsinks, r->dsinks));
-      if (has_affine(v)) CHECK(same(one.dalpha, r->dalpha));
+      if (features_of(v).affine) CHECK(same(one.dalpha, r->dalpha));
     }
   }
   omp_set_num_threads(saved);

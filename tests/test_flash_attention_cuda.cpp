@@ -161,8 +161,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
 
   AttentionForwardArgs fa;
   fa.shape = {B, T, H, Hkv, D};
-  fa.variant = variant;
-  fa.bias_divisor = divisor;
+  fa.features = features_of(variant, divisor);
   fa.scale = 1.f / std::sqrt(static_cast<float>(D));
   fa.qkv = qkv.ptr;
   fa.sinks = sinks.ptr;
@@ -189,7 +188,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
     out.put(std::vector<uint16_t>(n_out, kGuardHalf), kGuardHalf);  // unwritten -> NaN
     lse.put(std::vector<float>(n_lse, guard_float()), guard_float());
     dqkv.put(std::vector<uint16_t>(n_qkv, kGuardHalf), kGuardHalf);
-    dalpha.put(std::vector<uint16_t>(n_alpha, has_affine(variant) ? kGuardHalf : uint16_t{0}), kGuardHalf);
+    dalpha.put(std::vector<uint16_t>(n_alpha, features_of(variant).affine ? kGuardHalf : uint16_t{0}), kGuardHalf);
     dsinks.put(std::vector<float>(static_cast<size_t>(H), 0.f), guard_float());
     cuda::flash_attention_forward(fp, fws.ptr, fws_bytes, stream, wgmma_forward);
     cuda::flash_attention_backward(bp, ws.ptr, ws_bytes, stream);
@@ -217,11 +216,11 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   lse_h[0].resize(n_lse);
   check_rule("lse", lse_h[0], lowp.lse, truth.lse);
   check_rule("dqkv", widen(dqkv_h[0], n_qkv), lowp.dqkv, truth.dqkv);
-  if (has_sink(variant)) {
+  if (features_of(variant).sink) {
     dsinks_h[0].resize(static_cast<size_t>(H));
     check_rule("dsinks", dsinks_h[0], lowp.dsinks, truth.dsinks);
   }
-  if (has_affine(variant))
+  if (features_of(variant).affine)
     check_rule("dalpha", widen(dalpha_h[0], n_alpha), lowp.dalpha, truth.dalpha,
                testing::dalpha_cancelling_terms(exact.qkv.data(), exact.dout.data(), dims, divisor));
 }

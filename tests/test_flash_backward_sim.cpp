@@ -140,7 +140,7 @@ struct SimLauncher {
 // atomic: the timing build's float-atomic dq accumulation (flash::kBwdAtomicDq).
 Emulated run_emulated(const Problem& pb, sim::Schedule schedule, int first_ticket = 0, unsigned resident = 1,
                       bool atomic = false) {
-  const bool sink = has_sink(pb.variant), affine = has_affine(pb.variant);
+  const bool sink = features_of(pb.variant).sink, affine = features_of(pb.variant).affine;
   Guarded<uint16_t> dqkv(pb.qkv.size(), 0x7fc0, kGuardHalf);
   Guarded<uint16_t> dalpha(pb.alpha.size(), affine ? 0x7fc0 : 0, kGuardHalf);
   Guarded<float> dsinks(static_cast<size_t>(pb.H), 0.25f, guard_float());
@@ -192,7 +192,7 @@ struct Worst {
 void compare_to_reference(const Problem& pb, const Emulated& got) {
   const int64_t B = pb.B, T = pb.T, H = pb.H, Hkv = pb.Hkv, D = pb.D, group = H / Hkv;
   const int64_t tok = (H + 2 * Hkv) * D;
-  const bool sink = has_sink(pb.variant), affine = has_affine(pb.variant);
+  const bool sink = features_of(pb.variant).sink, affine = features_of(pb.variant).affine;
   const double scale = pb.scale(), u = std::ldexp(1.0, -8), f32 = std::ldexp(1.0, -14), floor = std::ldexp(1.0, -20);
   const std::vector<double> qkv = widen(pb.qkv), alpha = widen(pb.alpha);
   const std::vector<double> dout = widen(pb.dout), out = widen(pb.out);

@@ -91,7 +91,7 @@ TEST_CASE("model: loss gradient matches finite differences for every variant", "
   for (bool qwen : {false, true})
     for (AttentionVariant v : kAllVariants)
       for (AlphaActivation act : {AlphaActivation::linear_clip, AlphaActivation::sigmoid}) {
-        if (!has_affine(v) && act == AlphaActivation::sigmoid) continue;
+        if (!features_of(v).affine && act == AlphaActivation::sigmoid) continue;
         DYNAMIC_SECTION((qwen ? "qwen-like " : "llama-like ") << to_string(v) << " "
                                                               << to_string(act)) {
           Harness h(qwen ? qwen_like() : llama_like(), v, act, 11);
@@ -155,7 +155,7 @@ TEST_CASE("model: 4 micro-batches accumulate to one batch of 4", "[model][accumu
     one.model->backward();
     const std::vector<float> g_full = one.model->get_grads();
     int64_t counted_full = 0;
-    const std::vector<double> alpha_full = one.model->take_alpha_sums(&counted_full);
+    const std::vector<double> alpha_full = one.model->variant().take_alpha_sums(&counted_full);
 
     one.model->zero_grads();
     double micro = 0.0;
@@ -166,7 +166,7 @@ TEST_CASE("model: 4 micro-batches accumulate to one batch of 4", "[model][accumu
     }
     const std::vector<float> g_micro = one.model->get_grads();
     int64_t counted_micro = 0;
-    const std::vector<double> alpha_micro = one.model->take_alpha_sums(&counted_micro);
+    const std::vector<double> alpha_micro = one.model->variant().take_alpha_sums(&counted_micro);
 
     INFO(to_string(v));
     CHECK(micro == Approx(full).epsilon(1e-6));

@@ -48,17 +48,17 @@ TEST_CASE("param layout: variant tensors exist only for their variant", "[layout
     AttentionConfig a;
     a.variant = variant;
     ParamLayout layout = make_param_layout(m, a);
-    CHECK((layout.find("model.layers.0.self_attn.sinks") != nullptr) == has_sink(variant));
-    CHECK((layout.find("model.layers.0.self_attn.alpha_proj.weight") != nullptr) == has_affine(variant));
-    CHECK((layout.find("model.layers.0.self_attn.alpha_ma") != nullptr) == has_affine(variant));
-    CHECK((layout.find("model.layers.0.self_attn.gate_proj.weight") != nullptr) == has_gate(variant));
+    CHECK((layout.find("model.layers.0.self_attn.sinks") != nullptr) == features_of(variant).sink);
+    CHECK((layout.find("model.layers.0.self_attn.alpha_proj.weight") != nullptr) == features_of(variant).affine);
+    CHECK((layout.find("model.layers.0.self_attn.alpha_ma") != nullptr) == features_of(variant).affine);
+    CHECK((layout.find("model.layers.0.self_attn.gate_proj.weight") != nullptr) == features_of(variant).gate);
     ParamBreakdown base = count_params(make_param_layout(m, AttentionConfig{}));
     ParamBreakdown with = count_params(layout);
     const int64_t L = 2, H = 6, C = 24, D = 4;
     int64_t delta = 0;
-    if (has_sink(variant)) delta += L * H;
-    if (has_affine(variant)) delta += L * H * C;
-    if (has_gate(variant)) delta += L * H * D * C;
+    if (features_of(variant).sink) delta += L * H;
+    if (features_of(variant).affine) delta += L * H * C;
+    if (features_of(variant).gate) delta += L * H * D * C;
     CHECK(with.total - base.total == delta);
   }
 }

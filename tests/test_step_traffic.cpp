@@ -44,19 +44,14 @@ struct Step {
     targets.assign(tokens.begin() + 1, tokens.end());
   }
 
-  // The trainer's step, as src/train/trainer.cpp runs it for one micro-batch.
+  // The trainer's step, as src/train/train_step.cpp runs it for one micro-batch.
   void run() {
     micro_batch_gradients(*model, loss, inputs, targets, B, T, true, 7);
     const double norm = std::sqrt(optimizer->grad_sum_squares());
     optimizer->step(1e-3f, clip_scale(norm, 1.0));
-    int64_t tokens = 0;
-    const std::vector<double> sums = model->take_alpha_sums(&tokens);
-    if (!sums.empty()) {
-      std::vector<float> ma = model->alpha_ma();
-      for (size_t i = 0; i < ma.size(); ++i) ma[i] = 0.9f * ma[i] + 0.1f * float(sums[i] / tokens);
-      model->set_alpha_ma(ma);
-    }
-    (void)model->sinks();  // what the sink variants log every step
+    dist::SingleCommunicator comm;
+    model->variant().end_step(comm, true, 0.9);
+    (void)model->variant().sinks();  // what the sink variants log every step
   }
 };
 
@@ -90,13 +85,13 @@ TEST_CASE("a training step moves no parameter arena and allocates nothing once w
     // (sink), and the gradient norm (inside sum_squares, not a to_host). Nothing
     // of the size of the arena.
     int64_t expected_read = 2 * N * int64_t(sizeof(float));
-    if (has_affine(v)) expected_read += L * H * int64_t(sizeof(float));
-    if (has_sink(v)) expected_read += L * H * int64_t(sizeof(float));
+    if (features_of(v).affine) expected_read += L * H * int64_t(sizeof(float));
+    if (features_of(v).sink) expected_read += L * H * int64_t(sizeof(float));
     CHECK(d.to_host_bytes == expected_read);
     CHECK(d.to_host_bytes < arena_bytes / 4);
     // Uploads: the input tokens, the targets and, for affine, alpha_ma (L*H floats).
     int64_t expected_written = 2 * N * int64_t(sizeof(int32_t));
-    if (has_affine(v)) expected_written += L * H * int64_t(sizeof(float));
+    if (features_of(v).affine) expected_written += L * H * int64_t(sizeof(float));
     CHECK(d.to_device_bytes == expected_written);
   }
 }
@@ -105,7 +100,7 @@ TEST_CASE("sinks() and the alpha_ma mirror agree with the parameter arena", "[tr
   Step sink(AttentionVariant::sink);
   sink.run();
   const std::vector<float> params = sink.model->get_params();
-  const std::vector<float> sinks = sink.model->sinks();
+  const std::vector<float> sinks = sink.model->variant().sinks();
   const int64_t H = sink.config.num_attention_heads;
   for (int64_t l = 0; l < sink.config.num_hidden_layers; ++l)
     for (int64_t h = 0; h < H; ++h)
@@ -115,7 +110,7 @@ TEST_CASE("sinks() and the alpha_ma mirror agree with the parameter arena", "[tr
   affine.run();
   affine.run();
   const std::vector<float> p = affine.model->get_params();
-  const std::vector<float> ma = affine.model->alpha_ma();
+  const std::vector<float> ma = affine.model->variant().alpha_ma();
   for (int64_t l = 0; l < affine.config.num_hidden_layers; ++l)
     for (int64_t h = 0; h < H; ++h) {
       CHECK(ma[l * H + h] == p[affine.model->layout().layers[l].alpha_ma + h]);
@@ -125,7 +120,7 @@ TEST_CASE("sinks() and the alpha_ma mirror agree with the parameter arena", "[tr
   std::vector<float> fresh = init_params(affine.model->layout(), affine.config, affine.attention, 9);
   fresh[affine.model->layout().layers[1].alpha_ma + 2] = 0.625f;
   affine.model->set_params(fresh);
-  CHECK(affine.model->alpha_ma()[1 * H + 2] == 0.625f);
+  CHECK(affine.model->variant().alpha_ma()[1 * H + 2] == 0.625f);
 }
 
 TEST_CASE("a teacher streams: one layer of activations, forward equal to a frozen model",
@@ -184,7 +179,7 @@ TEST_CASE("cuda: a training step waits for the device only to read results back"
     const BackendCounters d = delta(before, step.backend->counters());
     // The loss sums and the gradient norm, plus the alpha sums (affine) or the
     // sinks (sink); every upload is staged without a wait.
-    const int64_t expected = 2 + (has_affine(v) ? 1 : 0) + (has_sink(v) ? 1 : 0);
+    const int64_t expected = 2 + (features_of(v).affine ? 1 : 0) + (features_of(v).sink ? 1 : 0);
     CHECK(d.host_waits == expected);
     CHECK(d.allocs == 0);
   }

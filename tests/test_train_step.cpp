@@ -105,9 +105,9 @@ TEST_CASE("train step: affine alpha_ma moves toward the step's mean alpha by 1 -
   TrainStep step(*run.parts, nullptr);
   Model& student = *run.parts->student;
   const double rho = run.parts->config.attention.alpha_momentum;
-  const std::vector<float> before = student.alpha_ma();
+  const std::vector<float> before = student.variant().alpha_ma();
   const StepResult r = step.run(1);
-  const std::vector<float> after = student.alpha_ma();
+  const std::vector<float> after = student.variant().alpha_ma();
   const ModelConfig& m = run.parts->config.model;
   REQUIRE(r.alpha_mean.size() == static_cast<size_t>(m.num_hidden_layers * m.num_attention_heads));
   REQUIRE(after.size() == r.alpha_mean.size());

@@ -124,8 +124,8 @@ struct FlashFlags {
 };
 
 // The single runtime -> compile-time switch: calls f(FlashFlags<...>{}) for the
-// flags of (sink, affine). Callers derive the two bools from the variant with
-// has_sink()/has_affine() (config/config.h), which are never both true; callers
+// flags of (sink, affine). Callers take the two bools from the variant's
+// AttentionFeatures (config/attention_variant.h), never both true; callers
 // reject sink && affine before dispatching (FlashFlags could not instantiate it).
 template <typename F>
 void flash_dispatch(bool sink, bool affine, F&& f) {

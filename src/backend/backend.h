@@ -33,25 +33,26 @@ struct AttentionShape {
   int64_t D = 0;    // head dim
 };
 
-// Causal attention core for every variant (SPEC §2). The gate is a separate op.
+// Causal attention core for every variant (SPEC §2), which enters as the
+// features it switches on (config/attention_variant.h: sink, affine and its
+// bias divisor), never as its name. The gate is a separate op: the attention
+// reads `sink`, `affine` and `bias_divisor` only.
 struct AttentionForwardArgs {
   AttentionShape shape;
-  AttentionVariant variant = AttentionVariant::baseline;
-  AffineBiasDivisor bias_divisor = AffineBiasDivisor::sequence;  // features_of(variant, bias_divisor)
+  AttentionFeatures features;  // features_of(model's AttentionConfig)
   float scale = 0.f;        // 1/sqrt(D)
   const void* qkv = nullptr;      // (B, T, H + 2*Hkv, D): q heads, k heads, v heads, RoPE applied
   const float* sinks = nullptr;   // (H) sink logits s_h                       [sink]
   const void* alpha = nullptr;    // (B, T, H) activated alpha                 [affine]
   const float* alpha_ma = nullptr;// (H) running mean of alpha                 [affine]
   void* out = nullptr;            // (B, T, H, D): P V, or alpha*PV + beta*sum_{j<=i} V_j,
-                                  // beta = (alpha_ma - alpha)/N, N = T or i + 1 (bias_divisor)
+                                  // beta = (alpha_ma - alpha)/N, N = T or i + 1 (features.bias_divisor)
   float* lse = nullptr;           // (B, H, T) log of the softmax denominator, sink included
 };
 
 struct AttentionBackwardArgs {
   AttentionShape shape;
-  AttentionVariant variant = AttentionVariant::baseline;
-  AffineBiasDivisor bias_divisor = AffineBiasDivisor::sequence;
+  AttentionFeatures features;
   float scale = 0.f;
   const void* qkv = nullptr;      // as forward
   const float* sinks = nullptr;
@@ -65,11 +66,10 @@ struct AttentionBackwardArgs {
   void* dalpha = nullptr;         // (B, T, H), written                        [affine]
 };
 
-// The backward of forward call `f`: its shape, variant, scale and inputs, and its
+// The backward of forward call `f`: its shape, features, scale and inputs, and its
 // output and statistics; dout and the gradients are left to the caller.
 inline AttentionBackwardArgs attention_backward_args(const AttentionForwardArgs& f) {
-  return AttentionBackwardArgs{f.shape, f.variant, f.bias_divisor, f.scale, f.qkv,   f.sinks,
-                               f.alpha, f.alpha_ma,     f.out,   f.lse};
+  return AttentionBackwardArgs{f.shape, f.features, f.scale, f.qkv, f.sinks, f.alpha, f.alpha_ma, f.out, f.lse};
 }
 
 // Fused classifier on a chunk of n tokens: cross-entropy against targets and the
@@ -150,11 +150,11 @@ struct BackendCounters {
   int64_t allocs = 0;           // device allocations, the backend's own buffers included
 };
 
-// One distinct attention call (shape and variant) and the implementation that ran
+// One distinct attention call (shape and features) and the implementation that ran
 // its forward and backward, for the logs and `kdtrain bench` (backend_stats.h).
 struct AttentionPathUse {
   AttentionShape shape;
-  AttentionVariant variant = AttentionVariant::baseline;
+  AttentionFeatures features;
   std::string forward, backward;  // implementation names; "" = that pass has not run
   std::string reason;             // why the last call took its path
 };

@@ -24,15 +24,15 @@ void MemoryTracker::on_release(const void* ptr) {
   sizes_.erase(it);
 }
 
-void AttentionPathLog::record(const AttentionShape& shape, AttentionVariant variant, bool backward,
+void AttentionPathLog::record(const AttentionShape& shape, AttentionFeatures features, bool backward,
                               const std::string& path, const std::string& reason) {
   auto same = [&](const AttentionPathUse& u) {
-    return u.variant == variant && u.shape.B == shape.B && u.shape.T == shape.T &&
+    return u.features == features && u.shape.B == shape.B && u.shape.T == shape.T &&
            u.shape.H == shape.H && u.shape.Hkv == shape.Hkv && u.shape.D == shape.D;
   };
   auto it = std::find_if(uses_.begin(), uses_.end(), same);
   if (it == uses_.end()) {
-    uses_.push_back(AttentionPathUse{shape, variant, "", "", ""});
+    uses_.push_back(AttentionPathUse{shape, features, "", "", ""});
     it = uses_.end() - 1;
   }
   (backward ? it->backward : it->forward) = path;
@@ -42,7 +42,7 @@ void AttentionPathLog::record(const AttentionShape& shape, AttentionVariant vari
 std::string describe(const AttentionPathUse& u) {
   std::ostringstream s;
   s << "B=" << u.shape.B << " T=" << u.shape.T << " H=" << u.shape.H << " Hkv=" << u.shape.Hkv
-    << " D=" << u.shape.D << " " << to_string(u.variant) << ": forward "
+    << " D=" << u.shape.D << " " << features_label(u.features) << ": forward "
     << (u.forward.empty() ? "not run" : u.forward) << ", backward "
     << (u.backward.empty() ? "not run" : u.backward);
   if (!u.reason.empty()) s << " (" << u.reason << ")";

@@ -38,7 +38,7 @@ class MemoryTracker {
 // The distinct attention calls a backend has run, in first-seen order.
 class AttentionPathLog {
  public:
-  void record(const AttentionShape& shape, AttentionVariant variant, bool backward,
+  void record(const AttentionShape& shape, AttentionFeatures features, bool backward,
               const std::string& path, const std::string& reason);
   const std::vector<AttentionPathUse>& uses() const { return uses_; }
 

@@ -123,9 +123,9 @@ void attention_common(const char* op, const Args& a) {
   KD_CHECK(s.H > 0 && s.Hkv > 0 && s.H % s.Hkv == 0, "attention: n_kv_heads (", s.Hkv,
            ") must divide n_heads (", s.H, ")");
   KD_CHECK(a.scale > 0.f, op, ": scale must be positive, got ", a.scale);
-  const AttentionVariant v = a.variant;
-  KD_CHECK(!has_sink(v) || a.sinks != nullptr, "attention (sink): sinks must be given");
-  KD_CHECK(!has_affine(v) || (a.alpha != nullptr && a.alpha_ma != nullptr),
+  const AttentionFeatures f = a.features;
+  KD_CHECK(!f.sink || a.sinks != nullptr, "attention (sink): sinks must be given");
+  KD_CHECK(!f.affine || (a.alpha != nullptr && a.alpha_ma != nullptr),
            "attention (affine variants): alpha and alpha_ma must be given");
   if (s.B == 0 || s.T == 0) return;
   all_given(op, {{"qkv", a.qkv}, {"lse", a.lse}});
@@ -141,7 +141,7 @@ void attention_forward(const AttentionForwardArgs& a) {
 void attention_backward(const AttentionBackwardArgs& a) {
   const char* op = "attention_backward";
   attention_common(op, a);
-  KD_CHECK(!has_affine(a.variant) || a.dalpha != nullptr,
+  KD_CHECK(!a.features.affine || a.dalpha != nullptr,
            "attention backward (affine): dalpha must be given");
   if (a.shape.B == 0 || a.shape.T == 0) return;
   all_given(op, {{"out", a.out}, {"dout", a.dout}, {"dqkv", a.dqkv}});

@@ -9,7 +9,7 @@ nlohmann::json attention_paths_json(const Backend& backend) {
   nlohmann::json out = nlohmann::json::array();
   for (const AttentionPathUse& u : backend.attention_paths())
     out.push_back({{"B", u.shape.B}, {"T", u.shape.T}, {"H", u.shape.H}, {"Hkv", u.shape.Hkv},
-                   {"D", u.shape.D}, {"variant", to_string(u.variant)}, {"forward", u.forward},
+                   {"D", u.shape.D}, {"features", features_label(u.features)}, {"forward", u.forward},
                    {"backward", u.backward}, {"reason", u.reason}});
   return out;
 }
@@ -32,7 +32,7 @@ std::string format_attention_paths(const nlohmann::json& paths) {
     AttentionPathUse u;
     u.shape = {p["B"].get<int64_t>(), p["T"].get<int64_t>(), p["H"].get<int64_t>(),
                p["Hkv"].get<int64_t>(), p["D"].get<int64_t>()};
-    u.variant = parse_attention_variant(p["variant"].get<std::string>());
+    u.features = features_from_label(p["features"].get<std::string>());
     u.forward = p["forward"].get<std::string>();
     u.backward = p["backward"].get<std::string>();
     u.reason = p["reason"].get<std::string>();

@@ -253,7 +253,7 @@ nlohmann::json run_bench(const BenchOptions& o) {
     const double norm = std::sqrt(optimizer.grad_sum_squares());
     optimizer.step(lr, clip_scale(norm, c.optimizer.grad_clip));
     int64_t counted = 0;
-    student.take_alpha_sums(&counted);
+    student.variant().take_alpha_sums(&counted);
     student.zero_grads();
     backend->synchronize();
     const auto f = Clock::now();
@@ -459,7 +459,7 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   const int64_t Hkv = std::max<int64_t>(1, H / group);
   KD_CHECK(H % Hkv == 0, "--head-dim ", D, ": ", H, " heads do not split into groups of ", group);
   const AttentionVariant v = c.attention.variant;
-  const AttentionFeatures f = features_of(v);
+  const AttentionFeatures f = features_of(c.attention);
 
   std::unique_ptr<Backend> backend = make_backend(device, c.train.threads);
   Backend& be = *backend;
@@ -481,7 +481,7 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
 
   AttentionForwardArgs fa;
   fa.shape = {B, T, H, Hkv, D};
-  fa.variant = v;
+  fa.features = f;
   fa.scale = 1.0f / std::sqrt(float(D));
   fa.qkv = qkv.ptr;
   fa.sinks = f.sink ? static_cast<const float*>(sinks.ptr) : nullptr;

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <string>
 
 namespace kdtrain {
 
@@ -40,6 +41,33 @@ struct AttentionFeatures {
   }
   constexpr bool operator!=(const AttentionFeatures& o) const { return !(*this == o); }
 };
+
+// The features' names, in field order: logs and reports spell a set of
+// features as their names joined by '+' ("sink", "affine+gate"), or "softmax".
+inline constexpr struct {
+  const char* name;
+  bool AttentionFeatures::*field;
+} kFeatureNames[] = {{"sink", &AttentionFeatures::sink}, {"affine", &AttentionFeatures::affine},
+                     {"gate", &AttentionFeatures::gate}};
+
+inline std::string features_label(const AttentionFeatures& f) {
+  std::string label;
+  for (const auto& n : kFeatureNames)
+    if (f.*n.field) label += (label.empty() ? "" : "+") + std::string(n.name);
+  return label.empty() ? "softmax" : label;
+}
+
+// The inverse of features_label; unknown names are ignored (a report's reader).
+inline AttentionFeatures features_from_label(const std::string& label) {
+  AttentionFeatures f;
+  for (const auto& n : kFeatureNames) {
+    const std::string name = n.name;
+    for (size_t at = label.find(name); at != std::string::npos; at = label.find(name, at + 1))
+      if ((at == 0 || label[at - 1] == '+') && (at + name.size() == label.size() || label[at + name.size()] == '+'))
+        f.*n.field = true;
+  }
+  return f;
+}
 
 struct AttentionVariantInfo {
   AttentionVariant variant;

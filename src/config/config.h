@@ -14,12 +14,6 @@
 
 namespace kdtrain {
 
-// Transitional: callers not yet holding AttentionFeatures. New code resolves
-// features_of(variant) once and reads its fields.
-inline bool has_sink(AttentionVariant v) { return features_of(v).sink; }
-inline bool has_affine(AttentionVariant v) { return features_of(v).affine; }
-inline bool has_gate(AttentionVariant v) { return features_of(v).gate; }
-
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::none;
   double factor = 8.0;

@@ -155,7 +155,7 @@ void AttentionAnalyzer::add(Model& model) {
       s.alpha_tokens += B * T;
     }
   }
-  if (affine) alpha_ma_ = model.alpha_ma();
+  if (affine) alpha_ma_ = model.variant().alpha_ma();
   sequences_ += B;
 }
 

@@ -43,50 +43,38 @@ Model::Model(const ModelConfig& model, const AttentionConfig& attention, Backend
   auto arena = [&](const char* what, size_t bytes) {
     return allocate_or_name(what, double(bytes), keys, [&] { return backend_.alloc(bytes); });
   };
-  const int64_t LH = model_.num_hidden_layers * model_.num_attention_heads;
   const bool fp32_compute = backend_.act_dtype() == DType::f32;
   const size_t compute_bytes = n * dtype_size(backend_.act_dtype());
   if (use_ == ModelUse::teacher && !fp32_compute) {
     weights_ = arena("the compute copy of the parameters", compute_bytes);
-    side_ = static_cast<float*>(backend_.alloc(2 * LH * sizeof(float)));
   } else {
     master_ = static_cast<float*>(arena("the fp32 parameter arena", n * sizeof(float)));
     weights_ = fp32_compute ? master_ : arena("the compute copy of the parameters", compute_bytes);
   }
   if (use_ == ModelUse::train) grads_ = static_cast<float*>(arena("the gradient arena", n * sizeof(float)));
-  alpha_sums_ = static_cast<float*>(backend_.alloc(LH * sizeof(float)));
-  sinks_view_ = static_cast<float*>(backend_.alloc(LH * sizeof(float)));
-  if (features_.affine) alpha_ma_host_.assign(static_cast<size_t>(LH), 0.f);
+  variant_ = std::make_unique<VariantState>(model_, attention_, layout_, backend_, master_);
 }
 
 Model::~Model() {
   if (arena_) backend_.release(arena_);
   if (weights_ != master_) backend_.release(weights_);
-  for (void* p : {static_cast<void*>(master_), static_cast<void*>(grads_),
-                  static_cast<void*>(side_), static_cast<void*>(alpha_sums_),
-                  static_cast<void*>(sinks_view_)})
+  variant_.reset();
+  for (float* p : {master_, grads_})
     if (p) backend_.release(p);
 }
 
 void Model::set_params(const std::vector<float>& host) {
   KD_CHECK(static_cast<int64_t>(host.size()) == layout_.total, "set_params: expected ",
            layout_.total, " values, got ", host.size());
-  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
-  for (int64_t l = 0; l < L && features_.affine; ++l)
-    std::copy_n(host.data() + layout_.layers[l].alpha_ma, H, alpha_ma_host_.data() + l * H);
   if (master_) {
     backend_.to_device(master_, host.data(), host.size() * sizeof(float));
     refresh_compute_weights();
-    return;
+  } else {
+    // A teacher without master: round to the compute dtype on the host (half the
+    // bytes to move); the variant keeps its fp32 sinks and alpha_ma aside.
+    upload_compute_copy(backend_, weights_, host);
   }
-  // A teacher without master: round to the compute dtype on the host (half the
-  // bytes to move), and keep the fp32 sinks and alpha_ma in the side buffer.
-  upload_compute_copy(backend_, weights_, host);
-  for (int64_t l = 0; l < L; ++l) {
-    const LayerOffsets& o = layout_.layers[l];
-    if (o.sinks >= 0) backend_.to_device(side_ + l * H, host.data() + o.sinks, H * sizeof(float));
-  }
-  upload_alpha_ma();
+  variant_->load(host);
 }
 
 void Model::set_param_tensor(int64_t offset, const void* values, int64_t n, bool bf16) {
@@ -154,30 +142,6 @@ void Model::zero_grads() {
   backend_.zero(grads_, layout_.total * sizeof(float));
 }
 
-const float* Model::layer_sinks(int64_t l) const {
-  const int64_t off = layout_.layers[l].sinks;
-  if (off < 0) return nullptr;
-  return master_ ? master_ + off : side_ + l * model_.num_attention_heads;
-}
-
-const float* Model::layer_alpha_ma(int64_t l) const {
-  const int64_t off = layout_.layers[l].alpha_ma;
-  if (off < 0) return nullptr;
-  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
-  return master_ ? master_ + off : side_ + L * H + l * H;
-}
-
-std::vector<float> Model::sinks() {
-  if (!features_.sink) return {};
-  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
-  // Gather on the device, then one read of L*H floats.
-  for (int64_t l = 0; l < L; ++l)
-    backend_.copy(sinks_view_ + l * H, layer_sinks(l), H * sizeof(float));
-  std::vector<float> host(static_cast<size_t>(L * H));
-  backend_.to_host(host.data(), sinks_view_, host.size() * sizeof(float));
-  return host;
-}
-
 void* Model::weight(int64_t offset) const {
   if (offset < 0) return nullptr;
   return static_cast<char*>(weights_) + offset * dtype_size(backend_.act_dtype());
@@ -242,23 +206,22 @@ void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool accumulate
                            weight(layout_.layers[0].input_norm), N, C,
                            static_cast<float>(model_.rms_norm_eps));
   for (int64_t l = 0; l < model_.num_hidden_layers; ++l) forward_layer(l, accumulate_alpha);
-  if (accumulate_alpha) alpha_tokens_ += N;
+  if (accumulate_alpha) variant_->count_tokens(N);
 }
 
-// The attention call of layer l: shape, variant, q/k/v, the variant's sinks /
+// The attention call of layer l: shape, features, q/k/v, the variant's sinks /
 // alpha / alpha_ma (fp32: the master, or a teacher's side buffer), and its
 // outputs att and lse. The backward is attention_backward_args() these.
 AttentionForwardArgs Model::attention_args(int64_t l) const {
   const int64_t D = model_.head_dim;
   AttentionForwardArgs args;
   args.shape = {B_, T_, model_.num_attention_heads, model_.num_key_value_heads, D};
-  args.variant = attention_.variant;
-  args.bias_divisor = features_.bias_divisor;
+  args.features = features_;
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   args.qkv = acts_.qkv[l];
-  args.sinks = layer_sinks(l);
+  args.sinks = variant_->layer_sinks(l);
   args.alpha = features_.affine ? acts_.alpha[l] : nullptr;
-  args.alpha_ma = layer_alpha_ma(l);
+  args.alpha_ma = variant_->layer_alpha_ma(l);
   args.out = acts_.att[l];
   args.lse = acts_.lse[l];
   return args;
@@ -298,7 +261,7 @@ void Model::forward_layer_body(int64_t l, bool accumulate_alpha) {
   if (f.affine) {
     backend_.matmul_forward(x.alpha_z[l], x.ln1[l], weight(o.alpha_weight), nullptr, N, C, H);
     backend_.alpha_activation_forward(x.alpha[l], x.alpha_z[l], N * H, attention_.alpha_activation);
-    if (accumulate_alpha) backend_.column_sum_accumulate(alpha_sums_ + l * H, x.alpha[l], N, H);
+    if (accumulate_alpha) variant_->accumulate_alpha(l, x.alpha[l], N);
   }
   backend_.attention_forward(attention_args(l));
 
@@ -437,32 +400,6 @@ void Model::backward_layer(int64_t l) {
                            weight(o.qkv_weight), N, C, QKV, d_ln_written);
   backend_.rmsnorm_backward(x.d_resid, grads_ + o.input_norm, x.d_ln, x.resid[l],
                             weight(o.input_norm), x.ln1_rstd[l], N, C);
-}
-
-std::vector<double> Model::take_alpha_sums(int64_t* tokens_counted) {
-  if (tokens_counted) *tokens_counted = alpha_tokens_;
-  alpha_tokens_ = 0;
-  if (!features_.affine) return {};
-  const int64_t LH = model_.num_hidden_layers * model_.num_attention_heads;
-  std::vector<float> sums(LH);
-  backend_.to_host(sums.data(), alpha_sums_, LH * sizeof(float));
-  backend_.zero(alpha_sums_, LH * sizeof(float));
-  return std::vector<double>(sums.begin(), sums.end());
-}
-
-void Model::set_alpha_ma(const std::vector<float>& values) {
-  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
-  KD_CHECK(features_.affine && static_cast<int64_t>(values.size()) == L * H,
-           "set_alpha_ma: expected ", L * H, " values for an affine model");
-  alpha_ma_host_ = values;
-  upload_alpha_ma();
-}
-
-void Model::upload_alpha_ma() {
-  const int64_t L = model_.num_hidden_layers, H = model_.num_attention_heads;
-  for (int64_t l = 0; l < L && features_.affine; ++l)
-    backend_.to_device(const_cast<float*>(layer_alpha_ma(l)), alpha_ma_host_.data() + l * H,
-                       H * sizeof(float));
 }
 
 // --- read-only views for analysis ---

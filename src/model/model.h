@@ -28,6 +28,7 @@
 #include "backend/backend.h"
 #include "model/activations.h"
 #include "model/param_layout.h"
+#include "model/variant_state.h"
 
 namespace kdtrain {
 
@@ -68,12 +69,10 @@ class Model {
   std::vector<float> get_grads();
   void refresh_compute_weights();  // compute copy from master (no-op on CPU)
   void zero_grads();
-  // Layer l's fp32 sinks (H) and alpha_ma (H) in backend memory; null when the
-  // variant has none.
-  const float* layer_sinks(int64_t l) const;
-  const float* layer_alpha_ma(int64_t l) const;
-  // Every layer's sinks (L*H) on the host: one small read, not the whole arena.
-  std::vector<float> sinks();
+  // The variant's state: sinks and alpha_ma as the attention reads them, the
+  // step's alpha sums and the end-of-step update of alpha_ma (model/variant_state.h).
+  VariantState& variant() { return *variant_; }
+  const VariantState& variant() const { return *variant_; }
 
   // What the backward recomputes instead of keeping (model/activations.h); takes
   // effect at the next forward. Results are bit-identical for every choice.
@@ -82,7 +81,7 @@ class Model {
 
   // Runs the decoder on tokens (B, T) (host int32), keeping what backward needs.
   // With accumulate_alpha, adds the column sums of alpha per (layer, head) to
-  // the running totals read by take_alpha_sums().
+  // the step's totals in variant().
   void forward(const int32_t* tokens, int64_t B, int64_t T, bool accumulate_alpha);
   int64_t tokens_in_batch() const { return B_ * T_; }
   const void* final_hidden() const;  // (B*T, C) after the final RMSNorm
@@ -102,16 +101,6 @@ class Model {
   // on (dist/grad_reducer.h). An empty hook: no calls.
   using GradsFinalHook = std::function<void(int64_t begin, int64_t end)>;
   void set_grads_final_hook(GradsFinalHook hook) { grads_final_ = std::move(hook); }
-
-  // Per (layer, head) sums of alpha and the token count since the last take;
-  // empty unless the variant is affine.
-  std::vector<double> take_alpha_sums(int64_t* tokens_counted);
-  // alpha_ma per (layer, head). The model keeps a host copy (alpha_ma is a buffer
-  // only set_params and set_alpha_ma change), so reading it costs no transfer and
-  // setting it uploads L*H floats without a wait and without touching the compute
-  // copy (the attention reads alpha_ma in fp32).
-  std::vector<float> alpha_ma() const { return alpha_ma_host_; }
-  void set_alpha_ma(const std::vector<float>& values);
 
   // --- read-only views for analysis (src/eval/attention_analysis.h) ---
   // Layer l's activations from the last forward, in backend memory and act_dtype();
@@ -141,8 +130,6 @@ class Model {
   LayerSizes layer_sizes() const;
   void backward_layer(int64_t l);
 
-  void upload_alpha_ma();
-
   ModelConfig model_;
   AttentionConfig attention_;
   AttentionFeatures features_;  // of attention_ (variant and affine divisor), resolved once
@@ -152,12 +139,8 @@ class Model {
   float* master_ = nullptr;
   float* grads_ = nullptr;
   void* weights_ = nullptr;  // == master_ when act dtype is fp32
-  float* side_ = nullptr;    // teacher without master: sinks (L, H) then alpha_ma (L, H), fp32
-  float* alpha_sums_ = nullptr;  // (L, H) fp32
-  float* sinks_view_ = nullptr;  // (L, H) fp32 gather buffer for sinks()
-  std::vector<float> alpha_ma_host_;  // (L*H) for affine variants
+  std::unique_ptr<VariantState> variant_;  // after the arenas: it reads the master's sinks and alpha_ma
   std::vector<int32_t> host_tokens_;  // (B*T) of the last forward
-  int64_t alpha_tokens_ = 0;
   RecomputePlan recompute_;
   Activations acts_;          // pointers into arena_, laid out for (acts_.B, acts_.T)
   void* arena_ = nullptr;

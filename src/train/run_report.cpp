@@ -10,7 +10,7 @@ namespace kdtrain {
 void add_variant_params(nlohmann::json& record, Model& student, const std::vector<double>& alpha_mean) {
   const int64_t L = student.config().num_hidden_layers, H = student.config().num_attention_heads;
   if (student.features().affine) {
-    const std::vector<float> ma = student.alpha_ma();
+    const std::vector<float> ma = student.variant().alpha_ma();
     nlohmann::json mean = nlohmann::json::array(), ma_json = nlohmann::json::array();
     for (int64_t l = 0; l < L; ++l) {
       double layer_mean = 0.0;
@@ -26,7 +26,7 @@ void add_variant_params(nlohmann::json& record, Model& student, const std::vecto
     record["alpha_ma"] = ma_json;
   }
   if (student.features().sink) {
-    const std::vector<float> all = student.sinks();  // L*H floats, not the whole arena
+    const std::vector<float> all = student.variant().sinks();  // L*H floats, not the whole arena
     nlohmann::json sinks = nlohmann::json::array();
     for (int64_t l = 0; l < L; ++l)
       sinks.push_back(std::vector<float>(all.begin() + l * H, all.begin() + (l + 1) * H));

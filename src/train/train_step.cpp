@@ -36,9 +36,7 @@ StepResult TrainStep::run(int64_t step) {
                               parts_.comm.world());
   StepResult r;
   r.sums = micro_batches(step, windows_);
-  int64_t alpha_tokens = 0;
-  std::vector<double> alpha_sums = parts_.student->take_alpha_sums(&alpha_tokens);
-  reduce_across_ranks(r.sums, alpha_sums, alpha_tokens);
+  reduce_across_ranks(r.sums);
   r.grad_norm = global_grad_norm();
   r.lr = learning_rate(parts_.config.schedule, parts_.config.optimizer.lr, step - 1, t.steps);
   r.loss = parts_.mixed_loss(r.sums);
@@ -48,8 +46,10 @@ StepResult TrainStep::run(int64_t step) {
   } else {
     skips_.consecutive = 0;
     apply(r);
-    if (!alpha_sums.empty()) update_alpha_ma(alpha_sums, alpha_tokens, r);
   }
+  // The variant's end of step (alpha_ma), on every rank, applied or not.
+  const double rho = parts_.config.attention.alpha_momentum;
+  r.alpha_mean = parts_.student->variant().end_step(parts_.comm, r.applied, rho);
   if (observer_) {
     StepObservation o;
     o.step = step;
@@ -101,24 +101,19 @@ LossSums TrainStep::micro_batches(int64_t step, const std::vector<int64_t>& wind
 
 // Sums over ranks after the gradient buckets: under ZeRO-1 each rank holds
 // the summed gradients of its shard; with dist.zero1=false they are
-// all-gathered so every rank holds all of them. Loss sums and alpha sums are
-// all-reduced in one call, so every rank takes the same non-finite decision
-// and holds the same alpha_ma.
-void TrainStep::reduce_across_ranks(LossSums& sums, std::vector<double>& alpha_sums, int64_t& alpha_tokens) {
+// all-gathered so every rank holds all of them. Loss sums are all-reduced, so
+// every rank takes the same non-finite decision.
+void TrainStep::reduce_across_ranks(LossSums& sums) {
   dist::Communicator& comm = parts_.comm;
   if (!comm.distributed()) return;
   Model& student = *parts_.student;
   if (!parts_.zero1()) comm.all_gather(student.grads(), student.layout().total);
-  std::vector<double> host = {sums.ce, sums.kd, static_cast<double>(sums.tokens),
-                              static_cast<double>(alpha_tokens), sums.soft_ce};
-  host.insert(host.end(), alpha_sums.begin(), alpha_sums.end());
-  comm.all_reduce_sum_host(host.data(), static_cast<int64_t>(host.size()));
+  double host[] = {sums.ce, sums.kd, static_cast<double>(sums.tokens), sums.soft_ce};
+  comm.all_reduce_sum_host(host, 4);
   sums.ce = host[0];
   sums.kd = host[1];
   sums.tokens = static_cast<int64_t>(host[2]);
-  alpha_tokens = static_cast<int64_t>(host[3]);
-  sums.soft_ce = host[4];
-  std::copy(host.begin() + 5, host.end(), alpha_sums.begin());
+  sums.soft_ce = host[3];
 }
 
 // The global gradient norm: per-shard sums of squares added over ranks under ZeRO-1.
@@ -154,20 +149,6 @@ void TrainStep::apply(const StepResult& r) {
   parts_.backend->synchronize();
   parts_.comm.all_gather(student.master(), student.layout().total);
   student.refresh_compute_weights();
-}
-
-// alpha_ma <- rho*alpha_ma + (1-rho)*mean(alpha) per (layer, head), after the update,
-// so every forward of this step used the value from before it (SPEC §2).
-void TrainStep::update_alpha_ma(const std::vector<double>& sums, int64_t tokens, StepResult& r) {
-  const double rho = parts_.config.attention.alpha_momentum;
-  Model& student = *parts_.student;
-  std::vector<float> ma = student.alpha_ma();
-  r.alpha_mean.resize(sums.size());
-  for (size_t i = 0; i < ma.size(); ++i) {
-    r.alpha_mean[i] = sums[i] / static_cast<double>(tokens);
-    ma[i] = static_cast<float>(rho * ma[i] + (1.0 - rho) * r.alpha_mean[i]);
-  }
-  student.set_alpha_ma(ma);
 }
 
 }  // namespace kdtrain

@@ -1,7 +1,7 @@
 // One optimizer step (SPEC §3): zero the gradients → micro-batches (teacher
 // forward, student forward, fused KD+CE loss, backward) → reduce across ranks →
 // global gradient norm → non-finite guard → clip → AdamW with the scheduled lr →
-// the variant's end-of-step update (alpha_ma).
+// the variant's end of step (model/variant_state.h: alpha_ma's running mean).
 //
 // Data parallel (docs/distributed.md): every rank draws the same global batch
 // and keeps its slice; gradients are reduce-scattered (ZeRO-1) or all-reduced
@@ -52,12 +52,11 @@ class TrainStep {
 
  private:
   LossSums micro_batches(int64_t step, const std::vector<int64_t>& windows);
-  void reduce_across_ranks(LossSums& sums, std::vector<double>& alpha_sums, int64_t& alpha_tokens);
+  void reduce_across_ranks(LossSums& sums);
   double global_grad_norm();
   // Throws under on_nonfinite=stop or after too many skips in a row.
   void skip_nonfinite(int64_t step, double loss, double grad_norm);
   void apply(const StepResult& r);
-  void update_alpha_ma(const std::vector<double>& sums, int64_t tokens, StepResult& r);
 
   RunParts& parts_;
   TrainObserver* observer_;  // null in production

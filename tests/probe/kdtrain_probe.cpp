@@ -105,7 +105,7 @@ class Probe final : public TrainObserver {
     rec["world"] = o.world;
     rec["windows"] = *o.windows;
     rec["first_tokens"] = first_tokens_;  // what the rank actually read
-    rec["alpha_ma"] = student.alpha_ma();
+    rec["alpha_ma"] = student.variant().alpha_ma();
     rec["weights_fnv"] = std::to_string(hash);
     rec["loss"] = o.loss;
     rec["grad_norm"] = o.grad_norm;

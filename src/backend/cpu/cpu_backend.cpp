@@ -127,15 +127,15 @@ class CpuBackend final : public Backend {
   void attention_forward(const AttentionForwardArgs& a) override {
     op_checks::attention_forward(a);
     cpu::attention_forward(F(a.out), a.lse, F(a.qkv), a.sinks, F(a.alpha), a.alpha_ma,
-                           dims_of(a.shape), a.scale, features_of(a.variant, a.bias_divisor));
-    paths_.record(a.shape, a.variant, false, kAttentionPath, "");
+                           dims_of(a.shape), a.scale, a.features);
+    paths_.record(a.shape, a.features, false, kAttentionPath, "");
   }
   void attention_backward(const AttentionBackwardArgs& a) override {
     op_checks::attention_backward(a);
     cpu::attention_backward(F(a.dqkv), a.dsinks, F(a.dalpha), F(a.dout), F(a.qkv), a.lse,
                             a.sinks, F(a.alpha), a.alpha_ma, dims_of(a.shape), a.scale,
-                            features_of(a.variant, a.bias_divisor));
-    paths_.record(a.shape, a.variant, true, kAttentionPath, "");
+                            a.features);
+    paths_.record(a.shape, a.features, true, kAttentionPath, "");
   }
 
   void alpha_activation_forward(void* alpha, const void* z, int64_t n,
@@ -227,7 +227,7 @@ class CpuBackend final : public Backend {
 
  private:
   // The unfused fp32 reference (cpu_attention.cpp); the blocked mirror of the
-  // fused kernels (cpu_flash_attention.cpp) is a test oracle, not a path.
+  // fused kernels (flash_mirror_*.cpp) is a test oracle, not a path.
   static constexpr const char* kAttentionPath = "cpu-reference";
   MemoryTracker memory_;
   AttentionPathLog paths_;

@@ -18,9 +18,9 @@ AttentionParams common_params(const Args& a) {
            " D=", s.D);
   AttentionParams p;
   static_cast<flash::FlashParams&>(p) = flash::make_flash_params(s.B, s.T, s.H, s.Hkv, s.D, a.scale);
-  p.sink = has_sink(a.variant);
-  p.affine = has_affine(a.variant);
-  p.bias_visible = a.bias_divisor == AffineBiasDivisor::visible;
+  p.sink = a.features.sink;
+  p.affine = a.features.affine;
+  p.bias_visible = a.features.bias_divisor == AffineBiasDivisor::visible;
   KD_CHECK(!p.sink || a.sinks != nullptr, "attention (sink): sinks must be given");
   KD_CHECK(!p.affine || (a.alpha != nullptr && a.alpha_ma != nullptr),
            "attention (affine variants): alpha and alpha_ma must be given");

@@ -258,7 +258,7 @@ void CudaBackend::rope_backward(void* dx, const float* cos, const float* sin, in
 }
 
 void CudaBackend::run_attention(const cuda::AttentionParams& p, cuda::AttentionPass pass,
-                                const AttentionShape& shape, AttentionVariant variant) {
+                                const AttentionShape& shape, AttentionFeatures features) {
   const cuda::AttentionPathChoice choice = cuda::attention_path(p);
   KD_CHECK(choice.path != cuda::AttentionPath::none, "attention B=", shape.B, " T=", shape.T, " H=", shape.H,
            " Hkv=", shape.Hkv, " D=", shape.D, ": no CUDA implementation: ", choice.reason);
@@ -268,15 +268,15 @@ void CudaBackend::run_attention(const cuda::AttentionParams& p, cuda::AttentionP
   std::string reason = choice.reason;
   if (choice.path == cuda::AttentionPath::flash && pass == cuda::AttentionPass::forward)
     reason += std::string("; forward kernel ") + cuda::to_string(cuda::flash_forward_kernel(p));
-  paths_.record(shape, variant, pass == cuda::AttentionPass::backward, cuda::to_string(choice.path), reason);
+  paths_.record(shape, features, pass == cuda::AttentionPass::backward, cuda::to_string(choice.path), reason);
 }
 void CudaBackend::attention_forward(const AttentionForwardArgs& a) {
   op_checks::attention_forward(a);
-  run_attention(cuda::attention_params(a), cuda::AttentionPass::forward, a.shape, a.variant);
+  run_attention(cuda::attention_params(a), cuda::AttentionPass::forward, a.shape, a.features);
 }
 void CudaBackend::attention_backward(const AttentionBackwardArgs& a) {
   op_checks::attention_backward(a);
-  run_attention(cuda::attention_params(a), cuda::AttentionPass::backward, a.shape, a.variant);
+  run_attention(cuda::attention_params(a), cuda::AttentionPass::backward, a.shape, a.features);
 }
 
 void CudaBackend::alpha_activation_forward(void* alpha, const void* z, int64_t n,
