@@ -1,5 +1,5 @@
-// CPU mirror of the fused (flash) attention kernels in kernels/flash_attention_*.cu
-// (cpu_flash_attention_fwd.cpp, cpu_flash_attention_bwd.cpp):
+// CPU mirror of the fused (flash) attention kernels in kernels/attention/flash_*.cu, a test
+// oracle kept out of the library (flash_mirror_forward.cpp, flash_mirror_backward.cpp):
 // the same blocked algorithm, the same passes and tile loops, in T = float or double,
 // so the algorithm is verified against the unfused reference (cpu_attention.cpp)
 // without a GPU. docs/flash_attention.md describes the algorithm per variant.
@@ -10,7 +10,7 @@
 //   accumulator rescaled by 2^{m_old - m_new}); the sink logit initialises
 //   m = s_h log2(e), l = 1, so it joins the denominator without a key; key tiles
 //   entirely above the diagonal are skipped, tiles crossing it masked j <= i.
-//   affine: S_i = sum_{j<=i} v_j from the chunked prefix scan (cpu_prefix_scan.h, the
+//   affine: S_i = sum_{j<=i} v_j from the chunked prefix scan (flash_mirror_prefix_scan.h, the
 //   kernel's order). out_i = alpha_i acc_i / l_i + beta_i S_i, lse_i = ln2 (m_i + log2 l_i).
 // - backward (P recomputed from lse; the forward stores only out and lse), the
 //   passes of the CUDA kernels (docs/flash_attention.md):

@@ -1,5 +1,5 @@
 // CPU mirror of the fused attention backward (kernels/attention/flash_backward.cu). Algorithm
-// and numerics: cpu_flash_attention.h and docs/flash_attention.md. The loops are written
+// and numerics: flash_mirror.h and docs/flash_attention.md. The loops are written
 // the way the CUDA kernel walks the tiles (work item = one CUDA block), with scalar inner
 // products in place of the tensor-core tile products.
 #include <algorithm>
@@ -7,9 +7,9 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/cpu_flash_attention.h"
-#include "backend/cpu/cpu_flash_attention_common.h"
-#include "backend/cpu/cpu_prefix_scan.h"
+#include "flash_mirror.h"
+#include "flash_mirror_common.h"
+#include "flash_mirror_prefix_scan.h"
 #include "kernels/attention/flash_backward_schedule.h"
 
 namespace kdtrain::cpu {

@@ -1,11 +1,11 @@
-// Shared by the two halves of the CPU flash-attention mirror (cpu_flash_attention_fwd.cpp,
-// cpu_flash_attention_bwd.cpp): typed views of the packed buffers through the FlashParams
+// Shared by the two halves of the CPU flash-attention mirror (flash_mirror_forward.cpp,
+// flash_mirror_backward.cpp): typed views of the packed buffers through the FlashParams
 // strides, tile choice and argument checks. Internal to src/backend/cpu.
 #pragma once
 #include <cstdint>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_flash_attention.h"
+#include "flash_mirror.h"
 #include "kernels/attention/flash_shape.h"
 
 namespace kdtrain::cpu::flash_mirror {

@@ -1,5 +1,5 @@
 // CPU mirror of the fused attention forward (kernels/attention/flash_forward_kernel.cuh). Algorithm
-// and numerics: cpu_flash_attention.h and docs/flash_attention.md. The loops walk the
+// and numerics: flash_mirror.h and docs/flash_attention.md. The loops walk the
 // tiles as the CUDA kernel does (work item = one CUDA block, the same flash_tiles(),
 // key tiles past the last row skipped, masks only on tiles crossing the diagonal), with
 // the same exp2-domain statistics and the same chunked prefix scan for affine; scalar
@@ -9,9 +9,9 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/cpu_flash_attention.h"
-#include "backend/cpu/cpu_flash_attention_common.h"
-#include "backend/cpu/cpu_prefix_scan.h"
+#include "flash_mirror.h"
+#include "flash_mirror_common.h"
+#include "flash_mirror_prefix_scan.h"
 
 namespace kdtrain::cpu {
 

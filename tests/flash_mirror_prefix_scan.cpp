@@ -1,6 +1,6 @@
 // CPU mirror of kernels/attention/prefix_scan_kernel.cuh. One (batch, column) per iteration of
 // the outer loops; within it exactly the kernel's two passes.
-#include "backend/cpu/cpu_prefix_scan.h"
+#include "flash_mirror_prefix_scan.h"
 
 #include <cstddef>
 #include <vector>

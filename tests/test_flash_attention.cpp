@@ -1,4 +1,4 @@
-// CPU mirror of the fused attention (cpu_flash_attention_{fwd,bwd}.cpp) against the unfused CPU
+// CPU mirror of the fused attention (flash_mirror_{forward,backward}.cpp) against the unfused CPU
 // reference (cpu_attention.cpp): forward (out, lse) and backward (dqkv, dsinks,
 // dalpha), every variant (affine under both bias divisors), MHA and GQA, default and forced-small tile sizes
 // (including tiles that do not divide T, Bc < Br, and Bc > Br not a multiple of Br).
@@ -17,7 +17,7 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/cpu_flash_attention.h"
+#include "flash_mirror.h"
 #include "backend/cpu/cpu_ops.h"
 #include "attention_terms.h"
 #include "cpu_test_util.h"

@@ -5,7 +5,7 @@
 // MHA and GQA, odd B and H, T in {1, 7, 33, 64, 65, 130, 257}; outputs NaN-prefilled between guard sentinels;
 // two fiber schedules whose results must be bit-identical (forward order with cp.async
 // landing at its wait; reverse order with cp.async landing at issue). The scan is also checked
-// against the CPU mirror's (cpu_prefix_scan.h) bit for bit.
+// against the CPU mirror's (flash_mirror_prefix_scan.h) bit for bit.
 //
 // Tolerances: forward_reference_check.h.
 #include <catch2/catch.hpp>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cpu/cpu_prefix_scan.h"
+#include "flash_mirror_prefix_scan.h"
 #include "kernels/attention/flash_forward_kernel.cuh"
 #include "kernels/attention/flash_shape.h"
 #include "kernels/attention/prefix_scan_kernel.cuh"

@@ -7,7 +7,7 @@
 // bf16 qkv/out/dout/dqkv/alpha/dalpha and fp32 sinks/alpha_ma/lse/dsinks.
 // CudaBackend reaches these launchers only through backend/cuda/attention_entry.cu, when
 // choose_attention_path (backend/cuda/attention_path.h) picks the fused path.
-// Numerics (docs/flash_attention.md; the CPU mirror cpu_flash_attention_{fwd,bwd}.cpp runs
+// Numerics (docs/flash_attention.md; the CPU mirror flash_mirror_{forward,backward}.cpp runs
 // the same blocked algorithm in float/double):
 // - fp32 accumulation and softmax statistics; bf16 tensor-core tile products; P and dS
 //   are rounded to bf16 before their products, as in FlashAttention-2. The T x T

@@ -2,7 +2,7 @@
 // bodies (flash_backward_prep.cuh, flash_backward_kernel.cuh) are shared with
 // the SIMT emulator; the order of launches is flash_backward_sequence.h; the work
 // order and its deadlock argument flash_backward_schedule.h; the CPU mirror
-// src/backend/cpu/cpu_flash_attention_bwd.cpp; docs/flash_attention.md has the rest.
+// src/backend/cpu/flash_mirror_backward.cpp; docs/flash_attention.md has the rest.
 #include <cstdint>
 
 #include "kernels/cuda_check.cuh"

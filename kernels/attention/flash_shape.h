@@ -1,5 +1,5 @@
 // Parameters and tile sizes of the fused (flash) attention family, shared by the
-// CPU mirror (src/backend/cpu/cpu_flash_attention_{fwd,bwd}.cpp) and the CUDA kernels
+// CPU mirror (src/backend/cpu/flash_mirror_{forward,backward}.cpp) and the CUDA kernels
 // (kernels/attention/flash_{forward,backward}.cu), so both run the same blocking.
 //
 // Plain C++17, no CUDA types: every field is a size, an int64 stride in elements,
