@@ -43,8 +43,9 @@ STEPS="${TRAIN_STEPS:-50}"
 echo "== short training run: $DEVICE vs cpu (tiny-llama, affine, $STEPS steps)"
 TMP="$(mktemp -d)"
 gpu_train_shard "$TMP"
+# head_dim 64: CUDA trains through the fused attention kernels only (64 or 128).
 for pair in "cpu:cpu" "cuda:$DEVICE"; do
-  "$KDTRAIN" train --preset tiny-llama --attention affine --set data.train="$TMP/train.bin" \
+  "$KDTRAIN" train --preset tiny-llama --attention affine --set model.head_dim=64 --set data.train="$TMP/train.bin" \
     --set train.steps="$STEPS" --set schedule.warmup=$(( STEPS < 10 ? 1 : 5 )) --set train.seq_len=128 --set train.global_batch=8 \
     --set train.micro_batch=8 --set log.interval=10 --set train.device="${pair#*:}" \
     --run-dir "$OUTDIR/train_${pair%%:*}" > "$OUTDIR/train_${pair%%:*}.log" 2>&1 \

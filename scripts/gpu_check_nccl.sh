@@ -49,7 +49,9 @@ train() {  # train NAME LAUNCHER... -- SETTINGS...
   local launcher=()
   while [[ "$1" != "--" ]]; do launcher+=("$1"); shift; done
   shift
-  "${launcher[@]}" "$KDTRAIN" train --preset tiny-llama --attention affine --set data.train="$TMP/train.bin" \
+  # head_dim 64: CUDA trains through the fused attention kernels only (64 or 128).
+  "${launcher[@]}" "$KDTRAIN" train --preset tiny-llama --attention affine --set model.head_dim=64 \
+    --set data.train="$TMP/train.bin" \
     --set train.steps=20 --set schedule.warmup=5 --set train.seq_len=128 --set train.global_batch=8 \
     --set train.micro_batch=4 --set log.interval=10 --set train.device=cuda --set dist.bucket_mb=0.05 \
     "$@" --run-dir "$OUTDIR/$name" > "$OUTDIR/$name.log" 2>&1 || FAILED+=("training $name ($name.log)")

@@ -122,3 +122,20 @@ TEST_CASE("train step: variants without affine carry no alpha_mean", "[train][st
   TrainStep step(*run.parts, nullptr);
   CHECK(step.run(1).alpha_mean.empty());
 }
+
+TEST_CASE("training path: CUDA refuses head dims the fused kernels do not take", "[train][step][cuda_path]") {
+  Config c;
+  c.model = model_preset("tiny-llama");  // head_dim 16
+  c.train.device = Device::cpu;
+  CHECK_NOTHROW(check_training_path(c));  // the CPU takes any head dim
+  c.train.device = Device::cuda;
+  const std::string message = error_message([&] { check_training_path(c); });
+  CHECK_THAT(message, Contains("model.head_dim = 16"));
+  CHECK_THAT(message, Contains("64 and 128"));
+  for (int64_t D : {64, 128}) {
+    c.model.head_dim = D;
+    CHECK_NOTHROW(check_training_path(c));
+  }
+  c.train.micro_batch = 65536;
+  CHECK_THAT(error_message([&] { check_training_path(c); }), Contains("train.micro_batch (65536)"));
+}

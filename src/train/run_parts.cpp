@@ -7,10 +7,23 @@
 #include "data/shard_manifest.h"
 #include "io/checksums.h"
 #include "io/model_dir.h"
+#include "kernels/attention/flash_shape.h"
 #include "model/cached_teacher_loss.h"
 #include "train/teacher_load.h"
 
 namespace kdtrain {
+
+void check_training_path(const Config& config) {
+  if (config.train.device != Device::cuda) return;
+  const ModelConfig& m = config.model;
+  KD_CHECK(flash::flash_supports_head_dim(m.head_dim), "model.head_dim = ", m.head_dim,
+           ": training on CUDA runs the fused attention kernels, which take head dims 64 and 128 "
+           "(train.device=cpu takes any)");
+  KD_CHECK(config.train.micro_batch <= flash::kFlashMaxGridDim && m.num_attention_heads <= flash::kFlashMaxGridDim,
+           "train.micro_batch (", config.train.micro_batch, ") and model.num_attention_heads (",
+           m.num_attention_heads, ") must be at most ", flash::kFlashMaxGridDim,
+           " on CUDA: the fused attention kernels take them as grid dimensions");
+}
 
 void RunParts::build() {
   const TrainConfig& t = config.train;

@@ -97,6 +97,7 @@ void train(const Config& config, const TrainOptions& options) {
   if (comm->rank() != 0) spdlog::set_level(spdlog::level::err);
   try {
     validate(config, comm->world());
+    check_training_path(config);
     Trainer trainer(config, options, *comm);
     trainer.run();
   } catch (const std::exception& e) {
