@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kdtrain_hf.variants import AFFINE_BIAS_DIVISOR_BEFORE_KEY, ATTENTION_VARIANTS, features
+from kdtrain_hf.variants import AFFINE_BIAS_DIVISOR_BEFORE_KEY, ATTENTION_VARIANTS, VARIANT_ROWS, features
 
-METHOD = {"baseline": "Baseline", "sink": "Sink", "affine": "Affine-Scaled", "gated": "Gated",
-          "affine-gated": "Affine-Scaled + Gated"}
+METHOD = {row.name: row.method for row in VARIANT_ROWS}
 VARIANT_ORDER = list(ATTENTION_VARIANTS)
 MODEL_LABEL = {"qwen1.5-0.5b": "0.5B", "llama3.2-1b": "1B", "llama3.2-3b": "3B"}
 MODEL_ORDER = ["0.5B", "1B", "3B"]

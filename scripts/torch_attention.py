@@ -22,15 +22,9 @@ CPU smoke tests exercise.
 import math
 import warnings
 
-from kdtrain_hf.variants import ATTENTION_VARIANTS as VARIANTS, features
+from kdtrain_hf.variants import ATTENTION_VARIANTS as VARIANTS, VARIANT_ROWS, features
 
-FORMULATIONS = {
-    "baseline": "SDPA flash (causal, enable_gqa)",
-    "sink": "FlexAttention (causal block mask, compiled) returning lse; out * sigmoid(lse - s_h)",
-    "affine": "SDPA flash; alpha*out + beta*cumsum(V) in fp32",
-    "gated": "SDPA flash; out * sigmoid(gate)",
-    "affine-gated": "SDPA flash; alpha*out + beta*cumsum(V) in fp32; * sigmoid(gate)",
-}
+FORMULATIONS = {row.name: row.torch_formulation for row in VARIANT_ROWS}
 
 
 def has_sink(variant):
@@ -95,7 +89,6 @@ class Attention:
     def __call__(self, q, k, v, sinks=None, alpha=None, alpha_ma=None):
         """alpha (B, T, H) activated, alpha_ma (H), sinks (H): as the variant needs."""
         torch = self.torch
-        T = q.shape[2]
         if self.eager:
             o = self._eager_core(q, k, v, sinks)
         elif has_sink(self.variant):
@@ -105,11 +98,11 @@ class Attention:
                 q, k, v, is_causal=True, enable_gqa=self.H != self.Hkv)
         o = o.transpose(1, 2)  # (B, T, H, D)
         if has_affine(self.variant):
-            n = (torch.arange(1, T + 1, device=q.device, dtype=torch.float32).view(1, T, 1)
-                 if self.bias_divisor == "visible" else float(T))
-            beta = (alpha_ma.view(1, 1, self.H) - alpha.float()) / n
-            prefix = v.transpose(1, 2).float().cumsum(1).repeat_interleave(self.H // self.Hkv, 2)
-            o = (alpha.float().unsqueeze(-1) * o.float() + beta.unsqueeze(-1) * prefix).to(q.dtype)
+            # The exported model's affine term (kdtrain_hf/modeling_kdtrain.py), in fp32.
+            from kdtrain_hf.modeling_kdtrain import affine_mix
+            vv = v.float().repeat_interleave(self.H // self.Hkv, 1)  # (B, H, T, D)
+            o = affine_mix(o.transpose(1, 2).float(), vv, alpha.float().transpose(1, 2),
+                           alpha_ma.float(), self.bias_divisor).transpose(1, 2).to(q.dtype)
         return o
 
     def _sink_core(self, q, k, v, sinks):

@@ -93,6 +93,36 @@ def alpha_activation(z: torch.Tensor, kind: str) -> torch.Tensor:
     return torch.clamp(0.1 * z + 0.5, min=0.0, max=1.0)
 
 
+def affine_mix(out: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor, alpha_ma: torch.Tensor,
+               bias_divisor: str = "sequence", key_valid: Optional[torch.Tensor] = None,
+               past: int = 0) -> torch.Tensor:
+    """The affine variant's output (SPEC §2): alpha * out + beta * prefix(v) with
+    beta = (alpha_ma - alpha) / N, in the dtype of `out`. out (B, H, T, D) is P V
+    of the T new queries; v (B, H, S, D) every key's value, S = past + T (the
+    prefix sum runs over cached keys too, the new rows are the last T); alpha
+    (B, H, T) activated; alpha_ma (H); key_valid (B, S) or None. N (SPEC §2):
+    `sequence` divides by the keys of the call, past + current (a padded row's
+    real keys); `visible` by the keys each query sees. scripts/torch_attention.py
+    uses it too."""
+    T, S = out.shape[2], v.shape[2]
+    work = out.dtype
+    if key_valid is None:
+        v_prefix = v.cumsum(dim=2)[:, :, past:]
+        if bias_divisor == "sequence":
+            n_keys = torch.full((1, 1, 1), float(S), dtype=work, device=out.device)
+        else:
+            n_keys = torch.arange(past + 1, S + 1, dtype=work, device=out.device).view(1, 1, T)
+    else:
+        kv = key_valid.to(work)  # (B, S)
+        v_prefix = (v * kv[:, None, :, None]).cumsum(dim=2)[:, :, past:]
+        if bias_divisor == "sequence":
+            n_keys = kv.sum(dim=-1).clamp(min=1.0).view(kv.shape[0], 1, 1)
+        else:
+            n_keys = kv.cumsum(dim=-1).clamp(min=1.0)[:, None, past:]
+    beta = (alpha_ma.view(1, -1, 1) - alpha) / n_keys
+    return alpha[..., None] * out + beta[..., None] * v_prefix
+
+
 class KdtrainRMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
@@ -220,24 +250,7 @@ class KdtrainAttention(nn.Module):
 
         if self.has_affine:
             alpha = alpha_activation(self.alpha_proj(x).to(work), self.activation).transpose(1, 2)  # (B, H, T)
-            # The prefix sum runs over every key, cached ones included; the new rows are the last T.
-            # N of beta (SPEC §2): `sequence` divides by the keys of the call, past + current
-            # (a padded row's real keys); `visible` by the keys each query sees.
-            if key_valid is None:
-                v_prefix = v.cumsum(dim=2)[:, :, past:]
-                if self.bias_divisor == "sequence":
-                    n_keys = torch.full((1, 1, 1), float(S), dtype=work, device=x.device)
-                else:
-                    n_keys = torch.arange(past + 1, S + 1, dtype=work, device=x.device).view(1, 1, T)
-            else:
-                kv = key_valid.to(work)  # (B, S)
-                v_prefix = (v * kv[:, None, :, None]).cumsum(dim=2)[:, :, past:]
-                if self.bias_divisor == "sequence":
-                    n_keys = kv.sum(dim=-1).clamp(min=1.0).view(B, 1, 1)
-                else:
-                    n_keys = kv.cumsum(dim=-1).clamp(min=1.0)[:, None, past:]
-            beta = (self.alpha_ma.to(work).view(1, H, 1) - alpha) / n_keys
-            out = alpha[..., None] * out + beta[..., None] * v_prefix
+            out = affine_mix(out, v, alpha, self.alpha_ma.to(work), self.bias_divisor, key_valid, past)
 
         out = out.transpose(1, 2).reshape(B, T, H * D).to(x.dtype)
         if self.has_gate:

@@ -10,15 +10,25 @@ reference model, the PyTorch peers and the reports all read it.
 from collections import namedtuple
 
 Features = namedtuple("Features", ["sink", "affine", "gate"])
+# One row per variant: its name, its features, its name in the paper's tables
+# (scripts/report_runs.py) and the formulation of its PyTorch peer
+# (scripts/torch_attention.py).
+Variant = namedtuple("Variant", ["name", "features", "method", "torch_formulation"])
 
-# name -> features, in the order of the C++ table.
-FEATURES = {
-    "baseline": Features(sink=False, affine=False, gate=False),
-    "sink": Features(sink=True, affine=False, gate=False),
-    "affine": Features(sink=False, affine=True, gate=False),
-    "gated": Features(sink=False, affine=False, gate=True),
-    "affine-gated": Features(sink=False, affine=True, gate=True),
-}
+# In the order of the C++ table.
+VARIANT_ROWS = (
+    Variant("baseline", Features(sink=False, affine=False, gate=False), "Baseline",
+            "SDPA flash (causal, enable_gqa)"),
+    Variant("sink", Features(sink=True, affine=False, gate=False), "Sink",
+            "FlexAttention (causal block mask, compiled) returning lse; out * sigmoid(lse - s_h)"),
+    Variant("affine", Features(sink=False, affine=True, gate=False), "Affine-Scaled",
+            "SDPA flash; alpha*out + beta*cumsum(V) in fp32"),
+    Variant("gated", Features(sink=False, affine=False, gate=True), "Gated",
+            "SDPA flash; out * sigmoid(gate)"),
+    Variant("affine-gated", Features(sink=False, affine=True, gate=True), "Affine-Scaled + Gated",
+            "SDPA flash; alpha*out + beta*cumsum(V) in fp32; * sigmoid(gate)"),
+)
+FEATURES = {row.name: row.features for row in VARIANT_ROWS}
 ATTENTION_VARIANTS = tuple(FEATURES)
 ALPHA_ACTIVATIONS = ("linear_clip", "sigmoid")
 # N of the affine bias beta = (alpha_ma - alpha) / N (SPEC §2): "sequence" = the keys of the
