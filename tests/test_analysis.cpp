@@ -232,7 +232,7 @@ TEST_CASE("analysis: each variant's mass identities", "[analysis]") {
       f.model->forward(tokens.data(), B, T, false);
       analyzer.add(*f.model);
       const nlohmann::json j = analyzer.to_json();
-      const std::vector<float> alpha_ma = f.model->alpha_ma();
+      const std::vector<float> alpha_ma = f.model->variant().alpha_ma();
       for (int64_t l = 0; l < L; ++l) {
         const double eff = j["mass_effective_per_layer"][l];
         const double mass = j["query_mass"]["per_layer_mean"][l];

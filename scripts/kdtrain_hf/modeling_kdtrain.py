@@ -239,7 +239,6 @@ class KdtrainAttention(nn.Module):
             if k.shape[2] != past + T:
                 raise ValueError("kdtrain models take a DynamicCache (a growing cache), not a "
                                  f"pre-sized one: the cache returned {k.shape[2]} keys for {past} + {T}")
-        S = past + T
         if Hkv != H:  # query head h reads kv head h // (H / Hkv)
             k = k.repeat_interleave(H // Hkv, dim=1)
             v = v.repeat_interleave(H // Hkv, dim=1)
