@@ -6,6 +6,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 
+#include "run_parts_fixture.h"
 #include "temp_dir.h"
 #include <cmath>
 #include <filesystem>
@@ -383,17 +384,13 @@ TEST_CASE("teacher cache: corrupt or mismatched caches are refused naming the fi
 TEST_CASE("teacher cache: the trainer trains from a cache", "[teacher_cache][train]") {
   Fixture f(400);
   cli::build_teacher_cache(f.options(8, data::CacheValueType::bf16));
-  Config c;
+  Config c = testing::tiny_run_config(f.shard);  // global batch 4 of micro-batches of 2
   c.model = f.student_cfg;
   c.kd.teacher_cache = f.dir.file("cache");
   c.kd.cache_tail = CacheTail::bucket;
-  c.data.train = {f.shard};
   c.train.seq_len = f.T;
   c.train.steps = 3;
-  c.train.global_batch = 4;
-  c.train.micro_batch = 2;
   c.train.threads = 2;
-  c.schedule.warmup = 1;
   TrainOptions options;
   options.run_dir = f.dir.file("run");
   REQUIRE_NOTHROW(train(c, options));

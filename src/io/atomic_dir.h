@@ -11,16 +11,16 @@
 #pragma once
 #include <string>
 
+#include "core/noncopyable.h"
+
 namespace kdtrain::io {
 
-class StagedDir {
+class StagedDir : NonCopyable {
  public:
   // Creates "<final_dir>.tmp.<pid>" (removing a stale one of this pid first).
   explicit StagedDir(const std::string& final_dir);
   // Removes the staging directory when commit() was not reached.
   ~StagedDir();
-  StagedDir(const StagedDir&) = delete;
-  StagedDir& operator=(const StagedDir&) = delete;
 
   const std::string& staging_path() const { return staging_; }
   const std::string& final_path() const { return final_; }

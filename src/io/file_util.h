@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/noncopyable.h"
 #include "core/read_file.h"
 
 namespace kdtrain::io {
@@ -42,12 +43,10 @@ class MappedFile {
 // renamed over `path` on commit(), then the parent directory is fsynced so the
 // rename itself survives a crash. Destroying an uncommitted writer deletes the
 // temporary, so a failed write never leaves a half-written file under `path`.
-class AtomicFileWriter {
+class AtomicFileWriter : NonCopyable {
  public:
   explicit AtomicFileWriter(const std::string& path);
   ~AtomicFileWriter();
-  AtomicFileWriter(const AtomicFileWriter&) = delete;
-  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
   void write(const void* bytes, size_t n);
   void commit();

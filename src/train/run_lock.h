@@ -12,18 +12,17 @@
 #pragma once
 #include <string>
 
+#include "core/noncopyable.h"
 #include "io/run_layout.h"
 
 namespace kdtrain {
 
-class RunLock {
+class RunLock : NonCopyable {
  public:
   // Creates run_dir if needed and takes the lock; throws naming the run
   // directory and the holder's pid and host when another process has it.
   explicit RunLock(const std::string& run_dir);
   ~RunLock();
-  RunLock(const RunLock&) = delete;
-  RunLock& operator=(const RunLock&) = delete;
 
  private:
   int fd_ = -1;
