@@ -60,7 +60,7 @@ StepResult two_micro_batches(const ModelConfig& config, AttentionVariant variant
   }
   r.grads = model.get_grads();
   int64_t counted = 0;
-  r.alpha_sums = model.take_alpha_sums(&counted);
+  r.alpha_sums = model.variant().take_alpha_sums(&counted);
   const int64_t n = kB * kT * config.hidden_size;
   r.final_hidden.resize(static_cast<size_t>(n));
   backend->to_host(r.final_hidden.data(), model.final_hidden(), n * sizeof(float));

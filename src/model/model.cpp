@@ -80,7 +80,6 @@ void Model::set_params(const std::vector<float>& host) {
 void Model::set_param_tensor(int64_t offset, const void* values, int64_t n, bool bf16) {
   KD_CHECK(offset >= 0 && n >= 0 && offset + n <= layout_.total, "set_param_tensor: [", offset,
            ", ", offset + n, ") is outside the ", layout_.total, " parameters");
-  const int64_t H = model_.num_attention_heads;
   // fp32 values where they are needed: a master, or the fp32 sinks / alpha_ma.
   auto fp32 = [&] {
     std::vector<float> v(static_cast<size_t>(n));
@@ -97,14 +96,7 @@ void Model::set_param_tensor(int64_t offset, const void* values, int64_t n, bool
     }
     return v;
   };
-  for (int64_t l = 0; l < model_.num_hidden_layers; ++l) {
-    const LayerOffsets& o = layout_.layers[l];
-    if (offset != o.sinks && offset != o.alpha_ma) continue;
-    const std::vector<float> v = fp32();
-    if (offset == o.alpha_ma) std::copy_n(v.data(), H, alpha_ma_host_.data() + l * H);
-    if (!master_) backend_.to_device(const_cast<float*>(offset == o.sinks ? layer_sinks(l) : layer_alpha_ma(l)),
-                                     v.data(), H * sizeof(float));
-  }
+  if (variant_->holds(offset)) variant_->load_tensor(offset, fp32().data());
   if (master_) {
     const std::vector<float> v = fp32();
     backend_.to_device(master_ + offset, v.data(), n * sizeof(float));

@@ -54,6 +54,23 @@ void VariantState::load(const std::vector<float>& host) {
   upload_alpha_ma();
 }
 
+bool VariantState::holds(int64_t offset) const {
+  for (const LayerOffsets& o : layout_.layers)
+    if (offset >= 0 && (offset == o.sinks || offset == o.alpha_ma)) return true;
+  return false;
+}
+
+void VariantState::load_tensor(int64_t offset, const float* values) {
+  for (int64_t l = 0; l < L_; ++l) {
+    const LayerOffsets& o = layout_.layers[l];
+    if (offset < 0 || (offset != o.sinks && offset != o.alpha_ma)) continue;
+    if (offset == o.alpha_ma) std::copy_n(values, H_, alpha_ma_host_.data() + l * H_);
+    if (!master_)
+      backend_.to_device(const_cast<float*>(offset == o.sinks ? layer_sinks(l) : layer_alpha_ma(l)), values,
+                         H_ * sizeof(float));
+  }
+}
+
 void VariantState::accumulate_alpha(int64_t l, const void* alpha, int64_t N) {
   backend_.column_sum_accumulate(alpha_sums_ + l * H_, alpha, N, H_);
 }

@@ -35,6 +35,12 @@ class VariantState {
   // From the host parameters the model was just given (Model::set_params):
   // the host copy of alpha_ma, and without a master the side buffer.
   void load(const std::vector<float>& host);
+  // The same for one tensor given alone (Model::set_param_tensor): `offset` is its
+  // place in the layout, `values` its fp32 elements. A tensor that is neither
+  // a layer's sinks nor its alpha_ma is ignored.
+  void load_tensor(int64_t offset, const float* values);
+  // Whether the tensor at `offset` is a layer's sinks or alpha_ma.
+  bool holds(int64_t offset) const;
 
   // A training forward: adds layer l's column sums of alpha (N, H) to the
   // step's totals, and, once per forward, its N tokens.
