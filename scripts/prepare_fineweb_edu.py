@@ -174,7 +174,7 @@ def _init_worker(spec, sep_id, position):
 
 
 def encode_batch(tok, texts, sep_id, position):
-    """(tokens uint32, documents, skipped empty documents, UTF-8 bytes of the documents,
+    r"""(tokens uint32, documents, skipped empty documents, UTF-8 bytes of the documents,
     their words as lm-eval counts them: len(re.split(r"\s+", doc))) for a batch of texts."""
     keep = [t for t in texts if t]
     parts = []
