@@ -13,6 +13,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/shard.h"
+#include "process_util.h"
+#include "temp_dir.h"
 #include "test_common.h"
 
 namespace kdtrain::testing {
@@ -85,6 +87,14 @@ inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path)
 
 inline std::vector<nlohmann::json> metrics_of(const std::filesystem::path& run_dir) {
   return read_jsonl(run_dir / "metrics.jsonl");
+}
+
+// Runs the kdtrain binary with `args`, its output in `out` and a log file of its own
+// under `tmp`; returns the exit code.
+inline int kdtrain_cli(const TempDir& tmp, std::vector<std::string> args, std::string* out) {
+  args.insert(args.begin(), KDTRAIN_BINARY);
+  static int n = 0;
+  return run(args, out, tmp.file("cmd" + std::to_string(n++) + ".log"));
 }
 
 }  // namespace kdtrain::testing

@@ -24,9 +24,7 @@ using namespace kdtrain::testing;
 namespace {
 
 int cli(const TempDir& tmp, std::vector<std::string> args, std::string* out) {
-  args.insert(args.begin(), KDTRAIN_BINARY);
-  static int n = 0;
-  return run(args, out, tmp.file("cmd" + std::to_string(n++) + ".log"));
+  return kdtrain_cli(tmp, std::move(args), out);
 }
 
 size_t count_of(const std::string& text, const std::string& part) {

@@ -23,9 +23,7 @@ using namespace kdtrain::testing;
 namespace {
 
 int cli(const TempDir& tmp, std::vector<std::string> args, std::string* out) {
-  args.insert(args.begin(), KDTRAIN_BINARY);
-  static int n = 0;
-  return run(args, out, tmp.file("cmd" + std::to_string(n++) + ".log"));
+  return kdtrain_cli(tmp, std::move(args), out);
 }
 
 // Every file under `dir`, with its bytes: what must not change.
