@@ -329,15 +329,14 @@ cuda::KdKind kd_kind(KdLoss loss) {
          : loss == KdLoss::reverse_kl ? cuda::KdKind::reverse_kl
                                       : cuda::KdKind::soft_ce;
 }
-}  // namespace
 
-void CudaBackend::loss_chunk(const LossChunkArgs& a) {
-  op_checks::loss_chunk(a);
-  cuda::LossParams p;
+// The fields the dense and the sparse loss kernels share, copied from their
+// Backend arguments (LossChunkArgs, SparseKdChunkArgs) under the same names.
+template <typename Params, typename Args>
+void set_shared_loss_fields(Params& p, const Args& a) {
   p.n = a.n;
   p.V = a.V;
   p.logits = BF(a.logits);
-  p.teacher_logits = BF(a.teacher_logits);
   p.targets = a.targets;
   p.ce = a.ce;
   p.kd = a.kd;
@@ -347,29 +346,26 @@ void CudaBackend::loss_chunk(const LossChunkArgs& a) {
   p.kd_weight = a.kd_weight;
   p.grad_scale = a.grad_scale;
   p.compute_grad = a.compute_grad;
+}
+}  // namespace
+
+void CudaBackend::loss_chunk(const LossChunkArgs& a) {
+  op_checks::loss_chunk(a);
+  cuda::LossParams p;
+  set_shared_loss_fields(p, a);
+  p.teacher_logits = BF(a.teacher_logits);
   cuda::loss_chunk(p, stream_);
 }
 
 void CudaBackend::sparse_kd_loss_chunk(const SparseKdChunkArgs& a) {
   op_checks::sparse_kd_loss_chunk(a);
   cuda::SparseKdParams p;
-  p.n = a.n;
-  p.V = a.V;
+  set_shared_loss_fields(p, a);
   p.K = a.K;
-  p.logits = BF(a.logits);
-  p.targets = a.targets;
   p.ids = a.ids;
   p.logp = a.logp;
   p.log_tail = a.log_tail;
   p.bucket = a.tail == CacheTail::bucket;
-  p.ce = a.ce;
-  p.kd = a.kd;
-  p.soft_ce = a.soft_ce;
-  p.kind = kd_kind(a.kd_loss);
-  p.temperature = a.temperature;
-  p.kd_weight = a.kd_weight;
-  p.grad_scale = a.grad_scale;
-  p.compute_grad = a.compute_grad;
   cuda::sparse_kd_loss_chunk(p, stream_);
 }
 
