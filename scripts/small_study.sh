@@ -13,6 +13,7 @@
 #                          [--tokenizer DIR] [--fineweb FILE...] [--c4 FILE]
 #                          [--variants "baseline sink ..."] [--kdtrain BIN]
 #                          [--student-set section.key=value ...]
+#                          [--affine-divisors "sequence visible"]
 #
 # Default (CPU): configs/study/cpu-{teacher,student}.json, bytes as tokens
 # (vocabulary 256; a byte-level HF tokenizer is built for the export), the
@@ -20,6 +21,9 @@
 # perplexity, zero-shot on the first --limit 100 items of each task.
 # --gpu: configs/study/gpu-*.json, the Llama-3 tokenizer, --device cuda, all items.
 # --smoke: 5 steps per run, --limit 2, tiny evaluations (the pytest uses it).
+# --affine-divisors: the variants with the affine term train once per listed
+# attention.affine_bias_divisor; the first keeps the variant's name, the others are
+# named VARIANT-DIVISOR (affine-visible). Default "sequence visible" (CPU), "sequence" (--gpu).
 # docs/reproduce.md, "The small study", has the measured run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,7 +31,7 @@ cd "$ROOT"
 SHARED="$ROOT/../shared/data"
 
 OUT=""; SMOKE=0; GPU=0; DEVICE=""; LIMIT=""; TEACHER_CFG=""; STUDENT_CFG=""
-TOKENIZER=""; FINEWEB=(); C4=""; STUDENT_SET=(); VARIANTS=""
+TOKENIZER=""; FINEWEB=(); C4=""; STUDENT_SET=(); VARIANTS=""; AFFINE_DIVISORS=""
 KDTRAIN="${KDTRAIN:-build/kdtrain}"
 while (($#)); do
   case "$1" in
@@ -44,7 +48,8 @@ while (($#)); do
     --variants) VARIANTS="$2"; shift 2 ;;
     --kdtrain) KDTRAIN="$2"; shift 2 ;;
     --student-set) STUDENT_SET+=(--set "$2"); shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --affine-divisors) AFFINE_DIVISORS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "small_study.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -52,11 +57,11 @@ done
 if ((GPU)); then
   : "${OUT:=small-study-gpu}" "${DEVICE:=cuda}" "${TEACHER_CFG:=configs/study/gpu-teacher.json}"
   : "${STUDENT_CFG:=configs/study/gpu-student.json}" "${TOKENIZER:=$SHARED/tokenizers/llama3}"
-  VAL_TOKENS=1000000; EVAL_WINDOWS=0
+  VAL_TOKENS=1000000; EVAL_WINDOWS=0; : "${AFFINE_DIVISORS:=sequence}"
 else
   : "${OUT:=small-study}" "${DEVICE:=cpu}" "${TEACHER_CFG:=configs/study/cpu-teacher.json}"
   : "${STUDENT_CFG:=configs/study/cpu-student.json}" "${LIMIT:=100}"
-  VAL_TOKENS=20000; EVAL_WINDOWS=256
+  VAL_TOKENS=20000; EVAL_WINDOWS=256; : "${AFFINE_DIVISORS:=sequence visible}"
 fi
 ((${#FINEWEB[@]})) || FINEWEB=("$SHARED/text/fineweb_edu_sample10BT.rows000-099.csv")
 : "${C4:=$SHARED/text/c4_validation_2k.rows0000-0999.jsonl}"
@@ -71,6 +76,13 @@ fi
 [[ -x $KDTRAIN ]] || { echo "small_study.sh: $KDTRAIN not built (cmake -S . -B build && cmake --build build)" >&2; exit 1; }
 # Default: every variant, from the binary's own table.
 [[ -n $VARIANTS ]] || VARIANTS="$("$KDTRAIN" info --variants | awk '{print $1}' | tr '\n' ' ')"
+# The variants with the affine term, from the same table's feature column.
+AFFINE_VARIANTS=" $("$KDTRAIN" info --variants | awk '/ affine( |$)/ {print $1}' | tr '\n' ' ') "
+for d in $AFFINE_DIVISORS; do
+  [[ $d == sequence || $d == visible ]] ||
+    { echo "small_study.sh: --affine-divisors: '$d' is not an attention.affine_bias_divisor (sequence, visible)" >&2; exit 2; }
+done
+[[ -n ${AFFINE_DIVISORS// } ]] || { echo "small_study.sh: --affine-divisors is empty" >&2; exit 2; }
 for f in "${FINEWEB[@]}" "$C4"; do
   [[ -f $f ]] || { echo "small_study.sh: missing input $f" >&2; exit 1; }
 done
@@ -156,11 +168,28 @@ train_and_eval teacher train "$TEACHER_RUN" "$TEACHER_STAMP" "$TEACHER_CFG" "${C
 TEACHER="$CKPT"
 
 # ---- 3. students, one per variant, then their evaluation and analysis
+# student_runs: "NAME VARIANT DIVISOR" lines, DIVISOR "-" for variants without the affine term.
+student_runs() {
+  local v d first
+  for v in $VARIANTS; do
+    if [[ $AFFINE_VARIANTS == *" $v "* ]]; then
+      first=1
+      for d in $AFFINE_DIVISORS; do
+        if ((first)); then echo "$v $v $d"; else echo "$v-$d $v $d"; fi
+        first=0
+      done
+    else
+      echo "$v $v -"
+    fi
+  done
+}
 runs=()
-for v in $VARIANTS; do
+while read -r -u 3 v variant divisor; do
   run="$OUT/runs/$v"
   runs+=("$run")
-  args=(--attention "$v" "${COMMON[@]}" --set "kd.teacher=$TEACHER" ${STUDENT_SET[@]+"${STUDENT_SET[@]}"})
+  args=(--attention "$variant" "${COMMON[@]}" --set "kd.teacher=$TEACHER")
+  [[ $divisor == - ]] || args+=(--set "attention.affine_bias_divisor=$divisor")
+  args+=(${STUDENT_SET[@]+"${STUDENT_SET[@]}"})
   st=$(stamp_of "$STUDENT_CFG" "${args[@]}" "teacher $TEACHER_STAMP")
   train_and_eval "$v" "train (KD from teacher)" "$run" "$st" "$STUDENT_CFG" "${args[@]}"
   ckpt="$CKPT"
@@ -173,7 +202,7 @@ for v in $VARIANTS; do
   stage "$v: analyze" "$run/analysis/analysis.json" \
     "$KDTRAIN" analyze --checkpoint "$ckpt" --data "$C4_SHARDS" --seq-len "$SEQ_LEN" \
       --num-seqs "$ANALYZE_SEQS" "${DEV[@]}" --out "$run/analysis"
-done
+done 3< <(student_runs)
 
 # ---- 4. report (always redone: cheap)
 log "report ..."

@@ -116,10 +116,16 @@ def test_small_study_smoke_end_to_end(tmp_path):
     teacher = out / "runs" / "teacher"
     assert (teacher / "checkpoints" / "latest").read_text().strip() == "step_00000005"
     assert json.loads((teacher / "eval_c4.json").read_text())["perplexity"] > 1
-    for v in variants:
-        run = out / "runs" / v
+    # the affine variant trains once per divisor (the CPU default, "sequence visible")
+    runs = {"baseline": ("baseline", None), "sink": ("sink", None), "affine": ("affine", "sequence"),
+            "affine-visible": ("affine", "visible")}
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted([*runs, "teacher"])
+    for name, (variant, divisor) in runs.items():
+        run = out / "runs" / name
         cfg = json.loads((run / "config.json").read_text())
-        assert cfg["attention"]["variant"] == v
+        assert cfg["attention"]["variant"] == variant
+        if divisor:
+            assert cfg["attention"]["affine_bias_divisor"] == divisor
         assert cfg["kd"]["teacher"].endswith("runs/teacher/checkpoints/step_00000005")
         assert json.loads((run / "eval_c4.json").read_text())["perplexity"] > 1
         zs = json.loads((run / "zero_shot.json").read_text())
@@ -132,7 +138,8 @@ def test_small_study_smoke_end_to_end(tmp_path):
     assert list(report.glob("fig*.png"))
     with open(report / "table1.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert [r["Method"] for r in rows] == ["Baseline ‡", "Sink ‡", "Affine-Scaled ‡"]  # --limit 2
+    assert [r["Method"] for r in rows] == ["Baseline ‡", "Sink ‡", "Affine-Scaled ‡",  # --limit 2
+                                           "Affine-Scaled (β/N: visible) ‡"]
     assert all(r["C4 PPL"] and r["C4 BPB"] and r["Loss"] for r in rows)
     assert "steps 1–5" in (report / "table4.md").read_text()
     # a rerun skips every finished stage
@@ -143,11 +150,16 @@ def test_small_study_smoke_end_to_end(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "teacher: train: done already" in again.stdout
     assert "affine: zero-shot: done already" in again.stdout
+    assert "affine-visible: zero-shot: done already" in again.stdout
+    bad = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke", "--out", str(out),
+                          "--kdtrain", str(KDTRAIN), "--affine-divisors", "sequence keys"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "'keys' is not an attention.affine_bias_divisor" in bad.stderr
     # a changed student override redoes that student (and its evaluations), not the teacher
     before = (out / "runs" / "affine" / "metrics.jsonl").read_text()
     changed = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
                               "--out", str(out), "--kdtrain", str(KDTRAIN), "--variants", "affine",
-                              "--student-set", "train.seed=9"],
+                              "--affine-divisors", "sequence", "--student-set", "train.seed=9"],
                              cwd=REPO, capture_output=True, text=True, timeout=300)
     assert changed.returncode == 0, changed.stderr[-3000:]
     assert "teacher: train: done already" in changed.stdout
