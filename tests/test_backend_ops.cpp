@@ -191,6 +191,24 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   }
 }
 
+// The fields the dense and the sparse loss op share (LossChunkArgs, SparseKdChunkArgs),
+// filled alike so their cases differ only in how the teacher is given.
+template <typename LossArgs>
+void fill_shared_loss_args(OpRun& r, LossArgs& a, int64_t n, int64_t V, KdLoss kd_loss) {
+  std::vector<int32_t> targets = ids(n, 21, V);
+  targets[n / 2] = -1;  // a masked row: no CE, KD still counts
+  a.n = n;
+  a.V = V;
+  a.logits = r.out_act("dlogits", n * V, values(n * V, 22, 3.f));
+  a.targets = r.i32(targets);
+  a.ce = r.out_f32("ce", n);
+  a.kd = r.out_f32("kd", n);
+  a.kd_loss = kd_loss;
+  a.temperature = 2.f;
+  a.kd_weight = 0.6f;
+  a.grad_scale = 0.25f;
+}
+
 void add_loss_cases(std::vector<OpCase>& cases) {
   for (const KdLoss kd_loss : {KdLoss::forward_kl, KdLoss::reverse_kl, KdLoss::soft_ce}) {
     for (const bool teacher : {false, true}) {
@@ -200,20 +218,9 @@ void add_loss_cases(std::vector<OpCase>& cases) {
         cases.push_back({"loss_chunk",
                          std::string(to_string(kd_loss)) + (teacher ? " teacher" : " no teacher") + " V=" + std::to_string(V),
                          [=](OpRun& r) {
-                           std::vector<int32_t> targets = ids(n, 21, V);
-                           targets[n / 2] = -1;  // a masked row: no CE, KD still counts
                            LossChunkArgs a;
-                           a.n = n;
-                           a.V = V;
-                           a.logits = r.out_act("dlogits", n * V, values(n * V, 22, 3.f));
+                           fill_shared_loss_args(r, a, n, V, kd_loss);
                            a.teacher_logits = teacher ? r.act(values(n * V, 23, 3.f)) : nullptr;
-                           a.targets = r.i32(targets);
-                           a.ce = r.out_f32("ce", n);
-                           a.kd = r.out_f32("kd", n);
-                           a.kd_loss = kd_loss;
-                           a.temperature = 2.f;
-                           a.kd_weight = 0.6f;
-                           a.grad_scale = 0.25f;
                            r.be().loss_chunk(a);
                          }});
       }
@@ -260,26 +267,15 @@ void add_sparse_kd_cases(std::vector<OpCase>& cases) {
                            std::string(to_string(kd_loss)) + " " + to_string(tail) + " V=" +
                                std::to_string(V) + " K=" + std::to_string(K),
                            [=](OpRun& r) {
-                             std::vector<int32_t> targets = ids(n, 21, V);
-                             targets[n / 2] = -1;  // a masked row: no CE, KD still counts
                              const SparseRows rows = sparse_rows(n, V, K, 24);
                              SparseKdChunkArgs a;
-                             a.n = n;
-                             a.V = V;
+                             fill_shared_loss_args(r, a, n, V, kd_loss);
                              a.K = K;
-                             a.logits = r.out_act("dlogits", n * V, values(n * V, 22, 3.f));
-                             a.targets = r.i32(targets);
                              a.ids = r.i32(rows.ids);
                              a.logp = r.f32(rows.logp);
                              a.log_tail = r.f32(rows.log_tail);
                              a.tail = tail;
-                             a.ce = r.out_f32("ce", n);
-                             a.kd = r.out_f32("kd", n);
                              a.soft_ce = r.out_f32("soft_ce", n);
-                             a.kd_loss = kd_loss;
-                             a.temperature = 2.f;
-                             a.kd_weight = 0.6f;
-                             a.grad_scale = 0.25f;
                              r.be().sparse_kd_loss_chunk(a);
                            }});
         }
