@@ -268,6 +268,13 @@ TEST_CASE("sim wgmma: accumulators are unreadable until wait_group, operands are
 
 TEST_CASE("sim wgmma: misuse is reported", "[sim][wgmma]") {
   auto mma = [](unsigned char* smem, float (&d)[32]) { tc::wgmma_ss<64, false, false>(d, desc_a(smem), desc_b(smem), false); };
+  // A correctly fenced and committed product, left for the case to wait for (or not).
+  auto filled_committed_mma = [&](unsigned char* smem, float (&d)[32]) {
+    fill_ab(smem, 1);
+    tc::wgmma_fence();
+    mma(smem, d);
+    tc::wgmma_commit();
+  };
   // No wgmma.fence before the first mma_async, and none after a wait.
   CHECK_THAT(launch_error(128, [&](unsigned char* smem) {
                fill_ab(smem, 1);
@@ -276,11 +283,8 @@ TEST_CASE("sim wgmma: misuse is reported", "[sim][wgmma]") {
              }),
              Catch::Contains("without a wgmma.fence"));
   CHECK_THAT(launch_error(128, [&](unsigned char* smem) {
-               fill_ab(smem, 1);
                float d[32];
-               tc::wgmma_fence();
-               mma(smem, d);
-               tc::wgmma_commit();
+               filled_committed_mma(smem, d);
                tc::wgmma_wait<0>();
                mma(smem, d);
              }),
@@ -317,11 +321,8 @@ TEST_CASE("sim wgmma: misuse is reported", "[sim][wgmma]") {
              }),
              Catch::Contains("differ between the threads"));
   CHECK_THAT(launch_error(128, [&](unsigned char* smem) {
-               fill_ab(smem, 1);
                float d[32];
-               tc::wgmma_fence();
-               mma(smem, d);
-               tc::wgmma_commit();
+               filled_committed_mma(smem, d);
              }),
              Catch::Contains("never retired"));
   CHECK_THAT(launch_error(96, [&](unsigned char*) { tc::wgmma_fence(); }), Catch::Contains("whole warpgroups"));
