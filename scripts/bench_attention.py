@@ -249,21 +249,18 @@ def main(argv=None):
         print(json.dumps(r))
         return
     print(f"bench_attention: {r['device']} {r['dtype']}, {r['tokens']} tokens; {r['flop_convention']}")
+    def row(x, label, timing):
+        """One printed result: its error in place of the timing when the case failed."""
+        print(f"  D={x['D']:<4} {label} " + (x["error"] if "error" in x else timing(x)))
+
     for x in r["results"]:
-        if "error" in x:
-            print(f"  D={x['D']:<4} {x['case']:<28} {x['error']}")
-        else:
-            print(f"  D={x['D']:<4} {x['case']:<28} {x['ms']:9.3f} ms {x['tflops']:8.3f} TFLOP/s "
-                  f"x{x['slowdown_vs_sdpa']:.2f} vs sdpa   [{x['formulation']}]")
+        row(x, f"{x['case']:<28}", lambda x: f"{x['ms']:9.3f} ms {x['tflops']:8.3f} TFLOP/s "
+                                             f"x{x['slowdown_vs_sdpa']:.2f} vs sdpa   [{x['formulation']}]")
     for x in r.get("kdtrain", []):
-        if "error" in x:
-            print(f"  D={x['D']:<4} kdtrain {x['variant']:<20} {x['error']}")
-        else:
-            print(f"  D={x['D']:<4} kdtrain {x['attention']:<20} {x['fwd_bwd_ms']:9.3f} ms "
-                  f"{x['tflops']:8.3f} TFLOP/s")
+        row(x, f"kdtrain {x['attention'] if 'attention' in x else x['variant']:<20}",
+            lambda x: f"{x['fwd_bwd_ms']:9.3f} ms {x['tflops']:8.3f} TFLOP/s")
     for x in r.get("kdtrain_builds", []):
-        print(f"  D={x['D']:<4} kdtrain[{x['build']}] baseline "
-              + (x["error"] if "error" in x else f"{x['fwd_bwd_ms']:9.3f} ms"))
+        row(x, f"kdtrain[{x['build']}] baseline", lambda x: f"{x['fwd_bwd_ms']:9.3f} ms")
     for key in ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "variant_speedup_vs_torch_best",
                 "attn_determinism_cost"):
         if key in r:
