@@ -60,6 +60,12 @@ void causal_softmax(T* S, T* lse, int64_t Tn, const T* sink) {
   }
 }
 
+// N_i of the affine bias of query row i, in the element type.
+template <typename T>
+T bias_count(const AttentionFeatures& features, int64_t i, int64_t Tn) {
+  return static_cast<T>(affine_bias_count(features.bias_divisor, i, Tn));
+}
+
 }  // namespace
 
 template <typename T>
@@ -68,9 +74,7 @@ void attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* al
   const int64_t B = dims.B, Tn = dims.T, H = dims.H, Hkv = dims.Hkv, D = dims.D;
   const QkvIndex ix{Tn, H, Hkv, D};
   const int64_t group = H / Hkv, ld = ix.ld(), ldo = H * D;
-  const bool sink = features.sink;
-  const bool affine = features.affine;
-  auto bias_count = [&](int64_t i) { return static_cast<T>(affine_bias_count(features.bias_divisor, i, Tn)); };
+  const bool sink = features.sink, affine = features.affine;
 
 #pragma omp parallel
   {
@@ -94,7 +98,7 @@ void attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* al
         const T* v = qkv + ix.v(b, i, g);
         for (int64_t d = 0; d < D; ++d) vsum[d] += v[d];
         const T a = alpha[(b * Tn + i) * H + h];
-        const T beta = (alpha_ma[h] - a) / bias_count(i);
+        const T beta = (alpha_ma[h] - a) / bias_count<T>(features, i, Tn);
         for (int64_t d = 0; d < D; ++d) o[i * ldo + d] = a * pv[i * D + d] + beta * vsum[d];
       }
     }
@@ -108,9 +112,7 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
   const int64_t B = dims.B, Tn = dims.T, H = dims.H, Hkv = dims.Hkv, D = dims.D;
   const QkvIndex ix{Tn, H, Hkv, D};
   const int64_t group = H / Hkv, ld = ix.ld(), ldo = H * D;
-  const bool sink = features.sink;
-  const bool affine = features.affine;
-  auto bias_count = [&](int64_t i) { return static_cast<T>(affine_bias_count(features.bias_divisor, i, Tn)); };
+  const bool sink = features.sink, affine = features.affine;
   // Drow(b, h, i) = dO'_i . (PV)_i, for the sink gradient.
   std::vector<T> Drow(static_cast<size_t>(B * H * Tn));
 
@@ -166,7 +168,7 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
         for (int64_t i = 0; i < Tn; ++i) {
           const T* v = V + i * ld;
           for (int64_t d = 0; d < D; ++d) run[d] += v[d];
-          const T invN = T(1) / bias_count(i);
+          const T invN = T(1) / bias_count<T>(features, i, Tn);
           T da = 0;
           for (int64_t d = 0; d < D; ++d) da += dO[i * ldo + d] * (pv[i * D + d] - run[d] * invN);
           dalpha[(b * Tn + i) * H + h] = da;
@@ -175,7 +177,7 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
         std::fill(run.begin(), run.end(), T(0));
         for (int64_t i = Tn - 1; i >= 0; --i) {
           const T a = alpha[(b * Tn + i) * H + h];
-          const T beta = (alpha_ma[h] - a) / bias_count(i);
+          const T beta = (alpha_ma[h] - a) / bias_count<T>(features, i, Tn);
           for (int64_t d = 0; d < D; ++d) run[d] += beta * dO[i * ldo + d];
           for (int64_t d = 0; d < D; ++d) dV[i * ld + d] += run[d];
         }
