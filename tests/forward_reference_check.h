@@ -25,6 +25,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "kernels/attention/flash_forward_kernel.cuh"
+#include "kernels/attention/params.h"
 #include "kernels/attention/prefix_scan_kernel.cuh"
 #include "sim_test_util.h"
 
@@ -37,41 +38,53 @@ struct EmulatedForward {
   sim::LaunchStats stats;
 };
 
+// The emulator launch of one forward kernel: `blocks` blocks of `threads`, `smem` bytes of
+// dynamic shared memory. The reverse schedule also lands cp.async copies at issue: a K/V
+// stage refilled while another warp still reads it then changes the result.
+inline sim::LaunchConfig forward_launch_config(int64_t blocks, unsigned threads, size_t smem, sim::Schedule sched,
+                                               uint64_t seed) {
+  sim::LaunchConfig c;
+  c.grid = {static_cast<unsigned>(blocks), 1, 1};
+  c.block = {threads, 1, 1};
+  c.shared_bytes = smem;
+  c.schedule = sched;
+  c.cp_async_at_issue = sched == sim::Schedule::reverse;
+  c.seed = seed;
+  return c;
+}
+
 // One emulated forward call on pb's inputs: outputs NaN-prefilled between guards, the
-// prefix scan for affine, then launch(args, flags) (flags: flash_dispatch's kSink,
-// kAffine) runs the kernel under test and returns its LaunchStats.
+// prefix scan for affine, then launch(params, prefix, flags) (flags: flash_dispatch's
+// kSink, kAffine) runs the kernel under test and returns its LaunchStats.
 template <typename Launch>
 EmulatedForward run_forward_emulated(const AttnInputs& pb, sim::Schedule sched, Launch launch) {
   const size_t n_out = static_cast<size_t>(pb.B * pb.T * pb.H * pb.D), n_lse = static_cast<size_t>(pb.B * pb.H * pb.T);
   Guarded<uint16_t> out(n_out, 0x7fc0, kGuardHalf);
   Guarded<float> lse(n_lse, std::numeric_limits<float>::quiet_NaN(), guard_float());
-  flash::ForwardArgs a;
-  a.p = pb.params();
-  pb.point_inputs(a);
-  a.out = out.data();
-  a.lse = lse.data();
-  const bool sink = features_of(pb.variant).sink, affine = features_of(pb.variant).affine;
+  flash::AttentionParams p = pb.params();
+  p.out = out.data();
+  p.lse = lse.data();
   const size_t cols = static_cast<size_t>(pb.Hkv * pb.D);
-  Guarded<float> prefix(affine ? static_cast<size_t>(pb.B * pb.T) * cols : 0, std::numeric_limits<float>::quiet_NaN(),
+  Guarded<float> prefix(p.affine ? static_cast<size_t>(pb.B * pb.T) * cols : 0, std::numeric_limits<float>::quiet_NaN(),
                         guard_float());
   std::vector<float> totals(static_cast<size_t>(pb.B * flash::scan_chunks(pb.T)) * cols);
-  if (affine) {
+  if (p.affine) {
     flash::ScanArgs<uint16_t> s;
-    s.in = pb.qkv.data() + a.p.v_offset;
+    s.in = p.qkv + p.v_offset;
     s.batches = pb.B;
     s.rows = pb.T;
     s.cols = static_cast<int64_t>(cols);
-    s.in_row_stride = a.p.qkv_token;
-    s.in_batch_stride = a.p.qkv_batch;
+    s.in_row_stride = p.qkv_token;
+    s.in_batch_stride = p.qkv_batch;
     s.out = prefix.data();
     s.chunk_sums = totals.data();
     run_scan(s, sched);
-    a.prefix = prefix.data();
   }
   EmulatedForward r;
-  flash::flash_dispatch(sink, affine, [&](auto flags) { r.stats = launch(a, flags); });
+  flash::flash_dispatch(p.sink, p.affine,
+                        [&](auto flags) { r.stats = launch(p, p.affine ? prefix.data() : nullptr, flags); });
   r.guards_ok = out.guards_intact(kGuardHalf) && lse.guards_intact(guard_float()) &&
-                (!affine || prefix.guards_intact(guard_float()));
+                (!p.affine || prefix.guards_intact(guard_float()));
   r.out.assign(out.data(), out.data() + n_out);
   r.lse.assign(lse.data(), lse.data() + n_lse);
   return r;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "kernels/attention/params.h"
 #include "kernels/attention/prefix_scan_kernel.cuh"
 #include "kernels/tc/sim/simt.h"
 
@@ -69,10 +70,18 @@ struct AttnInputs {
   }
   float scale() const { return 1.f / std::sqrt(static_cast<float>(D)); }
   AttentionFeatures features() const { return features_of(variant, divisor); }
-  // The kernels' sizes, strides and divisor, as backend/cuda/attention_entry.cu builds them.
-  flash::FlashParams params() const {
-    flash::FlashParams p = flash::make_flash_params(B, T, H, Hkv, D, scale());
+  // The kernels' params (sizes, strides, divisor, features) pointing at these inputs, as
+  // backend/cuda/attention_entry.cu builds them; the caller points the outputs.
+  flash::AttentionParams params() const {
+    flash::AttentionParams p;
+    static_cast<flash::FlashParams&>(p) = flash::make_flash_params(B, T, H, Hkv, D, scale());
     p.bias_visible = divisor == AffineBiasDivisor::visible;
+    p.sink = features().sink;
+    p.affine = features().affine;
+    p.qkv = qkv.data();
+    p.sinks = sinks.data();
+    p.alpha = alpha.data();
+    p.alpha_ma = alpha_ma.data();
     return p;
   }
   // Multiplies every query by 2^e (exact in bf16 for the |q| <= 1.5 drawn here): logits
@@ -84,14 +93,6 @@ struct AttnInputs {
         w = sim::bf16_round(std::ldexp(sim::bf16_value(w), e));
       }
     return *this;
-  }
-  // Points a kernel's arguments (forward or backward) at these inputs.
-  template <typename Args>
-  void point_inputs(Args& a) const {
-    a.qkv = qkv.data();
-    a.sinks = sinks.data();
-    a.alpha = alpha.data();
-    a.alpha_ma = alpha_ma.data();
   }
 };
 

@@ -144,19 +144,18 @@ Emulated run_emulated(const Problem& pb, sim::Schedule schedule, int first_ticke
   Guarded<uint16_t> dqkv(pb.qkv.size(), 0x7fc0, kGuardHalf);
   Guarded<uint16_t> dalpha(pb.alpha.size(), affine ? 0x7fc0 : 0, kGuardHalf);
   Guarded<float> dsinks(static_cast<size_t>(pb.H), 0.25f, guard_float());
-  const flash::FlashParams p = pb.params();
+  flash::AttentionParams p = pb.params();
+  p.out = const_cast<uint16_t*>(pb.out.data());  // the backward only reads out and lse (params.h)
+  p.lse = const_cast<float*>(pb.lse.data());
+  p.dout = pb.dout.data();
+  p.dqkv = dqkv.data();
+  p.dalpha = dalpha.data();
+  p.dsinks = dsinks.data();
   const flash::BwdWorkspace layout = flash::bwd_workspace(pb.B, pb.T, pb.H, pb.Hkv, pb.D, sink, affine);
   // Garbage (NaN bytes) in the workspace: the kernels must not read what they did not write.
   Guarded<uint8_t> ws(layout.bytes + 256, 0xff, kGuardByte);
   auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(ws.data()) + 255) & ~uintptr_t{255});
-  flash::BwdArgs a = flash::make_bwd_args(p, sink, affine, base);
-  pb.point_inputs(a);
-  a.out = pb.out.data();
-  a.dout = pb.dout.data();
-  a.lse = pb.lse.data();
-  a.dqkv = dqkv.data();
-  a.dalpha = dalpha.data();
-  a.dsinks = dsinks.data();
+  const flash::BwdArgs a = flash::make_bwd_args(p, base);
   SimLauncher launch{schedule, first_ticket, resident};
   flash::flash_dispatch(sink, affine, [&](auto flags) {
     using F = decltype(flags);

@@ -34,28 +34,20 @@ using Problem = AttnInputs;
 using Emulated = EmulatedForward;
 
 template <int D, bool kSink, bool kAffine>
-sim::LaunchStats launch_forward(const flash::ForwardArgs& args, sim::Schedule sched) {
-  // The reverse schedule also lands cp.async copies at issue: a K/V stage refilled
-  // while another warp still reads it then changes the result.
+sim::LaunchStats launch_forward(const flash::AttentionParams& p, const float* prefix, sim::Schedule sched) {
   constexpr auto t = flash::flash_tiles(D, flash::FlashPass::forward);
   using L = flash::ForwardLayout<D, t.Br, t.Bc, t.warps>;
-  sim::LaunchConfig c;
-  c.grid = {static_cast<unsigned>(flash::forward_blocks(args.p, t.Br)), 1, 1};
-  c.block = {L::kThreads, 1, 1};
-  c.shared_bytes = L::kSmemBytes;
-  c.schedule = sched;
-  c.cp_async_at_issue = sched == sim::Schedule::reverse;
-  c.seed = 0x5eed;
+  const sim::LaunchConfig c = forward_launch_config(flash::forward_blocks(p, t.Br), L::kThreads, L::kSmemBytes, sched, 0x5eed);
   return sim::launch(c, [&](unsigned char* smem) {
-    flash::flash_forward_block<D, t.Br, t.Bc, t.warps, kSink, kAffine>(args, smem);
+    flash::flash_forward_block<D, t.Br, t.Bc, t.warps, kSink, kAffine>(p, prefix, smem);
   });
 }
 
 Emulated run_emulated(const Problem& pb, sim::Schedule sched) {
-  return run_forward_emulated(pb, sched, [&](const flash::ForwardArgs& a, auto flags) {
+  return run_forward_emulated(pb, sched, [&](const flash::AttentionParams& p, const float* prefix, auto flags) {
     using F = decltype(flags);
-    return pb.D == 64 ? launch_forward<64, F::kSink, F::kAffine>(a, sched)
-                      : launch_forward<128, F::kSink, F::kAffine>(a, sched);
+    return pb.D == 64 ? launch_forward<64, F::kSink, F::kAffine>(p, prefix, sched)
+                      : launch_forward<128, F::kSink, F::kAffine>(p, prefix, sched);
   });
 }
 

@@ -21,24 +21,19 @@ namespace {
 
 using namespace simtest;
 template <int D, bool kSink, bool kAffine>
-sim::LaunchStats launch_sm90a(const flash::ForwardArgs& args, sim::Schedule sched) {
+sim::LaunchStats launch_sm90a(const flash::AttentionParams& p, const float* prefix, sim::Schedule sched) {
   using L = flash::ForwardSm90a<D>;
-  sim::LaunchConfig c;
-  c.grid = {static_cast<unsigned>(flash::forward_blocks(args.p, L::kBr)), 1, 1};
-  c.block = {L::kThreads, 1, 1};
-  c.shared_bytes = L::kSmemBytes;
-  c.schedule = sched;
-  c.cp_async_at_issue = sched == sim::Schedule::reverse;
-  c.seed = 0x90a;
+  const sim::LaunchConfig c = forward_launch_config(flash::forward_blocks(p, L::kBr), L::kThreads, L::kSmemBytes, sched, 0x90a);
   return sim::launch(c, [&](unsigned char* smem) {
-    flash::flash_forward_sm90a_block<D, L::Bc, L::kWarpgroups, kSink, kAffine>(args, smem);
+    flash::flash_forward_sm90a_block<D, L::Bc, L::kWarpgroups, kSink, kAffine>(p, prefix, smem);
   });
 }
 
 EmulatedForward run(const AttnInputs& pb, sim::Schedule sched) {
-  return run_forward_emulated(pb, sched, [&](const flash::ForwardArgs& a, auto flags) {
+  return run_forward_emulated(pb, sched, [&](const flash::AttentionParams& p, const float* prefix, auto flags) {
     using F = decltype(flags);
-    return pb.D == 64 ? launch_sm90a<64, F::kSink, F::kAffine>(a, sched) : launch_sm90a<128, F::kSink, F::kAffine>(a, sched);
+    return pb.D == 64 ? launch_sm90a<64, F::kSink, F::kAffine>(p, prefix, sched)
+                      : launch_sm90a<128, F::kSink, F::kAffine>(p, prefix, sched);
   });
 }
 

@@ -3,8 +3,8 @@
 // flash_forward_kernel.cuh / flash_backward_{prep,kernel}.cuh). Plain C++ can
 // include this header.
 //
-// Contract: params.h (one struct for both CUDA attention paths) with
-// bf16 qkv/out/dout/dqkv/alpha/dalpha and fp32 sinks/alpha_ma/lse/dsinks.
+// Contract: params.h (the one struct of a call, for both CUDA attention paths) with
+// bf16 qkv/out/dout/dqkv/alpha/dalpha (raw words) and fp32 sinks/alpha_ma/lse/dsinks.
 // CudaBackend reaches these launchers only through backend/cuda/attention_entry.cu, when
 // choose_attention_path (backend/cuda/attention_path.h) picks the fused path.
 // Numerics (docs/flash_attention.md; the CPU mirror flash_mirror_{forward,backward}.cpp runs

@@ -92,17 +92,7 @@ void flash_attention_backward(const AttentionParams& p, void* workspace, size_t 
     fail("flash attention backward: workspace of ", workspace_bytes, " bytes, ", need, " needed");
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
     fail("flash attention backward: the workspace must be 16-byte aligned");
-  BwdArgs a = flash::make_bwd_args(p, p.sink, p.affine, static_cast<unsigned char*>(workspace));
-  a.qkv = reinterpret_cast<const uint16_t*>(p.qkv);
-  a.out = reinterpret_cast<const uint16_t*>(p.out);
-  a.dout = reinterpret_cast<const uint16_t*>(p.dout);
-  a.lse = p.lse;
-  a.sinks = p.sinks;
-  a.alpha = reinterpret_cast<const uint16_t*>(p.alpha);
-  a.alpha_ma = p.alpha_ma;
-  a.dqkv = reinterpret_cast<uint16_t*>(p.dqkv);
-  a.dalpha = reinterpret_cast<uint16_t*>(p.dalpha);
-  a.dsinks = p.dsinks;
+  const BwdArgs a = flash::make_bwd_args(p, static_cast<unsigned char*>(workspace));
   CudaLauncher launch{stream};
   auto* ws = static_cast<unsigned char*>(workspace);
   flash::flash_dispatch(p.sink, p.affine, [&](auto flags) {

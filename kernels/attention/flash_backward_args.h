@@ -1,13 +1,14 @@
-// What the kernels of the fused attention backward read and write, as plain pointers
-// (bf16 as raw uint16_t words, so host code and the SIMT emulator need no CUDA header),
-// and how they are carved out of the caller's buffers and workspace. Shared by the CUDA
-// launcher (flash_backward.cu) and the emulated tests.
+// What the kernels of the fused attention backward take: the call's AttentionParams
+// (params.h: plain C++, bf16 as raw words, so host code and the SIMT emulator need no
+// CUDA header) and how this pass carves its workspace. Shared by the CUDA launcher
+// (flash_backward.cu) and the emulated tests.
 #pragma once
 #include <cstdint>
 
 #include "kernels/attention/flash_backward_schedule.h"
 #include "kernels/attention/flash_backward_workspace.h"
 #include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
 
 namespace kdtrain::flash {
 
@@ -41,23 +42,13 @@ static_assert(flash_tiles(128, FlashPass::backward).Br == kBwdTiles.Br &&
                   flash_tiles(128, FlashPass::backward).Bc == kBwdTiles.Bc,
               "one backward tile shape for every head dim (few instantiations)");
 
+// The kernels' one argument: the call's params, whole and unchanged, and this pass's
+// schedule and carve-up of the workspace.
 struct BwdArgs {
-  FlashParams p;
+  AttentionParams p;
   BwdSchedule sched;
   int64_t T_pad = 0;    // rows of the (B, H, T_pad) statistics
   int64_t n_chunks = 0; // preprocessing row chunks per (b, kv head)
-  // Inputs.
-  const uint16_t* qkv = nullptr;    // (B, T, H + 2*Hkv, D) bf16
-  const uint16_t* out = nullptr;    // (B, T, H, D) bf16, the forward output
-  const uint16_t* dout = nullptr;   // (B, T, H, D) bf16
-  const float* lse = nullptr;       // (B, H, T)
-  const float* sinks = nullptr;     // (H)        [sink]
-  const uint16_t* alpha = nullptr;  // (B, T, H) bf16 [affine]
-  const float* alpha_ma = nullptr;  // (H)        [affine]
-  // Outputs.
-  uint16_t* dqkv = nullptr;    // (B, T, H + 2*Hkv, D) bf16, written
-  uint16_t* dalpha = nullptr;  // (B, T, H) bf16, written [affine]
-  float* dsinks = nullptr;     // (H), accumulated [sink; may be null]
   // Workspace regions (flash_backward_workspace.h).
   int* ints = nullptr;  // counters, then the semaphores
   float* lse2 = nullptr;
@@ -80,7 +71,8 @@ inline BwdWorkspace bwd_workspace(int64_t B, int64_t T, int64_t H, int64_t Hkv, 
   return BwdWorkspace(B, T, H, Hkv, D, sink, affine, kBwdTiles, kBwdDqSlices, kRowChunk);
 }
 
-inline BwdArgs make_bwd_args(const FlashParams& p, bool sink, bool affine, unsigned char* workspace) {
+inline BwdArgs make_bwd_args(const AttentionParams& p, unsigned char* workspace) {
+  const bool sink = p.sink, affine = p.affine;
   const BwdWorkspace ws = bwd_workspace(p.B, p.T, p.H, p.Hkv, p.D, sink, affine);
   BwdArgs a;
   a.p = p;

@@ -89,8 +89,8 @@ TC_DEVICE void load_step(const BwdArgs& a, unsigned char* smem, int64_t b, int64
   const int valid = static_cast<int>(a.p.T - i0 < L::Br ? a.p.T - i0 : L::Br);
   auto* Qs = reinterpret_cast<uint16_t*>(smem + L::kQ + stage * L::kTileQ);
   auto* dOs = reinterpret_cast<uint16_t*>(smem + L::kDo + stage * L::kTileQ);
-  load_tile<D, L::Br, L::kThreads>(Qs, a.qkv + b * a.p.qkv_batch + i0 * a.p.qkv_token + h * D, a.p.qkv_token, valid);
-  load_tile<D, L::Br, L::kThreads>(dOs, a.dout + b * a.p.o_batch + i0 * a.p.o_token + h * D, a.p.o_token, valid);
+  load_tile<D, L::Br, L::kThreads>(Qs, a.p.qkv + b * a.p.qkv_batch + i0 * a.p.qkv_token + h * D, a.p.qkv_token, valid);
+  load_tile<D, L::Br, L::kThreads>(dOs, a.p.dout + b * a.p.o_batch + i0 * a.p.o_token + h * D, a.p.o_token, valid);
   // Statistics: kStats arrays of Br floats, padded rows included (16 chunks each).
   const int tid = static_cast<int>(tc::thread_idx().x);
   constexpr int kChunks = L::Br / 4;
@@ -155,13 +155,13 @@ struct LdsmLane {
 template <int D, bool kAffine>
 TC_DEVICE void store_dq(const BwdArgs& a, const float (&qacc)[D / 16][4], float rsum, int64_t b, int64_t h,
                         int64_t i0, int warp, int lane) {
-  const flash::FlashParams& p = a.p;
+  const flash::AttentionParams& p = a.p;
   const int dq_m = warp % 4, dq_n = warp / 4, gq = lane / 4, tq = lane % 4;
   TC_UNROLL
   for (int half = 0; half < 2; ++half) {
     const int64_t i = i0 + dq_m * 16 + gq + half * 8;
     if (i >= p.T) continue;
-    uint16_t* dst = a.dqkv + b * p.qkv_batch + i * p.qkv_token + h * D + dq_n * (D / 2) + 2 * tq;
+    uint16_t* dst = p.dqkv + b * p.qkv_batch + i * p.qkv_token + h * D + dq_n * (D / 2) + 2 * tq;
     TC_UNROLL
     for (int n = 0; n < D / 16; ++n)
       *reinterpret_cast<uint32_t*>(dst + n * 8) =
@@ -171,7 +171,7 @@ TC_DEVICE void store_dq(const BwdArgs& a, const float (&qacc)[D / 16][4], float 
     const int64_t i = i0 + dq_m * 16 + lane;
     const int64_t row_stat = (b * p.H + h) * a.T_pad + i;
     if (dq_n == 0 && lane < 16 && i < p.T)
-      a.dalpha[b * p.alpha_batch + i * p.alpha_token + h] =
+      p.dalpha[b * p.alpha_batch + i * p.alpha_token + h] =
           tc::float_to_bf16(rsum - a.sigma[row_stat] / flash::affine_bias_count(p, i));
   }
 }
@@ -201,7 +201,7 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   using Swz64 = tc::Swizzle<64>;
   constexpr int Br = L::Br, Bc = L::Bc, kNd = D / 8, kNdq = D / 16;
   constexpr int kSub = 2, kSubQ = Br / kSub, kNq = kSubQ / 8;  // query sub-tiles
-  const flash::FlashParams& p = a.p;
+  const flash::AttentionParams& p = a.p;
   const flash::BwdSchedule& sc = a.sched;
   const int tid = static_cast<int>(tc::thread_idx().x), warp = tc::warp_id(), lane = tc::lane_id();
   const int gq = lane / 4, tq = lane % 4;  // fragment row group and thread-in-group
@@ -221,8 +221,8 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   const int key_rows = static_cast<int>(p.T - j0 < Bc ? p.T - j0 : Bc);
   const int steps = sc.steps(kt);
 
-  load_tile<D, Bc, L::kThreads>(Ks, a.qkv + b * p.qkv_batch + j0 * p.qkv_token + p.k_offset + g * D, p.qkv_token, key_rows);
-  load_tile<D, Bc, L::kThreads>(Vs, a.qkv + b * p.qkv_batch + j0 * p.qkv_token + p.v_offset + g * D, p.qkv_token, key_rows);
+  load_tile<D, Bc, L::kThreads>(Ks, p.qkv + b * p.qkv_batch + j0 * p.qkv_token + p.k_offset + g * D, p.qkv_token, key_rows);
+  load_tile<D, Bc, L::kThreads>(Vs, p.qkv + b * p.qkv_batch + j0 * p.qkv_token + p.v_offset + g * D, p.qkv_token, key_rows);
   load_step<D, kAffine>(a, smem, b, g, 0, 0);
   tc::cp_async_commit();
 
@@ -456,7 +456,7 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     const int row = warp * 16 + idx / kChunks, c = (idx % kChunks) * 8;
     const int64_t j = j0 + row;
     if (j >= p.T) continue;
-    uint16_t* base = a.dqkv + b * p.qkv_batch + j * p.qkv_token + g * D + c;
+    uint16_t* base = p.dqkv + b * p.qkv_batch + j * p.qkv_token + g * D + c;
     tc::copy16(base + p.k_offset, Ks + SwzD::offset(row, c));
     tc::copy16(base + p.v_offset, Vs + SwzD::offset(row, c));
   }

@@ -34,7 +34,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kPer = D / 32;  // columns per lane, contiguous
   static_assert(D % 32 == 0, "lanes split the head dim evenly");
-  const flash::FlashParams& p = a.p;
+  const flash::AttentionParams& p = a.p;
   const int warp = tc::warp_id(), lane = tc::lane_id();
   const int64_t chunk = tc::block_idx().x, g = tc::block_idx().y, b = tc::block_idx().z;
   const int64_t i_first = chunk * flash::kRowChunk + warp * kPrepRowsPerWarp;
@@ -67,15 +67,15 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
       float beta = 0.f, alpha = 1.f;
       const float* s = nullptr;
       if constexpr (kAffine) {
-        alpha = tc::bf16_to_float(a.alpha[b * p.alpha_batch + i * p.alpha_token + h]);
-        beta = (a.alpha_ma[h] - alpha) / flash::affine_bias_count(p, i);
+        alpha = tc::bf16_to_float(p.alpha[b * p.alpha_batch + i * p.alpha_token + h]);
+        beta = (p.alpha_ma[h] - alpha) / flash::affine_bias_count(p, i);
         s = a.vsum + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer;
       }
       float dsum = 0.f, ssum = 0.f;
       TC_UNROLL
       for (int k = 0; k < kPer; ++k) {
-        const float go = tc::bf16_to_float(a.dout[o + k]);
-        float y = tc::bf16_to_float(a.out[o + k]);
+        const float go = tc::bf16_to_float(p.dout[o + k]);
+        float y = tc::bf16_to_float(p.out[o + k]);
         if constexpr (kAffine) {
           y -= beta * s[k];
           ssum += go * s[k];
@@ -85,7 +85,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
       }
       dsum = tc::warp_sum(dsum);
       if constexpr (kAffine) ssum = tc::warp_sum(ssum);
-      const float lse = a.lse[b * p.lse_batch + h * p.lse_head + i];
+      const float lse = p.lse[b * p.lse_batch + h * p.lse_head + i];
       if (lane == 0) {
         a.lse2[row] = lse * kLog2e;
         a.drow[row] = dsum;
@@ -93,7 +93,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
           a.alpha_f[row] = alpha;
           a.sigma[row] = ssum;
         }
-        if constexpr (kSink) sink_acc += tc::exp2_approx((a.sinks[h] - lse) * kLog2e) * dsum;
+        if constexpr (kSink) sink_acc += tc::exp2_approx((p.sinks[h] - lse) * kLog2e) * dsum;
       }
     }
     if constexpr (kSink) {
@@ -129,14 +129,14 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
       *is_last = tc::atomic_add(a.ints + flash::BwdWorkspace::kSinkDone, 1) == blocks - 1;
     }
     tc::sync_block();
-    if (!*is_last || a.dsinks == nullptr) return;
+    if (!*is_last || p.dsinks == nullptr) return;
     tc::fence_gpu();
     const int64_t n = p.B * a.n_chunks;
     for (int64_t h = warp; h < p.H; h += kPrepWarps) {
       float acc = 0.f;
       for (int64_t k = lane; k < n; k += 32) acc += tc::load_cg(a.sink_part + h * n + k);
       acc = tc::warp_sum(acc);
-      if (lane == 0) a.dsinks[h] -= acc;
+      if (lane == 0) p.dsinks[h] -= acc;
     }
   }
 }

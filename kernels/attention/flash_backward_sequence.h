@@ -29,14 +29,14 @@ struct BwdGrid {
 
 template <int D, bool kSink, bool kAffine, bool kAtomic = kBwdAtomicDq, typename Launcher>
 void run_bwd_sequence(Launcher& launch, const BwdArgs& a, unsigned char* workspace) {
-  const FlashParams& p = a.p;
+  const AttentionParams& p = a.p;
   const BwdWorkspace ws = bwd_workspace(p.B, p.T, p.H, p.Hkv, p.D, kSink, kAffine);
   launch.zero(workspace + ws.ints, ws.zeroed_bytes);
   ScanArgs<uint16_t> v_scan;
   ScanArgs<float> u_scan;
   if constexpr (kAffine) {
     // v rows of a token are the Hkv * D contiguous values at v_offset.
-    v_scan.in = a.qkv + p.v_offset;
+    v_scan.in = p.qkv + p.v_offset;
     v_scan.batches = p.B;
     v_scan.rows = p.T;
     v_scan.cols = p.Hkv * D;

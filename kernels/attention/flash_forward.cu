@@ -15,14 +15,11 @@
 namespace kdtrain::cuda {
 namespace {
 
-using kdtrain::flash::FlashParams;
-using kdtrain::flash::ForwardArgs;
-
 template <int D, int Br, int Bc, int Warps, bool kSink, bool kAffine>
 __global__ void __launch_bounds__(Warps * 32)
-    flash_forward_kernel(const __grid_constant__ ForwardArgs args) {
+    flash_forward_kernel(const __grid_constant__ AttentionParams p, const float* prefix) {
   extern __shared__ __align__(128) unsigned char smem[];
-  flash::flash_forward_block<D, Br, Bc, Warps, kSink, kAffine>(args, smem);
+  flash::flash_forward_block<D, Br, Bc, Warps, kSink, kAffine>(p, prefix, smem);
 }
 
 // The forward tiles of head dim D, from the one table in flash_shape.h.
@@ -46,7 +43,7 @@ ForwardWorkspace forward_workspace(const AttentionParams& s) {
 }
 
 template <int D, typename Flags>
-void launch_forward(const ForwardArgs& args, cudaStream_t stream) {
+void launch_forward(const AttentionParams& p, const float* prefix, cudaStream_t stream) {
   constexpr auto tiles = kForwardTiles<D>;
   using L = flash::ForwardLayout<D, tiles.Br, tiles.Bc, tiles.warps>;
   auto kernel = flash_forward_kernel<D, tiles.Br, tiles.Bc, tiles.warps, Flags::kSink, Flags::kAffine>;
@@ -56,9 +53,9 @@ void launch_forward(const ForwardArgs& args, cudaStream_t stream) {
     return true;
   }();
   (void)opted_in;
-  const int64_t blocks = flash::forward_blocks(args.p, tiles.Br);
+  const int64_t blocks = flash::forward_blocks(p, tiles.Br);
   if (blocks > 0x7fffffff) fail("flash attention: ", blocks, " blocks exceed the grid limit");
-  kernel<<<static_cast<unsigned>(blocks), L::kThreads, L::kSmemBytes, stream>>>(args);
+  kernel<<<static_cast<unsigned>(blocks), L::kThreads, L::kSmemBytes, stream>>>(p, prefix);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -76,36 +73,28 @@ void flash_attention_forward(const AttentionParams& s, void* workspace, size_t w
   if (workspace_bytes < ws.total() || (ws.total() > 0 && workspace == nullptr))
     fail("flash attention forward: workspace of ", workspace_bytes, " bytes, ", ws.total(), " needed");
 
-  // The kernel's argument pack: the same sizes and pointers, bf16 as raw words.
-  ForwardArgs fa;
-  fa.p = s;
-  if (fa.p.qkv_token * 128 > 0x7fffffff)  // tile offsets are 32-bit (flash_forward_kernel.cuh)
-    fail("flash attention: qkv rows of ", fa.p.qkv_token, " elements are too wide");
-  fa.qkv = reinterpret_cast<const uint16_t*>(s.qkv);
-  fa.sinks = s.sinks;
-  fa.alpha = reinterpret_cast<const uint16_t*>(s.alpha);
-  fa.alpha_ma = s.alpha_ma;
-  fa.out = reinterpret_cast<uint16_t*>(s.out);
-  fa.lse = s.lse;
+  if (s.qkv_token * 128 > 0x7fffffff)  // tile offsets are 32-bit (flash_forward_kernel.cuh)
+    fail("flash attention: qkv rows of ", s.qkv_token, " elements are too wide");
+  const float* prefix = nullptr;
   if (s.affine) {
     // prefix[b][i][g*D + d] = sum_{j<=i} v_j: all kv heads' v columns are one contiguous
     // run of Hkv*D columns inside each qkv token row.
     auto* base = static_cast<unsigned char*>(workspace);
     flash::ScanArgs<uint16_t> scan;
-    scan.in = fa.qkv + fa.p.v_offset;
+    scan.in = s.qkv + s.v_offset;
     scan.batches = s.B;
     scan.rows = s.T;
     scan.cols = s.Hkv * s.D;
-    scan.in_row_stride = fa.p.qkv_token;
-    scan.in_batch_stride = fa.p.qkv_batch;
+    scan.in_row_stride = s.qkv_token;
+    scan.in_batch_stride = s.qkv_batch;
     scan.out = reinterpret_cast<float*>(base);
     scan.chunk_sums = reinterpret_cast<float*>(base + ws.prefix_bytes);
     prefix_scan(scan, stream);
-    fa.prefix = scan.out;
+    prefix = scan.out;
   }
   if (wgmma_sm90a) {
 #if KDTRAIN_HAVE_SM90A
-    launch_flash_forward_sm90a(fa, s.sink, s.affine, stream);
+    launch_flash_forward_sm90a(s, prefix, stream);
     return;
 #else
     fail("flash attention forward: the sm_90a (wgmma) kernel is not in this build (CMake KDTRAIN_CUDA_SM90A=OFF)");
@@ -114,9 +103,9 @@ void flash_attention_forward(const AttentionParams& s, void* workspace, size_t w
   kdtrain::flash::flash_dispatch(s.sink, s.affine, [&](auto flags) {
     using Flags = decltype(flags);
     if (s.D == 64)
-      launch_forward<64, Flags>(fa, stream);
+      launch_forward<64, Flags>(s, prefix, stream);
     else
-      launch_forward<128, Flags>(fa, stream);
+      launch_forward<128, Flags>(s, prefix, stream);
   });
 }
 

@@ -18,26 +18,17 @@
 // of the running sum; the quad's four parts are added in the epilogue), so
 // lse = ln2 * (m + log2 l). affine: out = alpha (O / l) + beta prefix, the fp32 prefix
 // sums of v coming from prefix_scan_kernel.cuh.
+// Arguments: the call's AttentionParams (params.h) as the backend built it, and, for
+// affine, `prefix` (B, T, Hkv*D) fp32 sum_{j<=i} v_j from the forward's workspace.
 #pragma once
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
 #include "kernels/tc/primitives.cuh"
 
 namespace kdtrain::flash {
-
-// Pointers of one forward call. bf16 tensors are raw 16-bit words.
-struct ForwardArgs {
-  FlashParams p;
-  const uint16_t* qkv = nullptr;    // (B, T, H + 2*Hkv, D)
-  const float* sinks = nullptr;     // (H)                                 [sink]
-  const uint16_t* alpha = nullptr;  // (B, T, H)                           [affine]
-  const float* alpha_ma = nullptr;  // (H)                                 [affine]
-  const float* prefix = nullptr;    // (B, T, Hkv*D) fp32 sum_{j<=i} v_j   [affine]
-  uint16_t* out = nullptr;          // (B, T, H, D)
-  float* lse = nullptr;             // (B, H, T)
-};
 
 // Shared-memory layout and derived counts of one instantiation.
 template <int D, int Br, int Bc, int Warps>
@@ -90,13 +81,12 @@ TC_DEVICE void load_tile(uint16_t* dst, const uint16_t* src, int row_stride, int
 }  // namespace fwd_detail
 
 template <int D, int Br, int Bc, int Warps, bool kSink, bool kAffine>
-TC_DEVICE void flash_forward_block(const ForwardArgs& a, unsigned char* smem) {
+TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix, unsigned char* smem) {
   using L = ForwardLayout<D, Br, Bc, Warps>;
   using Swz = tc::Swizzle<D>;
   using fwd_detail::load_tile;
   constexpr int kMT = L::kMTiles, kNT = Bc / 8, kDT = D / 8, kKQ = D / 16, kKP = Bc / 16;
   constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-  const FlashParams& p = a.p;
   const int T = static_cast<int>(p.T);
 
   // Block -> (b, h, query tile), heaviest tiles first.
@@ -110,9 +100,9 @@ TC_DEVICE void flash_forward_block(const ForwardArgs& a, unsigned char* smem) {
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::kQOffset);
   auto sK = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + 2 * s * L::kTileKVBytes); };
   auto sV = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + (2 * s + 1) * L::kTileKVBytes); };
-  const uint16_t* q_g = a.qkv + b * p.qkv_batch + h * D;
-  const uint16_t* k_g = a.qkv + b * p.qkv_batch + p.k_offset + g * D;
-  const uint16_t* v_g = a.qkv + b * p.qkv_batch + p.v_offset + g * D;
+  const uint16_t* q_g = p.qkv + b * p.qkv_batch + h * D;
+  const uint16_t* k_g = p.qkv + b * p.qkv_batch + p.k_offset + g * D;
+  const uint16_t* v_g = p.qkv + b * p.qkv_batch + p.v_offset + g * D;
 
   const int kend = T < i0 + Br ? T : i0 + Br;  // keys past the last row are never visible
   const int n_kt = (kend + Bc - 1) / Bc;
@@ -131,7 +121,7 @@ TC_DEVICE void flash_forward_block(const ForwardArgs& a, unsigned char* smem) {
   float acc[kMT][kDT][4];
   float m[kMT][2], l[kMT][2];
   // The sink is a key of logit s_h and value 0: it seeds the max and (once per quad) the sum.
-  const float m_init = kSink ? a.sinks[h] * kLog2e : -INFINITY;
+  const float m_init = kSink ? p.sinks[h] * kLog2e : -INFINITY;
   TC_UNROLL
   for (int mt = 0; mt < kMT; ++mt) {
     TC_UNROLL
@@ -276,9 +266,9 @@ TC_DEVICE void flash_forward_block(const ForwardArgs& a, unsigned char* smem) {
       const float* pre = nullptr;
       if constexpr (kAffine) {
         if (row < T) {
-          alpha_i = tc::bf16_to_float(a.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
-          beta = (a.alpha_ma[h] - alpha_i) / affine_bias_count(p, row);
-          pre = a.prefix + (b * p.T + row) * (p.Hkv * D) + g * D;
+          alpha_i = tc::bf16_to_float(p.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
+          beta = (p.alpha_ma[h] - alpha_i) / affine_bias_count(p, row);
+          pre = prefix + (b * p.T + row) * (p.Hkv * D) + g * D;
         }
       }
       TC_UNROLL
@@ -293,7 +283,7 @@ TC_DEVICE void flash_forward_block(const ForwardArgs& a, unsigned char* smem) {
         }
         *reinterpret_cast<uint32_t*>(sQ + Swz::offset(local, col)) = tc::pack_bf16x2(o0, o1);
       }
-      if (qcol == 0 && row < T) a.lse[b * p.lse_batch + h * p.lse_head + row] = kLn2 * (m[mt][hh] + tc::log2_approx(l_row));
+      if (qcol == 0 && row < T) p.lse[b * p.lse_batch + h * p.lse_head + row] = kLn2 * (m[mt][hh] + tc::log2_approx(l_row));
     }
   }
   tc::sync_warp();
@@ -305,7 +295,7 @@ TC_DEVICE void flash_forward_block(const ForwardArgs& a, unsigned char* smem) {
       const int c = lane + 32 * it, local = mrow[mt] + c / kChunks, col = (c % kChunks) * 8;
       const int row = i0 + local;
       if (row < T)
-        tc::copy16(a.out + b * p.o_batch + static_cast<int64_t>(row) * p.o_token + h * D + col,
+        tc::copy16(p.out + b * p.o_batch + static_cast<int64_t>(row) * p.o_token + h * D + col,
                    sQ + Swz::offset(local, col));
     }
   }

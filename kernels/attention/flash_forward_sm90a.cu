@@ -14,14 +14,14 @@ namespace {
 // registers at D 64), so the register cap of 255 per thread is the compiler's to use.
 template <int D, bool kSink, bool kAffine>
 __global__ void __launch_bounds__(flash::ForwardSm90a<D>::kThreads, 1)
-    flash_forward_sm90a_kernel(const __grid_constant__ flash::ForwardArgs args) {
+    flash_forward_sm90a_kernel(const __grid_constant__ AttentionParams p, const float* prefix) {
   using L = flash::ForwardSm90a<D>;
   extern __shared__ __align__(1024) unsigned char smem[];
-  flash::flash_forward_sm90a_block<D, L::Bc, L::kWarpgroups, kSink, kAffine>(args, smem);
+  flash::flash_forward_sm90a_block<D, L::Bc, L::kWarpgroups, kSink, kAffine>(p, prefix, smem);
 }
 
 template <int D, bool kSink, bool kAffine>
-void launch(const flash::ForwardArgs& args, cudaStream_t stream) {
+void launch(const AttentionParams& p, const float* prefix, cudaStream_t stream) {
   using L = flash::ForwardSm90a<D>;
   auto kernel = flash_forward_sm90a_kernel<D, kSink, kAffine>;
   static const bool attribute_set = [&] {  // once per instantiation, not per launch
@@ -29,23 +29,23 @@ void launch(const flash::ForwardArgs& args, cudaStream_t stream) {
     return true;
   }();
   (void)attribute_set;
-  const int64_t blocks = flash::forward_blocks(args.p, L::kBr);
+  const int64_t blocks = flash::forward_blocks(p, L::kBr);
   if (blocks > 0x7fffffff) fail("flash attention (sm_90a): ", blocks, " blocks exceed the grid limit");
-  kernel<<<static_cast<unsigned>(blocks), L::kThreads, L::kSmemBytes, stream>>>(args);
+  kernel<<<static_cast<unsigned>(blocks), L::kThreads, L::kSmemBytes, stream>>>(p, prefix);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_flash_forward_sm90a(const flash::ForwardArgs& args, bool sink, bool affine, cudaStream_t stream) {
-  KD_CHECK(args.p.D == 64 || args.p.D == 128, "flash attention (sm_90a): head dim ", args.p.D,
+void launch_flash_forward_sm90a(const AttentionParams& p, const float* prefix, cudaStream_t stream) {
+  KD_CHECK(p.D == 64 || p.D == 128, "flash attention (sm_90a): head dim ", p.D,
            " (the wgmma forward takes 64 and 128)");
-  flash::flash_dispatch(sink, affine, [&](auto flags) {
+  flash::flash_dispatch(p.sink, p.affine, [&](auto flags) {
     using F = decltype(flags);
-    if (args.p.D == 64)
-      launch<64, F::kSink, F::kAffine>(args, stream);
+    if (p.D == 64)
+      launch<64, F::kSink, F::kAffine>(p, prefix, stream);
     else
-      launch<128, F::kSink, F::kAffine>(args, stream);
+      launch<128, F::kSink, F::kAffine>(p, prefix, stream);
   });
 }
 

@@ -1,9 +1,9 @@
 // Fused causal attention forward for Hopper (sm_90a): the kernel body, written against
 // primitives.cuh and wgmma.cuh so the same source runs on the GPU
 // (flash_forward_sm90a.cu) and in the host SIMT emulator
-// (tests/test_flash_forward_sm90a_sim.cpp). Same contract, arguments (ForwardArgs) and
-// maths as the mma.sync forward (flash_forward_kernel.cuh); what differs is the tensor
-// core instruction. Algorithm and predicted time: docs/flash_attention.md.
+// (tests/test_flash_forward_sm90a_sim.cpp). Same contract, arguments (the call's
+// AttentionParams and the affine prefix sums) and maths as the mma.sync forward
+// (flash_forward_kernel.cuh); what differs is the tensor core instruction. Algorithm and predicted time: docs/flash_attention.md.
 //
 // One block per (b, h, query tile of Br = 64 kWarpgroups rows), heaviest tiles first.
 // Warpgroup wg owns query rows [64 wg, 64 wg + 64) of the tile; per key tile of Bc rows:
@@ -78,14 +78,13 @@ TC_DEVICE void load_tile(uint16_t* dst, const uint16_t* src, int row_stride, int
 }  // namespace sm90a_detail
 
 template <int D, int Bc, int kWarpgroups, bool kSink, bool kAffine>
-TC_DEVICE void flash_forward_sm90a_block(const ForwardArgs& a, unsigned char* smem) {
+TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* prefix, unsigned char* smem) {
   using L = ForwardSm90aLayout<D, Bc, kWarpgroups>;
   using QT = typename L::QTile;
   using KVT = typename L::KVTile;
   using sm90a_detail::load_tile;
   constexpr int Br = L::kBr, kNT = Bc / 8, kDT = D / 8, kKQ = D / 16, kKP = Bc / 16;
   constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-  const FlashParams& p = a.p;
   const int T = static_cast<int>(p.T);
 
   // Block -> (b, h, query tile), heaviest tiles first (as flash_forward_kernel.cuh).
@@ -101,9 +100,9 @@ TC_DEVICE void flash_forward_sm90a_block(const ForwardArgs& a, unsigned char* sm
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::kQOffset);
   auto sK = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + 2 * s * KVT::kBytes); };
   auto sV = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + (2 * s + 1) * KVT::kBytes); };
-  const uint16_t* q_g = a.qkv + b * p.qkv_batch + h * D;
-  const uint16_t* k_g = a.qkv + b * p.qkv_batch + p.k_offset + g * D;
-  const uint16_t* v_g = a.qkv + b * p.qkv_batch + p.v_offset + g * D;
+  const uint16_t* q_g = p.qkv + b * p.qkv_batch + h * D;
+  const uint16_t* k_g = p.qkv + b * p.qkv_batch + p.k_offset + g * D;
+  const uint16_t* v_g = p.qkv + b * p.qkv_batch + p.v_offset + g * D;
 
   const int kend = T < i0 + Br ? T : i0 + Br;  // keys past the last row are never visible
   const int n_kt = (kend + Bc - 1) / Bc;
@@ -116,7 +115,7 @@ TC_DEVICE void flash_forward_sm90a_block(const ForwardArgs& a, unsigned char* sm
   float o[D / 2];
   float m[2], l[2];
   // The sink is a key of logit s_h and value 0: it seeds the max and (once per quad) the sum.
-  const float m_init = kSink ? a.sinks[h] * kLog2e : -INFINITY;
+  const float m_init = kSink ? p.sinks[h] * kLog2e : -INFINITY;
   TC_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
     m[hh] = m_init;
@@ -226,9 +225,9 @@ TC_DEVICE void flash_forward_sm90a_block(const ForwardArgs& a, unsigned char* sm
     const float* pre = nullptr;
     if constexpr (kAffine) {
       if (row < T) {
-        alpha_i = tc::bf16_to_float(a.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
-        beta = (a.alpha_ma[h] - alpha_i) / affine_bias_count(p, row);
-        pre = a.prefix + (b * p.T + row) * (p.Hkv * D) + g * D;
+        alpha_i = tc::bf16_to_float(p.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
+        beta = (p.alpha_ma[h] - alpha_i) / affine_bias_count(p, row);
+        pre = prefix + (b * p.T + row) * (p.Hkv * D) + g * D;
       }
     }
     TC_UNROLL
@@ -243,7 +242,7 @@ TC_DEVICE void flash_forward_sm90a_block(const ForwardArgs& a, unsigned char* sm
       }
       *reinterpret_cast<uint32_t*>(sQ + QT::offset(local, col)) = tc::pack_bf16x2(o0, o1);
     }
-    if (qcol == 0 && row < T) a.lse[b * p.lse_batch + h * p.lse_head + row] = kLn2 * (m[hh] + tc::log2_approx(l_row));
+    if (qcol == 0 && row < T) p.lse[b * p.lse_batch + h * p.lse_head + row] = kLn2 * (m[hh] + tc::log2_approx(l_row));
   }
   tc::sync_warp();
   constexpr int kChunks = D / 8;
@@ -252,7 +251,7 @@ TC_DEVICE void flash_forward_sm90a_block(const ForwardArgs& a, unsigned char* sm
     const int c = lane + 32 * it, local = wg_row0 + 16 * warp + c / kChunks, col = (c % kChunks) * 8;
     const int row = i0 + local;
     if (row < T)
-      tc::copy16(a.out + b * p.o_batch + static_cast<int64_t>(row) * p.o_token + h * D + col, sQ + QT::offset(local, col));
+      tc::copy16(p.out + b * p.o_batch + static_cast<int64_t>(row) * p.o_token + h * D + col, sQ + QT::offset(local, col));
   }
 }
 

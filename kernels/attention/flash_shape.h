@@ -3,7 +3,8 @@
 // (kernels/attention/flash_{forward,backward}.cu), so both run the same blocking.
 //
 // Plain C++17, no CUDA types: every field is a size, an int64 stride in elements,
-// or a float. Pointers stay in the callers (typed T* on the CPU, bf16 on the GPU).
+// or a float. Pointers stay in the callers (typed T* in the CPU mirror; the CUDA side's
+// AttentionParams, params.h, adds the call's tensors).
 //
 // Variants become compile-time flags in exactly one place per backend, through
 // flash_dispatch() below: `sink` -> kSink, `affine`/`affine-gated` -> kAffine,

@@ -1,35 +1,42 @@
-// The one parameter struct of the CUDA attention core. Both implementations (the
-// fused kernels, flash.cuh, and the row kernels, row.cuh) take it.
+// The one parameter struct of a CUDA attention call. Every implementation takes it
+// unchanged: the fused forward (mma.sync and sm_90a wgmma), the fused backward and the
+// row kernels (flash.cuh, row.cuh). A pass that needs more (the forward's affine prefix
+// sums, the backward's schedule and workspace carve-up) takes it beside this struct or
+// wraps it whole (flash_backward_args.h); no pointer is copied from one struct to another.
 //
-// It is flash::FlashParams (sizes and element strides, shared with the CPU mirror
-// of the fused kernels) plus the variant's features and the typed device
-// pointers. backend/cuda/attention_entry.cu builds it from backend.h's AttentionForwardArgs /
-// AttentionBackwardArgs once per call: that is the only translation, and the only
-// place the variant is resolved into features on the CUDA side.
+// It is flash::FlashParams (sizes, element strides and the affine bias divisor, shared
+// with the CPU mirror of the fused kernels) plus the variant's features and every tensor
+// of the call, forward and backward. backend/cuda/attention_entry.cu builds it from
+// backend.h's AttentionForwardArgs / AttentionBackwardArgs once per call: that is the
+// only translation, and the only place the variant is resolved into features on the
+// CUDA side.
 //
-// Plain C++ (cuda_bf16.h compiles on the host), so tests can include it.
+// Plain C++17, no CUDA header: bf16 tensors are raw 16-bit words, so host code and the
+// SIMT emulator tests build it as the backend does.
 #pragma once
-#include <cuda_bf16.h>
+#include <cstdint>
 
 #include "kernels/attention/flash_shape.h"
 
-namespace kdtrain::cuda {
+namespace kdtrain::flash {
 
-using bf16 = __nv_bfloat16;  // as cuda_common.cuh, whose device helpers this header must not pull in
-
-struct AttentionParams : flash::FlashParams {
+struct AttentionParams : FlashParams {
   bool sink = false;    // the sink logit joins the softmax denominator
   bool affine = false;  // out = alpha * PV + beta * prefix(V)
-  const bf16* qkv = nullptr;        // (B, T, H + 2*Hkv, D): q heads, k heads, v heads
-  const float* sinks = nullptr;     // (H)                       [sink]
-  const bf16* alpha = nullptr;      // (B, T, H)                 [affine]
-  const float* alpha_ma = nullptr;  // (H)                       [affine]
-  bf16* out = nullptr;              // (B, T, H, D): written by the forward, read by the backward
+  const uint16_t* qkv = nullptr;    // (B, T, H + 2*Hkv, D) bf16: q heads, k heads, v heads
+  const float* sinks = nullptr;     // (H)                             [sink]
+  const uint16_t* alpha = nullptr;  // (B, T, H) bf16                  [affine]
+  const float* alpha_ma = nullptr;  // (H)                             [affine]
+  uint16_t* out = nullptr;          // (B, T, H, D) bf16: written by the forward, read by the backward
   float* lse = nullptr;             // (B, H, T): written by the forward, read by the backward
-  const bf16* dout = nullptr;       // (B, T, H, D)              [backward]
-  bf16* dqkv = nullptr;             // (B, T, H + 2*Hkv, D), written   [backward]
+  const uint16_t* dout = nullptr;   // (B, T, H, D) bf16               [backward]
+  uint16_t* dqkv = nullptr;         // (B, T, H + 2*Hkv, D) bf16, written   [backward]
   float* dsinks = nullptr;          // (H), accumulated; may be null   [backward, sink]
-  bf16* dalpha = nullptr;           // (B, T, H), written              [backward, affine]
+  uint16_t* dalpha = nullptr;       // (B, T, H) bf16, written         [backward, affine]
 };
 
+}  // namespace kdtrain::flash
+
+namespace kdtrain::cuda {
+using flash::AttentionParams;  // the launchers' and the row kernels' argument
 }  // namespace kdtrain::cuda

@@ -25,10 +25,14 @@ struct Index {  // offsets into the packed qkv rows (element units)
   __device__ int64_t o(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * H + h) * D; }
 };
 
+// The params carry bf16 tensors as raw words (params.h): read and written through these.
+__device__ __forceinline__ float from_bf16(uint16_t w) { return to_f(__ushort_as_bfloat16(w)); }
+__device__ __forceinline__ uint16_t to_bf16(float x) { return __bfloat16_as_ushort(to_bf(x)); }
+
 // Warp-cooperative dot of an fp32 shared vector with a bf16 global vector.
-__device__ __forceinline__ float warp_dot(const float* a, const bf16* b, int64_t D) {
+__device__ __forceinline__ float warp_dot(const float* a, const uint16_t* b, int64_t D) {
   float s = 0.f;
-  for (int64_t d = threadIdx.x % kWarpSize; d < D; d += kWarpSize) s += a[d] * to_f(b[d]);
+  for (int64_t d = threadIdx.x % kWarpSize; d < D; d += kWarpSize) s += a[d] * from_bf16(b[d]);
   return warp_sum(s);
 }
 
@@ -49,7 +53,7 @@ __device__ __forceinline__ void weighted_v_sums(const AttentionParams& p, const 
   wv = 0.f;
   vsum = 0.f;
   for (int64_t j = 0; j <= i; ++j) {
-    const float v = to_f(p.qkv[ix.v(b, j, g) + d]);
+    const float v = from_bf16(p.qkv[ix.v(b, j, g) + d]);
     wv += w[j] * v;
     vsum += v;
   }
@@ -64,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionPa
   float* q = smem;
   float* s = smem + p.D;
 
-  for (int64_t d = threadIdx.x; d < p.D; d += kThreads) q[d] = to_f(p.qkv[ix.q(b, i, h) + d]);
+  for (int64_t d = threadIdx.x; d < p.D; d += kThreads) q[d] = from_bf16(p.qkv[ix.q(b, i, h) + d]);
   __syncthreads();
   for (int64_t j = warp; j <= i; j += kWarps) {
     const float dot = warp_dot(q, p.qkv + ix.k(b, j, g), p.D);
@@ -89,14 +93,14 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionPa
 
   float a = 1.f, beta = 0.f;
   if (p.affine) {
-    a = to_f(p.alpha[(b * p.T + i) * p.H + h]);
+    a = from_bf16(p.alpha[(b * p.T + i) * p.H + h]);
     beta = (p.alpha_ma[h] - a) / flash::affine_bias_count(p, i);
   }
   for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
     float acc, vsum;
     weighted_v_sums(p, ix, b, g, i, s, d, acc, vsum);
     const float o = p.affine ? a * (acc * inv) + beta * vsum : acc * inv;
-    p.out[ix.o(b, i, h) + d] = to_bf(o);
+    p.out[ix.o(b, i, h) + d] = to_bf16(o);
   }
 }
 
@@ -114,11 +118,11 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(Atte
   float* pj = dop + p.D;
   float* dpj = pj + p.T;
 
-  const float a = p.affine ? to_f(p.alpha[(b * p.T + i) * p.H + h]) : 1.f;
+  const float a = p.affine ? from_bf16(p.alpha[(b * p.T + i) * p.H + h]) : 1.f;
   const float l = p.lse[(b * p.H + h) * p.T + i];
   for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
-    q[d] = to_f(p.qkv[ix.q(b, i, h) + d]);
-    dO[d] = to_f(p.dout[ix.o(b, i, h) + d]);
+    q[d] = from_bf16(p.qkv[ix.q(b, i, h) + d]);
+    dO[d] = from_bf16(p.dout[ix.o(b, i, h) + d]);
     dop[d] = a * dO[d];
   }
   __syncthreads();
@@ -145,15 +149,15 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(Atte
   const float da = block_sum(da_part, red);
   if (threadIdx.x == 0) {
     drow[(b * p.H + h) * p.T + i] = Di;
-    if (p.affine) p.dalpha[(b * p.T + i) * p.H + h] = to_bf(da);
+    if (p.affine) p.dalpha[(b * p.T + i) * p.H + h] = to_bf16(da);
   }
   // dS_j = p_j (dp_j - D_i), in place over dpj; each thread rewrites its own j.
   for (int64_t j = threadIdx.x; j <= i; j += kThreads) dpj[j] = pj[j] * (dpj[j] - Di);
   __syncthreads();
   for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
     float acc = 0.f;
-    for (int64_t j = 0; j <= i; ++j) acc += dpj[j] * to_f(p.qkv[ix.k(b, j, g) + d]);
-    p.dqkv[ix.q(b, i, h) + d] = to_bf(p.scale * acc);
+    for (int64_t j = 0; j <= i; ++j) acc += dpj[j] * from_bf16(p.qkv[ix.k(b, j, g) + d]);
+    p.dqkv[ix.q(b, i, h) + d] = to_bf16(p.scale * acc);
   }
 }
 
@@ -177,8 +181,8 @@ __global__ void __launch_bounds__(kThreads, 10) attention_backward_key_kernel(At
   float* cv = cq + p.T;  // coefficient of dO_i in dv_j: p_ij alpha_i + beta_i
 
   for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
-    k[d] = to_f(p.qkv[ix.k(b, j, g) + d]);
-    v[d] = to_f(p.qkv[ix.v(b, j, g) + d]);
+    k[d] = from_bf16(p.qkv[ix.k(b, j, g) + d]);
+    v[d] = from_bf16(p.qkv[ix.v(b, j, g) + d]);
     dk[d] = 0.f;
     dv[d] = 0.f;
   }
@@ -190,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 10) attention_backward_key_kernel(At
       const float dOv = warp_dot(v, p.dout + ix.o(b, i, h), p.D);
       if (lane == 0) {
         const int64_t r = (b * p.H + h) * p.T + i;
-        const float a = p.affine ? to_f(p.alpha[(b * p.T + i) * p.H + h]) : 1.f;
+        const float a = p.affine ? from_bf16(p.alpha[(b * p.T + i) * p.H + h]) : 1.f;
         const float pij = expf(p.scale * qk - p.lse[r]);
         cq[i] = p.scale * pij * (a * dOv - drow[r]);
         cv[i] = pij * a + (p.affine ? (ma - a) / flash::affine_bias_count(p, i) : 0.f);
@@ -200,8 +204,8 @@ __global__ void __launch_bounds__(kThreads, 10) attention_backward_key_kernel(At
     for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
       float acc_k = dk[d], acc_v = dv[d];
       for (int64_t i = j; i < p.T; ++i) {
-        acc_k += cq[i] * to_f(p.qkv[ix.q(b, i, h) + d]);
-        acc_v += cv[i] * to_f(p.dout[ix.o(b, i, h) + d]);
+        acc_k += cq[i] * from_bf16(p.qkv[ix.q(b, i, h) + d]);
+        acc_v += cv[i] * from_bf16(p.dout[ix.o(b, i, h) + d]);
       }
       dk[d] = acc_k;
       dv[d] = acc_v;
@@ -209,8 +213,8 @@ __global__ void __launch_bounds__(kThreads, 10) attention_backward_key_kernel(At
     __syncthreads();  // cq/cv are rewritten for the next head
   }
   for (int64_t d = threadIdx.x; d < p.D; d += kThreads) {
-    p.dqkv[ix.k(b, j, g) + d] = to_bf(dk[d]);
-    p.dqkv[ix.v(b, j, g) + d] = to_bf(dv[d]);
+    p.dqkv[ix.k(b, j, g) + d] = to_bf16(dk[d]);
+    p.dqkv[ix.v(b, j, g) + d] = to_bf16(dv[d]);
   }
 }
 

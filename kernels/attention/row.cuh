@@ -18,6 +18,10 @@
 // Limits (row_limits.h): B*H <= 65535, and T up to about 29000 at D = 64 (the backward's
 // two rows of scores must fit in 227 KB of shared memory).
 #pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
 #include "kernels/attention/params.h"
 #include "kernels/attention/row_limits.h"
 

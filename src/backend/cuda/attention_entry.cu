@@ -24,9 +24,9 @@ AttentionParams common_params(const Args& a) {
   KD_CHECK(!p.sink || a.sinks != nullptr, "attention (sink): sinks must be given");
   KD_CHECK(!p.affine || (a.alpha != nullptr && a.alpha_ma != nullptr),
            "attention (affine variants): alpha and alpha_ma must be given");
-  p.qkv = static_cast<const bf16*>(a.qkv);
+  p.qkv = static_cast<const uint16_t*>(a.qkv);
   p.sinks = p.sink ? a.sinks : nullptr;
-  p.alpha = p.affine ? static_cast<const bf16*>(a.alpha) : nullptr;
+  p.alpha = p.affine ? static_cast<const uint16_t*>(a.alpha) : nullptr;
   p.alpha_ma = p.affine ? a.alpha_ma : nullptr;
   return p;
 }
@@ -35,7 +35,7 @@ AttentionParams common_params(const Args& a) {
 
 AttentionParams attention_params(const AttentionForwardArgs& a) {
   AttentionParams p = common_params(a);
-  p.out = static_cast<bf16*>(a.out);
+  p.out = static_cast<uint16_t*>(a.out);
   p.lse = a.lse;
   return p;
 }
@@ -44,12 +44,12 @@ AttentionParams attention_params(const AttentionBackwardArgs& a) {
   AttentionParams p = common_params(a);
   KD_CHECK(!p.affine || a.dalpha != nullptr, "attention backward (affine): dalpha must be given");
   // The backward only reads out and lse; the struct is shared with the forward.
-  p.out = const_cast<bf16*>(static_cast<const bf16*>(a.out));
+  p.out = const_cast<uint16_t*>(static_cast<const uint16_t*>(a.out));
   p.lse = const_cast<float*>(a.lse);
-  p.dout = static_cast<const bf16*>(a.dout);
-  p.dqkv = static_cast<bf16*>(a.dqkv);
+  p.dout = static_cast<const uint16_t*>(a.dout);
+  p.dqkv = static_cast<uint16_t*>(a.dqkv);
   p.dsinks = p.sink ? a.dsinks : nullptr;
-  p.dalpha = p.affine ? static_cast<bf16*>(a.dalpha) : nullptr;
+  p.dalpha = p.affine ? static_cast<uint16_t*>(a.dalpha) : nullptr;
   return p;
 }
 
