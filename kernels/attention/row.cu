@@ -18,6 +18,7 @@ constexpr int kWarps = kThreads / kWarpSize;
 
 struct Index {  // offsets into the packed qkv rows (element units)
   int64_t T, H, Hkv, D;
+  __device__ explicit Index(const AttentionParams& p) : T(p.T), H(p.H), Hkv(p.Hkv), D(p.D) {}
   __device__ int64_t row(int64_t b, int64_t t) const { return (b * T + t) * (H + 2 * Hkv) * D; }
   __device__ int64_t q(int64_t b, int64_t t, int64_t h) const { return row(b, t) + h * D; }
   __device__ int64_t k(int64_t b, int64_t t, int64_t g) const { return row(b, t) + (H + g) * D; }
@@ -36,13 +37,14 @@ __device__ __forceinline__ float warp_dot(const float* a, const uint16_t* b, int
   return warp_sum(s);
 }
 
-// A block of grid (T, B*H): query row i of head h in sequence b, h's kv head g,
-// and this thread's warp and lane.
+// A block of grid (T, B*H): the call's qkv index, query row i of head h in sequence b,
+// h's kv head g, and this thread's warp and lane.
 struct QueryRow {
+  Index ix;
   int64_t i, b, h, g;
   int warp, lane;
   __device__ explicit QueryRow(const AttentionParams& p)
-      : i(blockIdx.x), b(blockIdx.y / p.H), h(blockIdx.y % p.H), g(h / (p.H / p.Hkv)),
+      : ix(p), i(blockIdx.x), b(blockIdx.y / p.H), h(blockIdx.y % p.H), g(h / (p.H / p.Hkv)),
         warp(threadIdx.x / kWarpSize), lane(threadIdx.x % kWarpSize) {}
 };
 
@@ -63,8 +65,7 @@ __device__ __forceinline__ void weighted_v_sums(const AttentionParams& p, const 
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionParams p) {
   extern __shared__ float smem[];
   __shared__ float red[kWarpSize];
-  const Index ix{p.T, p.H, p.Hkv, p.D};
-  const auto [i, b, h, g, warp, lane] = QueryRow(p);
+  const auto [ix, i, b, h, g, warp, lane] = QueryRow(p);
   float* q = smem;
   float* s = smem + p.D;
 
@@ -110,8 +111,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(Atte
                                                                           float* drow) {
   extern __shared__ float smem[];
   __shared__ float red[kWarpSize];
-  const Index ix{p.T, p.H, p.Hkv, p.D};
-  const auto [i, b, h, g, warp, lane] = QueryRow(p);
+  const auto [ix, i, b, h, g, warp, lane] = QueryRow(p);
   float* q = smem;
   float* dO = q + p.D;
   float* dop = dO + p.D;
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(Atte
 __global__ void __launch_bounds__(kThreads, 10) attention_backward_key_kernel(AttentionParams p,
                                                                         const float* drow) {
   extern __shared__ float smem[];
-  const Index ix{p.T, p.H, p.Hkv, p.D};
+  const Index ix(p);
   const int64_t j = blockIdx.x, b = blockIdx.y / p.Hkv, g = blockIdx.y % p.Hkv;
   const int64_t group = p.H / p.Hkv;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
