@@ -20,10 +20,13 @@
 // sums of v coming from prefix_scan_kernel.cuh.
 // Arguments: the call's AttentionParams (params.h) as the backend built it, and, for
 // affine, `prefix` (B, T, Hkv*D) fp32 sum_{j<=i} v_j from the forward's workspace.
+// The steps the sm_90a forward shares (block order, online softmax of a row, epilogue,
+// stores) are in flash_forward_steps.cuh.
 #pragma once
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/attention/flash_forward_steps.cuh"
 #include "kernels/attention/flash_shape.h"
 #include "kernels/attention/params.h"
 #include "kernels/tc/primitives.cuh"
@@ -49,12 +52,6 @@ struct ForwardLayout {
                 "tile loads give every thread the same number of 16-byte chunks");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block (sm_90: 227 KB)");
 };
-
-// Grid of one call: one block per (b, h, query tile).
-constexpr int64_t forward_query_tiles(int64_t T, int Br) { return (T + Br - 1) / Br; }
-constexpr int64_t forward_blocks(const FlashParams& p, int Br) {
-  return forward_query_tiles(p.T, Br) * p.B * p.H;
-}
 
 namespace fwd_detail {
 
@@ -86,14 +83,10 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
   using Swz = tc::Swizzle<D>;
   using fwd_detail::load_tile;
   constexpr int kMT = L::kMTiles, kNT = Bc / 8, kDT = D / 8, kKQ = D / 16, kKP = Bc / 16;
-  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   const int T = static_cast<int>(p.T);
-
-  // Block -> (b, h, query tile), heaviest tiles first.
-  const int64_t heads = p.B * p.H, linear = tc::block_idx().x;
-  const int qt = static_cast<int>(forward_query_tiles(p.T, Br) - 1 - linear / heads);
-  const int64_t b = (linear % heads) / p.H, h = linear % p.H, g = h / p.group;
-  const int i0 = qt * Br;
+  const ForwardBlock blk = forward_block(p, Br);
+  const int64_t b = blk.b, h = blk.h, g = blk.g;
+  const int i0 = blk.i0;
   const int tid = static_cast<int>(tc::thread_idx().x), warp = tid / 32, lane = tid % 32;
   const int qrow = lane / 4, qcol = lane % 4;  // the ISA's groupID, threadID_in_group
 
@@ -121,7 +114,7 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
   float acc[kMT][kDT][4];
   float m[kMT][2], l[kMT][2];
   // The sink is a key of logit s_h and value 0: it seeds the max and (once per quad) the sum.
-  const float m_init = kSink ? p.sinks[h] * kLog2e : -INFINITY;
+  const float m_init = kSink ? p.sinks[h] * kFwdLog2e : -INFINITY;
   TC_UNROLL
   for (int mt = 0; mt < kMT; ++mt) {
     TC_UNROLL
@@ -132,7 +125,7 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
     TC_UNROLL
     for (int d = 0; d < kDT; ++d) acc[mt][d][0] = acc[mt][d][1] = acc[mt][d][2] = acc[mt][d][3] = 0.f;
   }
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale_log2 = p.scale * kFwdLog2e;
 
   // Q (and tile 0) landed, Q fragments into registers for the whole key loop.
   tc::cp_async_wait<0>();
@@ -190,40 +183,9 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
       const int row_top = i0 + mrow[mt];
       const bool diag = j0 + Bc - 1 > row_top;  // some key of the tile is after some row
       TC_UNROLL
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = row_top + qrow + 8 * hh;
-        float mx = -INFINITY;
-        TC_UNROLL
-        for (int n = 0; n < kNT; ++n) {
-          TC_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[mt][n][2 * hh + e];
-            if (diag && j0 + n * 8 + 2 * qcol + e > row) x = -INFINITY;
-            mx = fmaxf(mx, x);
-          }
-        }
-        // max commutes with the positive scale, so this is the max of the scaled logits.
-        const float m_new = fmaxf(m[mt][hh], tc::quad_max(mx) * scale_log2);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no NaN from -inf - -inf
-        const float corr = tc::exp2_approx(m[mt][hh] - m_use);
-        m[mt][hh] = m_new;
-        float sum = 0.f;
-        TC_UNROLL
-        for (int n = 0; n < kNT; ++n) {
-          TC_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[mt][n][2 * hh + e];
-            x = tc::exp2_approx(fmaf(x, scale_log2, -m_use));
-            sum += x;
-          }
-        }
-        l[mt][hh] = l[mt][hh] * corr + sum;
-        TC_UNROLL
-        for (int d = 0; d < kDT; ++d) {
-          acc[mt][d][2 * hh] *= corr;
-          acc[mt][d][2 * hh + 1] *= corr;
-        }
-      }
+      for (int hh = 0; hh < 2; ++hh)
+        online_softmax_row<kNT, kDT>(s[mt], acc[mt], hh, diag, j0, row_top + qrow + 8 * hh, qcol, scale_log2,
+                                     m[mt][hh], l[mt][hh]);
     }
 
     // O += P V: P's A fragment for keys [16k, 16k+16) is the C fragments of n-blocks 2k, 2k+1.
@@ -258,47 +220,13 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
   TC_UNROLL
   for (int mt = 0; mt < kMT; ++mt) {
     TC_UNROLL
-    for (int hh = 0; hh < 2; ++hh) {
-      const int local = mrow[mt] + qrow + 8 * hh, row = i0 + local;
-      const float l_row = tc::quad_sum(l[mt][hh]);
-      const float inv = 1.f / l_row;
-      float alpha_i = 1.f, beta = 0.f;
-      const float* pre = nullptr;
-      if constexpr (kAffine) {
-        if (row < T) {
-          alpha_i = tc::bf16_to_float(p.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
-          beta = (p.alpha_ma[h] - alpha_i) / affine_bias_count(p, row);
-          pre = prefix + (b * p.T + row) * (p.Hkv * D) + g * D;
-        }
-      }
-      TC_UNROLL
-      for (int d = 0; d < kDT; ++d) {
-        const int col = d * 8 + 2 * qcol;
-        float o0 = acc[mt][d][2 * hh] * inv, o1 = acc[mt][d][2 * hh + 1] * inv;
-        if constexpr (kAffine) {
-          if (pre != nullptr) {
-            o0 = alpha_i * o0 + beta * pre[col];
-            o1 = alpha_i * o1 + beta * pre[col + 1];
-          }
-        }
-        *reinterpret_cast<uint32_t*>(sQ + Swz::offset(local, col)) = tc::pack_bf16x2(o0, o1);
-      }
-      if (qcol == 0 && row < T) p.lse[b * p.lse_batch + h * p.lse_head + row] = kLn2 * (m[mt][hh] + tc::log2_approx(l_row));
-    }
+    for (int hh = 0; hh < 2; ++hh)
+      forward_epilogue_row<D, kAffine, Swz>(p, prefix, acc[mt], hh, blk, mrow[mt] + qrow + 8 * hh, qcol, m[mt][hh],
+                                            l[mt][hh], sQ);
   }
   tc::sync_warp();
-  constexpr int kChunks = D / 8;
   TC_UNROLL
-  for (int mt = 0; mt < kMT; ++mt) {
-    TC_UNROLL
-    for (int it = 0; it < 16 * kChunks / 32; ++it) {
-      const int c = lane + 32 * it, local = mrow[mt] + c / kChunks, col = (c % kChunks) * 8;
-      const int row = i0 + local;
-      if (row < T)
-        tc::copy16(p.out + b * p.o_batch + static_cast<int64_t>(row) * p.o_token + h * D + col,
-                   sQ + Swz::offset(local, col));
-    }
-  }
+  for (int mt = 0; mt < kMT; ++mt) store_warp_rows<D, Swz>(p, blk, mrow[mt], lane, sQ);
 }
 
 }  // namespace kdtrain::flash

@@ -18,12 +18,13 @@
 // specialisation: every thread loads, then each warpgroup issues its own wgmma. The two
 // warpgroups take turns issuing S (FlashAttention-3's ping-pong, through two named
 // barriers), so one's softmax runs while the other's S occupies the tensor cores.
-// Statistics and epilogue (sink, affine) exactly as flash_forward_kernel.cuh.
+// Block order, online softmax, statistics and epilogue (sink, affine): the same code as
+// flash_forward_kernel.cuh, flash_forward_steps.cuh.
 #pragma once
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/attention/flash_forward_kernel.cuh"
+#include "kernels/attention/flash_forward_steps.cuh"
 #include "kernels/attention/flash_shape.h"
 #include "kernels/tc/named_barrier.cuh"
 #include "kernels/tc/primitives.cuh"
@@ -84,14 +85,10 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
   using KVT = typename L::KVTile;
   using sm90a_detail::load_tile;
   constexpr int Br = L::kBr, kNT = Bc / 8, kDT = D / 8, kKQ = D / 16, kKP = Bc / 16;
-  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   const int T = static_cast<int>(p.T);
-
-  // Block -> (b, h, query tile), heaviest tiles first (as flash_forward_kernel.cuh).
-  const int64_t heads = p.B * p.H, linear = tc::block_idx().x;
-  const int qt = static_cast<int>(forward_query_tiles(p.T, Br) - 1 - linear / heads);
-  const int64_t b = (linear % heads) / p.H, h = linear % p.H, g = h / p.group;
-  const int i0 = qt * Br;
+  const ForwardBlock blk = forward_block(p, Br);
+  const int64_t b = blk.b, h = blk.h, g = blk.g;
+  const int i0 = blk.i0;
   const int tid = static_cast<int>(tc::thread_idx().x);
   const int wg = tid / tc::kWarpgroupThreads, warp = (tid % tc::kWarpgroupThreads) / 32, lane = tid % 32;
   const int qrow = lane / 4, qcol = lane % 4;
@@ -115,7 +112,7 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
   float o[D / 2];
   float m[2], l[2];
   // The sink is a key of logit s_h and value 0: it seeds the max and (once per quad) the sum.
-  const float m_init = kSink ? p.sinks[h] * kLog2e : -INFINITY;
+  const float m_init = kSink ? p.sinks[h] * kFwdLog2e : -INFINITY;
   TC_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
     m[hh] = m_init;
@@ -123,7 +120,7 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
   }
   TC_UNROLL
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale_log2 = p.scale * kFwdLog2e;
   const uint32_t q_base = tc::shared_address(sQ);
   const int row_top = i0 + wg_row0 + 16 * warp;  // first query row of this warp
   // Turns: warpgroup w issues its S after syncing on barrier kTurn + w, which the other
@@ -159,40 +156,8 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
       // Online softmax on rows qrow, qrow + 8 of the warp (accumulator j: 2hh + e of n-block j/4).
       const bool diag = j0 + Bc - 1 > row_top;  // some key of the tile is after some row of the warp
       TC_UNROLL
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = row_top + qrow + 8 * hh;
-        float mx = -INFINITY;
-        TC_UNROLL
-        for (int n = 0; n < kNT; ++n) {
-          TC_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[4 * n + 2 * hh + e];
-            if (diag && j0 + n * 8 + 2 * qcol + e > row) x = -INFINITY;
-            mx = fmaxf(mx, x);
-          }
-        }
-        // max commutes with the positive scale, so this is the max of the scaled logits.
-        const float m_new = fmaxf(m[hh], tc::quad_max(mx) * scale_log2);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no NaN from -inf - -inf
-        const float corr = tc::exp2_approx(m[hh] - m_use);
-        m[hh] = m_new;
-        float sum = 0.f;
-        TC_UNROLL
-        for (int n = 0; n < kNT; ++n) {
-          TC_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[4 * n + 2 * hh + e];
-            x = tc::exp2_approx(fmaf(x, scale_log2, -m_use));
-            sum += x;
-          }
-        }
-        l[hh] = l[hh] * corr + sum;
-        TC_UNROLL
-        for (int d = 0; d < kDT; ++d) {
-          o[4 * d + 2 * hh] *= corr;
-          o[4 * d + 2 * hh + 1] *= corr;
-        }
-      }
+      for (int hh = 0; hh < 2; ++hh)
+        online_softmax_row<kNT, kDT>(s, o, hh, diag, j0, row_top + qrow + 8 * hh, qcol, scale_log2, m[hh], l[hh]);
 
       // O += P V: P's A fragment of k-step k is the accumulators of n-blocks 2k, 2k+1.
       uint32_t pf[kKP][4];
@@ -217,42 +182,11 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
   // Epilogue: normalise, affine term, stage the bf16 rows in this warp's rows of the Q
   // tile (read by this warpgroup's wgmma only, all retired), then 16-byte stores.
   TC_UNROLL
-  for (int hh = 0; hh < 2; ++hh) {
-    const int local = wg_row0 + 16 * warp + qrow + 8 * hh, row = i0 + local;
-    const float l_row = tc::quad_sum(l[hh]);
-    const float inv = 1.f / l_row;
-    float alpha_i = 1.f, beta = 0.f;
-    const float* pre = nullptr;
-    if constexpr (kAffine) {
-      if (row < T) {
-        alpha_i = tc::bf16_to_float(p.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
-        beta = (p.alpha_ma[h] - alpha_i) / affine_bias_count(p, row);
-        pre = prefix + (b * p.T + row) * (p.Hkv * D) + g * D;
-      }
-    }
-    TC_UNROLL
-    for (int d = 0; d < kDT; ++d) {
-      const int col = d * 8 + 2 * qcol;
-      float o0 = o[4 * d + 2 * hh] * inv, o1 = o[4 * d + 2 * hh + 1] * inv;
-      if constexpr (kAffine) {
-        if (pre != nullptr) {
-          o0 = alpha_i * o0 + beta * pre[col];
-          o1 = alpha_i * o1 + beta * pre[col + 1];
-        }
-      }
-      *reinterpret_cast<uint32_t*>(sQ + QT::offset(local, col)) = tc::pack_bf16x2(o0, o1);
-    }
-    if (qcol == 0 && row < T) p.lse[b * p.lse_batch + h * p.lse_head + row] = kLn2 * (m[hh] + tc::log2_approx(l_row));
-  }
+  for (int hh = 0; hh < 2; ++hh)
+    forward_epilogue_row<D, kAffine, QT>(p, prefix, o, hh, blk, wg_row0 + 16 * warp + qrow + 8 * hh, qcol, m[hh], l[hh],
+                                         sQ);
   tc::sync_warp();
-  constexpr int kChunks = D / 8;
-  TC_UNROLL
-  for (int it = 0; it < 16 * kChunks / 32; ++it) {
-    const int c = lane + 32 * it, local = wg_row0 + 16 * warp + c / kChunks, col = (c % kChunks) * 8;
-    const int row = i0 + local;
-    if (row < T)
-      tc::copy16(p.out + b * p.o_batch + static_cast<int64_t>(row) * p.o_token + h * D + col, sQ + QT::offset(local, col));
-  }
+  store_warp_rows<D, QT>(p, blk, wg_row0 + 16 * warp, lane, sQ);
 }
 
 }  // namespace kdtrain::flash

@@ -1,0 +1,146 @@
+// The steps both fused forwards share (mma.sync: flash_forward_kernel.cuh; wgmma:
+// flash_forward_sm90a_kernel.cuh): which block is which tile, the online softmax of one
+// row on its score fragment, the epilogue of one row (normalise, affine term, bf16
+// staging, lse) and the coalesced store of a warp's 16 staged rows. The kernels differ
+// in how S and O are produced, not in these.
+//
+// Fragments: a thread holds rows qrow and qrow + 8 (hh = 0, 1) of a 16-row tile, columns
+// 8n + 2*qcol and + 1 of n-block n, as registers 2hh and 2hh + 1 of that n-block's four.
+// mma.sync keeps one float[4] per n-block, wgmma one flat array in the same order; frag()
+// reads either.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
+#include "kernels/tc/primitives.cuh"
+
+namespace kdtrain::flash {
+
+constexpr float kFwdLog2e = 1.4426950408889634f, kFwdLn2 = 0.6931471805599453f;
+
+// Register k of n-block n of a C (or accumulator) fragment.
+template <int N>
+TC_DEVICE float& frag(float (&f)[N][4], int n, int k) {
+  return f[n][k];
+}
+template <int N>
+TC_DEVICE float& frag(float (&f)[N], int n, int k) {
+  return f[4 * n + k];
+}
+
+// Grid of one call: one block per (b, h, query tile).
+constexpr int64_t forward_query_tiles(int64_t T, int Br) { return (T + Br - 1) / Br; }
+constexpr int64_t forward_blocks(const FlashParams& p, int Br) {
+  return forward_query_tiles(p.T, Br) * p.B * p.H;
+}
+
+// This block's (b, h, kv head g, first query row i0): blockIdx.x enumerates the heaviest
+// tiles (most keys) first, all (b, h) of a tile rank together.
+struct ForwardBlock {
+  int64_t b, h, g;
+  int i0;
+};
+TC_DEVICE ForwardBlock forward_block(const FlashParams& p, int Br) {
+  const int64_t heads = p.B * p.H, linear = tc::block_idx().x;
+  const int qt = static_cast<int>(forward_query_tiles(p.T, Br) - 1 - linear / heads);
+  const int64_t b = (linear % heads) / p.H, h = linear % p.H, g = h / p.group;
+  return ForwardBlock{b, h, g, qt * Br};
+}
+
+// Online softmax of row `row` (half hh of the fragment) over key tile j0 of kNT n-blocks,
+// in the exp2 domain: masks keys after the row where the tile crosses the diagonal
+// (`diag`), turns s into P (unnormalised, relative to the new max), updates m and l and
+// rescales the row's output accumulator o (kDT n-blocks).
+template <int kNT, int kDT, typename S, typename O>
+TC_DEVICE void online_softmax_row(S& s, O& o, int hh, bool diag, int j0, int row, int qcol, float scale_log2,
+                                  float& m, float& l) {
+  float mx = -INFINITY;
+  TC_UNROLL
+  for (int n = 0; n < kNT; ++n) {
+    TC_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      float& x = frag(s, n, 2 * hh + e);
+      if (diag && j0 + n * 8 + 2 * qcol + e > row) x = -INFINITY;
+      mx = fmaxf(mx, x);
+    }
+  }
+  // max commutes with the positive scale, so this is the max of the scaled logits.
+  const float m_new = fmaxf(m, tc::quad_max(mx) * scale_log2);
+  const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no NaN from -inf - -inf
+  const float corr = tc::exp2_approx(m - m_use);
+  m = m_new;
+  float sum = 0.f;
+  TC_UNROLL
+  for (int n = 0; n < kNT; ++n) {
+    TC_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      float& x = frag(s, n, 2 * hh + e);
+      x = tc::exp2_approx(fmaf(x, scale_log2, -m_use));
+      sum += x;
+    }
+  }
+  l = l * corr + sum;
+  TC_UNROLL
+  for (int d = 0; d < kDT; ++d) {
+    frag(o, d, 2 * hh) *= corr;
+    frag(o, d, 2 * hh + 1) *= corr;
+  }
+}
+
+// Epilogue of row i0 + local (half hh of the fragment): out = o / l, affine
+// alpha_i (o / l) + beta_i prefix_i, staged as bf16 pairs at Tile::offset(local, col) of
+// sQ; lse = ln2 (m + log2 l) written by the quad's first lane. Rows past T stage
+// whatever they hold and are never stored.
+template <int D, bool kAffine, typename Tile, typename O>
+TC_DEVICE void forward_epilogue_row(const AttentionParams& p, const float* prefix, O& o, int hh,
+                                    const ForwardBlock& blk, int local, int qcol, float m, float l,
+                                    uint16_t* sQ) {
+  constexpr int kDT = D / 8;
+  const int T = static_cast<int>(p.T), row = blk.i0 + local;
+  const int64_t b = blk.b, h = blk.h;
+  const float l_row = tc::quad_sum(l);
+  const float inv = 1.f / l_row;
+  float alpha_i = 1.f, beta = 0.f;
+  const float* pre = nullptr;
+  if constexpr (kAffine) {
+    if (row < T) {
+      alpha_i = tc::bf16_to_float(p.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
+      beta = (p.alpha_ma[h] - alpha_i) / affine_bias_count(p, row);
+      pre = prefix + (b * p.T + row) * (p.Hkv * D) + blk.g * D;
+    }
+  }
+  TC_UNROLL
+  for (int d = 0; d < kDT; ++d) {
+    const int col = d * 8 + 2 * qcol;
+    float o0 = frag(o, d, 2 * hh) * inv, o1 = frag(o, d, 2 * hh + 1) * inv;
+    if constexpr (kAffine) {
+      if (pre != nullptr) {
+        o0 = alpha_i * o0 + beta * pre[col];
+        o1 = alpha_i * o1 + beta * pre[col + 1];
+      }
+    }
+    *reinterpret_cast<uint32_t*>(sQ + Tile::offset(local, col)) = tc::pack_bf16x2(o0, o1);
+  }
+  if (qcol == 0 && row < T) p.lse[b * p.lse_batch + h * p.lse_head + row] = kFwdLn2 * (m + tc::log2_approx(l_row));
+}
+
+// The warp's 16 staged rows [local0, local0 + 16) to out, 16-byte coalesced stores
+// (the caller syncs the warp after staging).
+template <int D, typename Tile>
+TC_DEVICE void store_warp_rows(const AttentionParams& p, const ForwardBlock& blk, int local0, int lane,
+                               const uint16_t* sQ) {
+  constexpr int kChunks = D / 8;
+  const int T = static_cast<int>(p.T);
+  TC_UNROLL
+  for (int it = 0; it < 16 * kChunks / 32; ++it) {
+    const int c = lane + 32 * it, local = local0 + c / kChunks, col = (c % kChunks) * 8;
+    const int row = blk.i0 + local;
+    if (row < T)
+      tc::copy16(p.out + blk.b * p.o_batch + static_cast<int64_t>(row) * p.o_token + blk.h * D + col,
+                 sQ + Tile::offset(local, col));
+  }
+}
+
+}  // namespace kdtrain::flash
