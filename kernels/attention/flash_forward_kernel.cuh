@@ -20,8 +20,8 @@
 // sums of v coming from prefix_scan_kernel.cuh.
 // Arguments: the call's AttentionParams (params.h) as the backend built it, and, for
 // affine, `prefix` (B, T, Hkv*D) fp32 sum_{j<=i} v_j from the forward's workspace.
-// The steps the sm_90a forward shares (block order, online softmax of a row, epilogue,
-// stores) are in flash_forward_steps.cuh.
+// The steps the sm_90a forward shares (block order, the order of the Q and K/V copies,
+// online softmax of a row, epilogue, stores) are in flash_forward_steps.cuh.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -61,19 +61,21 @@ namespace fwd_detail {
 // multiple of 8, so every copy of a thread has the same swizzle and its addresses
 // differ by constants (few registers). Offsets inside a tile fit in 32 bits (checked
 // by the launcher).
-template <int D, int kRows, int kThreads>
-TC_DEVICE void load_tile(uint16_t* dst, const uint16_t* src, int row_stride, int valid, int tid) {
-  constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "tile load shape");
-  const int r0 = tid / kChunks, col = (tid % kChunks) * 8;
-  uint16_t* d = dst + tc::Swizzle<D>::offset(r0, col);
-  const uint16_t* s = src + r0 * row_stride + col;
-  TC_UNROLL
-  for (int k = 0; k < kRows / kRowStep; ++k) {
-    const bool ok = r0 + k * kRowStep < valid;
-    tc::cp_async_16(d + k * kRowStep * D, ok ? s + k * kRowStep * row_stride : src, ok);
+struct SwizzledLoad {
+  template <int D, int kRows, int kThreads>
+  static TC_DEVICE void tile(uint16_t* dst, const uint16_t* src, int row_stride, int valid, int tid) {
+    constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
+    static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "tile load shape");
+    const int r0 = tid / kChunks, col = (tid % kChunks) * 8;
+    uint16_t* d = dst + tc::Swizzle<D>::offset(r0, col);
+    const uint16_t* s = src + r0 * row_stride + col;
+    TC_UNROLL
+    for (int k = 0; k < kRows / kRowStep; ++k) {
+      const bool ok = r0 + k * kRowStep < valid;
+      tc::cp_async_16(d + k * kRowStep * D, ok ? s + k * kRowStep * row_stride : src, ok);
+    }
   }
-}
+};
 
 }  // namespace fwd_detail
 
@@ -81,11 +83,10 @@ template <int D, int Br, int Bc, int Warps, bool kSink, bool kAffine>
 TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix, unsigned char* smem) {
   using L = ForwardLayout<D, Br, Bc, Warps>;
   using Swz = tc::Swizzle<D>;
-  using fwd_detail::load_tile;
+  using Load = fwd_detail::SwizzledLoad;
   constexpr int kMT = L::kMTiles, kNT = Bc / 8, kDT = D / 8, kKQ = D / 16, kKP = Bc / 16;
   const int T = static_cast<int>(p.T);
   const ForwardBlock blk = forward_block(p, Br);
-  const int64_t b = blk.b, h = blk.h, g = blk.g;
   const int i0 = blk.i0;
   const int tid = static_cast<int>(tc::thread_idx().x), warp = tid / 32, lane = tid % 32;
   const int qrow = lane / 4, qcol = lane % 4;  // the ISA's groupID, threadID_in_group
@@ -93,17 +94,8 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::kQOffset);
   auto sK = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + 2 * s * L::kTileKVBytes); };
   auto sV = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + (2 * s + 1) * L::kTileKVBytes); };
-  const uint16_t* q_g = p.qkv + b * p.qkv_batch + h * D;
-  const uint16_t* k_g = p.qkv + b * p.qkv_batch + p.k_offset + g * D;
-  const uint16_t* v_g = p.qkv + b * p.qkv_batch + p.v_offset + g * D;
-
-  const int kend = T < i0 + Br ? T : i0 + Br;  // keys past the last row are never visible
-  const int n_kt = (kend + Bc - 1) / Bc;
-  const int ld = static_cast<int>(p.qkv_token);
-  load_tile<D, Br, L::kThreads>(sQ, q_g + static_cast<int64_t>(i0) * p.qkv_token, ld, T - i0, tid);
-  load_tile<D, Bc, L::kThreads>(sK(0), k_g, ld, T, tid);
-  load_tile<D, Bc, L::kThreads>(sV(0), v_g, ld, T, tid);
-  tc::cp_async_commit();
+  const ForwardRows rows = forward_rows<D, Br, Bc>(p, blk);
+  load_first_tiles<Load, D, Br, Bc, L::kThreads>(p, rows, T, i0, sQ, sK(0), sV(0), tid);
 
   // First query row of each of this warp's m-tiles (block-relative).
   int mrow[kMT];
@@ -114,7 +106,7 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
   float acc[kMT][kDT][4];
   float m[kMT][2], l[kMT][2];
   // The sink is a key of logit s_h and value 0: it seeds the max and (once per quad) the sum.
-  const float m_init = kSink ? p.sinks[h] * kFwdLog2e : -INFINITY;
+  const float m_init = kSink ? p.sinks[blk.h] * kFwdLog2e : -INFINITY;
   TC_UNROLL
   for (int mt = 0; mt < kMT; ++mt) {
     TC_UNROLL
@@ -137,16 +129,10 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
       tc::ldmatrix<4>(qf[mt][kb], sQ + Swz::offset(mrow[mt] + lane % 16, kb * 16 + (lane / 16) * 8));
   }
 
-  for (int kt = 0; kt < n_kt; ++kt) {
+  for (int kt = 0; kt < rows.n_kt; ++kt) {
     const int j0 = kt * Bc;
-    if (kt + 1 < n_kt) {
-      const int64_t next = static_cast<int64_t>(j0 + Bc) * p.qkv_token;
-      load_tile<D, Bc, L::kThreads>(sK((kt + 1) & 1), k_g + next, ld, T - j0 - Bc, tid);
-      load_tile<D, Bc, L::kThreads>(sV((kt + 1) & 1), v_g + next, ld, T - j0 - Bc, tid);
-    }
-    tc::cp_async_commit();
-    tc::cp_async_wait<1>();  // this thread's copies of tile kt have landed
-    tc::sync_block();        // ... and everyone's
+    load_next_kv<Load, D, Bc, L::kThreads>(p, rows, T, kt, sK, sV, tid);
+    tc::sync_block();  // tile kt has landed, everyone's copies
     const uint16_t* K = sK(kt & 1);
     const uint16_t* V = sV(kt & 1);
     bool active[kMT];  // m-tile has a visible key in this tile (warp-uniform)

@@ -18,8 +18,8 @@
 // specialisation: every thread loads, then each warpgroup issues its own wgmma. The two
 // warpgroups take turns issuing S (FlashAttention-3's ping-pong, through two named
 // barriers), so one's softmax runs while the other's S occupies the tensor cores.
-// Block order, online softmax, statistics and epilogue (sink, affine): the same code as
-// flash_forward_kernel.cuh, flash_forward_steps.cuh.
+// Block order, K/V copy order, online softmax, statistics and epilogue (sink, affine):
+// the same code as flash_forward_kernel.cuh, flash_forward_steps.cuh.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -64,17 +64,19 @@ namespace sm90a_detail {
 
 // rows x D bf16 tile, rows [valid, rows) zero-filled, into the WgmmaTile layout at dst.
 // Consecutive threads copy consecutive 16-byte chunks of a row (coalesced reads).
-template <int D, int kRows, int kThreads>
-TC_DEVICE void load_tile(uint16_t* dst, const uint16_t* src, int row_stride, int valid, int tid) {
-  constexpr int kChunks = D / 8;
-  static_assert((kRows * kChunks) % kThreads == 0, "every thread copies the same number of chunks");
-  TC_UNROLL
-  for (int k = 0; k < kRows * kChunks / kThreads; ++k) {
-    const int c = tid + k * kThreads, row = c / kChunks, col = (c % kChunks) * 8;
-    const bool ok = row < valid;
-    tc::cp_async_16(dst + tc::WgmmaTile<kRows, D>::offset(row, col), ok ? src + row * row_stride + col : src, ok);
+struct WgmmaTileLoad {
+  template <int D, int kRows, int kThreads>
+  static TC_DEVICE void tile(uint16_t* dst, const uint16_t* src, int row_stride, int valid, int tid) {
+    constexpr int kChunks = D / 8;
+    static_assert((kRows * kChunks) % kThreads == 0, "every thread copies the same number of chunks");
+    TC_UNROLL
+    for (int k = 0; k < kRows * kChunks / kThreads; ++k) {
+      const int c = tid + k * kThreads, row = c / kChunks, col = (c % kChunks) * 8;
+      const bool ok = row < valid;
+      tc::cp_async_16(dst + tc::WgmmaTile<kRows, D>::offset(row, col), ok ? src + row * row_stride + col : src, ok);
+    }
   }
-}
+};
 
 }  // namespace sm90a_detail
 
@@ -83,11 +85,10 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
   using L = ForwardSm90aLayout<D, Bc, kWarpgroups>;
   using QT = typename L::QTile;
   using KVT = typename L::KVTile;
-  using sm90a_detail::load_tile;
+  using Load = sm90a_detail::WgmmaTileLoad;
   constexpr int Br = L::kBr, kNT = Bc / 8, kDT = D / 8, kKQ = D / 16, kKP = Bc / 16;
   const int T = static_cast<int>(p.T);
   const ForwardBlock blk = forward_block(p, Br);
-  const int64_t b = blk.b, h = blk.h, g = blk.g;
   const int i0 = blk.i0;
   const int tid = static_cast<int>(tc::thread_idx().x);
   const int wg = tid / tc::kWarpgroupThreads, warp = (tid % tc::kWarpgroupThreads) / 32, lane = tid % 32;
@@ -97,22 +98,13 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::kQOffset);
   auto sK = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + 2 * s * KVT::kBytes); };
   auto sV = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + (2 * s + 1) * KVT::kBytes); };
-  const uint16_t* q_g = p.qkv + b * p.qkv_batch + h * D;
-  const uint16_t* k_g = p.qkv + b * p.qkv_batch + p.k_offset + g * D;
-  const uint16_t* v_g = p.qkv + b * p.qkv_batch + p.v_offset + g * D;
-
-  const int kend = T < i0 + Br ? T : i0 + Br;  // keys past the last row are never visible
-  const int n_kt = (kend + Bc - 1) / Bc;
-  const int ld = static_cast<int>(p.qkv_token);
-  load_tile<D, Br, L::kThreads>(sQ, q_g + static_cast<int64_t>(i0) * p.qkv_token, ld, T - i0, tid);
-  load_tile<D, Bc, L::kThreads>(sK(0), k_g, ld, T, tid);
-  load_tile<D, Bc, L::kThreads>(sV(0), v_g, ld, T, tid);
-  tc::cp_async_commit();
+  const ForwardRows rows = forward_rows<D, Br, Bc>(p, blk);
+  load_first_tiles<Load, D, Br, Bc, L::kThreads>(p, rows, T, i0, sQ, sK(0), sV(0), tid);
 
   float o[D / 2];
   float m[2], l[2];
   // The sink is a key of logit s_h and value 0: it seeds the max and (once per quad) the sum.
-  const float m_init = kSink ? p.sinks[h] * kFwdLog2e : -INFINITY;
+  const float m_init = kSink ? p.sinks[blk.h] * kFwdLog2e : -INFINITY;
   TC_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
     m[hh] = m_init;
@@ -129,17 +121,11 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
   constexpr int kTurn = 1;
   if (wg == 1) tc::named_barrier_arrive(kTurn, L::kThreads);
 
-  for (int kt = 0; kt < n_kt; ++kt) {
+  for (int kt = 0; kt < rows.n_kt; ++kt) {
     const int j0 = kt * Bc;
-    if (kt + 1 < n_kt) {
-      const int64_t next = static_cast<int64_t>(j0 + Bc) * p.qkv_token;
-      load_tile<D, Bc, L::kThreads>(sK((kt + 1) & 1), k_g + next, ld, T - j0 - Bc, tid);
-      load_tile<D, Bc, L::kThreads>(sV((kt + 1) & 1), v_g + next, ld, T - j0 - Bc, tid);
-    }
-    tc::cp_async_commit();
-    tc::cp_async_wait<1>();    // this thread's copies of tile kt (and Q) have landed
-    tc::fence_proxy_async();   // ... are visible to wgmma
-    tc::sync_block();          // ... and everyone's
+    load_next_kv<Load, D, Bc, L::kThreads>(p, rows, T, kt, sK, sV, tid);
+    tc::fence_proxy_async();  // this thread's copies of tile kt (and Q) are visible to wgmma
+    tc::sync_block();         // ... and everyone's
     {
       const uint32_t k_base = tc::shared_address(sK(kt & 1)), v_base = tc::shared_address(sV(kt & 1));
       float s[Bc / 2];
@@ -149,7 +135,7 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
       for (int kb = 0; kb < kKQ; ++kb)
         tc::wgmma_ss<Bc, false, false>(s, QT::desc_k_major(q_base, wg_row0, kb), KVT::desc_k_major(k_base, 0, kb), kb > 0);
       tc::wgmma_commit();
-      if (wg == 0 || kt + 1 < n_kt) tc::named_barrier_arrive(kTurn + 1 - wg, L::kThreads);  // the other's turn
+      if (wg == 0 || kt + 1 < rows.n_kt) tc::named_barrier_arrive(kTurn + 1 - wg, L::kThreads);  // the other's turn
       tc::wgmma_wait<0>();
       tc::wgmma_fence_operand(s);
 

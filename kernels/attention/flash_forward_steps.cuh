@@ -1,8 +1,9 @@
 // The steps both fused forwards share (mma.sync: flash_forward_kernel.cuh; wgmma:
-// flash_forward_sm90a_kernel.cuh): which block is which tile, the online softmax of one
-// row on its score fragment, the epilogue of one row (normalise, affine term, bf16
-// staging, lse) and the coalesced store of a warp's 16 staged rows. The kernels differ
-// in how S and O are produced, not in these.
+// flash_forward_sm90a_kernel.cuh): which block is which tile, the order of its Q and K/V
+// copies (through the kernel's own tile loader), the online softmax of one row on its
+// score fragment, the epilogue of one row (normalise, affine term, bf16 staging, lse) and
+// the coalesced store of a warp's 16 staged rows. The kernels differ in how S and O are
+// produced and in their shared-memory layout, not in these.
 //
 // Fragments: a thread holds rows qrow and qrow + 8 (hh = 0, 1) of a 16-row tile, columns
 // 8n + 2*qcol and + 1 of n-block n, as registers 2hh and 2hh + 1 of that n-block's four.
@@ -47,6 +48,54 @@ TC_DEVICE ForwardBlock forward_block(const FlashParams& p, int Br) {
   const int qt = static_cast<int>(forward_query_tiles(p.T, Br) - 1 - linear / heads);
   const int64_t b = (linear % heads) / p.H, h = linear % p.H, g = h / p.group;
   return ForwardBlock{b, h, g, qt * Br};
+}
+
+// The block's global rows in qkv (q of head h, k and v of kv head g, each from token 0;
+// rows p.qkv_token elements apart, `ld` for the loaders) and the key tiles that reach
+// its last query row. ld is computed once here: read again inside the key loop, ptxas
+// spends 7 more registers on the mma.sync D 128 affine forward.
+struct ForwardRows {
+  const uint16_t *q, *k, *v;
+  int n_kt, ld;
+};
+template <int D, int Br, int Bc>
+TC_DEVICE ForwardRows forward_rows(const AttentionParams& p, const ForwardBlock& blk) {
+  const uint16_t* q = p.qkv + blk.b * p.qkv_batch + blk.h * D;
+  const uint16_t* k = p.qkv + blk.b * p.qkv_batch + p.k_offset + blk.g * D;
+  const uint16_t* v = p.qkv + blk.b * p.qkv_batch + p.v_offset + blk.g * D;
+  const int T = static_cast<int>(p.T), i0 = blk.i0;
+  const int kend = T < i0 + Br ? T : i0 + Br;  // keys past the last row are never visible
+  return ForwardRows{q, k, v, (kend + Bc - 1) / Bc, static_cast<int>(p.qkv_token)};
+}
+
+// The cp.async order both forwards share, through the kernel's tile loader
+// Load::tile<D, kRows, kThreads>(dst, src, row_stride, valid_rows, tid) (its shared-memory
+// layout is the kernel's). First group: the block's Br query rows and key tile 0.
+template <typename Load, int D, int Br, int Bc, int kThreads>
+TC_DEVICE void load_first_tiles(const AttentionParams& p, const ForwardRows& r, int T, int i0, uint16_t* sQ, uint16_t* sK,
+                                uint16_t* sV, int tid) {
+  const int ld = r.ld;
+  Load::template tile<D, Br, kThreads>(sQ, r.q + static_cast<int64_t>(i0) * p.qkv_token, ld, T - i0, tid);
+  Load::template tile<D, Bc, kThreads>(sK, r.k, ld, T, tid);
+  Load::template tile<D, Bc, kThreads>(sV, r.v, ld, T, tid);
+  tc::cp_async_commit();
+}
+
+// Then, per key tile kt: tile kt + 1, if any, into stage (kt + 1) & 1 (sK(s), sV(s): the
+// kernel's stage addresses) as one group (empty past the last tile, so the count stays
+// right), and a wait for this thread's copies of tile kt; the caller's block barrier
+// makes them everyone's.
+template <typename Load, int D, int Bc, int kThreads, typename StageK, typename StageV>
+TC_DEVICE void load_next_kv(const AttentionParams& p, const ForwardRows& r, int T, int kt, const StageK& sK,
+                            const StageV& sV, int tid) {
+  const int j0 = kt * Bc, ld = r.ld;
+  if (kt + 1 < r.n_kt) {
+    const int64_t next = static_cast<int64_t>(j0 + Bc) * p.qkv_token;
+    Load::template tile<D, Bc, kThreads>(sK((kt + 1) & 1), r.k + next, ld, T - j0 - Bc, tid);
+    Load::template tile<D, Bc, kThreads>(sV((kt + 1) & 1), r.v + next, ld, T - j0 - Bc, tid);
+  }
+  tc::cp_async_commit();
+  tc::cp_async_wait<1>();
 }
 
 // Online softmax of row `row` (half hh of the fragment) over key tile j0 of kNT n-blocks,
