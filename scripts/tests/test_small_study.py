@@ -142,6 +142,22 @@ def test_small_study_smoke_end_to_end(tmp_path):
                                            "Affine-Scaled (β/N: visible) ‡"]
     assert all(r["C4 PPL"] and r["C4 BPB"] and r["Loss"] for r in rows)
     assert "steps 1–5" in (report / "table4.md").read_text()
+    # the per-run summary the results README quotes
+    summary = tmp_path / "summary.csv"
+    made = subprocess.run([sys.executable, str(REPO / "scripts" / "study_summary.py"),
+                           *[str(out / "runs" / name) for name in runs], "--out", str(summary)],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    with open(summary, newline="", encoding="utf-8") as f:
+        table = {r["run"]: r for r in csv.DictReader(f)}
+    assert list(table) == ["baseline", "sink", "affine", "affine-visible"]
+    for name, (_, divisor) in runs.items():
+        row = table[name]
+        assert row["divisor"] == (divisor or "")
+        c4 = json.loads((out / "runs" / name / "eval_c4.json").read_text())
+        assert abs(float(row["c4_ppl"]) / c4["perplexity"] - 1) < 1e-5  # printed to 6 digits
+        assert row["steps"] == "5" and row["weight_sum_mean"] and row["first_token_w"]
+    assert abs(float(table["baseline"]["weight_sum_mean"]) - 1) < 1e-5  # softmax rows sum to one
     # a rerun skips every finished stage
     again = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
                             "--out", str(out), "--kdtrain", str(KDTRAIN),
