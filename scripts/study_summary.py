@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One CSV row per run of a study, with the numbers a results README quotes that the
-report's tables do not carry: the late training losses, the C4 numbers at full
-precision, the zero-shot average and the attention analysis (first-token weight,
+report's tables do not carry: the late training and final validation losses, the
+C4 numbers at full precision, the zero-shot average and the attention analysis (first-token weight,
 entropy, each query's total weight on the tokens, α and α_ma).
 
     scripts/study_summary.py RUN_DIR... --out summary.csv
@@ -23,6 +23,12 @@ LAST = 20  # the late window of the training losses, as the report's Loss column
 def mean(values):
     values = [v for v in values or [] if isinstance(v, (int, float))]
     return sum(values) / len(values) if values else None
+
+
+def last(run: Run, key: str):
+    """The last logged value of key (validation metrics are logged at their interval and at the end)."""
+    _, values = run.series(key)
+    return values[-1] if values else None
 
 
 def flat(x):
@@ -48,6 +54,8 @@ def summary_row(run: Run) -> dict:
         f"kd_last{LAST}": run.final("kd", LAST),
         f"soft_ce_last{LAST}": run.final("soft_ce", LAST),
         f"ce_last{LAST}": run.final("ce", LAST),
+        "val_kd": last(run, "val_kd"),  # the held-out FineWeb-Edu shard, after the last step
+        "val_soft_ce": last(run, "val_soft_ce"),
         "c4_mean_ce": c4.get("mean_ce"),
         "c4_ppl": c4.get("perplexity"),
         "c4_bits_per_byte": c4.get("bits_per_byte"),

@@ -156,7 +156,7 @@ def test_small_study_smoke_end_to_end(tmp_path):
         assert row["divisor"] == (divisor or "")
         c4 = json.loads((out / "runs" / name / "eval_c4.json").read_text())
         assert abs(float(row["c4_ppl"]) / c4["perplexity"] - 1) < 1e-5  # printed to 6 digits
-        assert row["steps"] == "5" and row["weight_sum_mean"] and row["first_token_w"]
+        assert row["steps"] == "5" and row["weight_sum_mean"] and row["first_token_w"] and row["val_kd"]
     assert abs(float(table["baseline"]["weight_sum_mean"]) - 1) < 1e-5  # softmax rows sum to one
     # a rerun skips every finished stage
     again = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
