@@ -170,7 +170,7 @@ def test_small_study_smoke_end_to_end(tmp_path):
     bad = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke", "--out", str(out),
                           "--kdtrain", str(KDTRAIN), "--affine-divisors", "sequence keys"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "'keys' is not an attention.affine_bias_divisor" in bad.stderr
+    assert bad.returncode == 2 and "unknown affine bias divisor 'keys' (choices: sequence, visible)" in bad.stderr
     # a changed student override redoes that student (and its evaluations), not the teacher
     before = (out / "runs" / "affine" / "metrics.jsonl").read_text()
     changed = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
