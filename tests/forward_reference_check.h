@@ -68,18 +68,7 @@ EmulatedForward run_forward_emulated(const AttnInputs& pb, sim::Schedule sched, 
   Guarded<float> prefix(p.affine ? static_cast<size_t>(pb.B * pb.T) * cols : 0, std::numeric_limits<float>::quiet_NaN(),
                         guard_float());
   std::vector<float> totals(static_cast<size_t>(pb.B * flash::scan_chunks(pb.T)) * cols);
-  if (p.affine) {
-    flash::ScanArgs<uint16_t> s;
-    s.in = p.qkv + p.v_offset;
-    s.batches = pb.B;
-    s.rows = pb.T;
-    s.cols = static_cast<int64_t>(cols);
-    s.in_row_stride = p.qkv_token;
-    s.in_batch_stride = p.qkv_batch;
-    s.out = prefix.data();
-    s.chunk_sums = totals.data();
-    run_scan(s, sched);
-  }
+  if (p.affine) run_scan(flash::v_prefix_scan(p, prefix.data(), totals.data()), sched);
   EmulatedForward r;
   flash::flash_dispatch(p.sink, p.affine,
                         [&](auto flags) { r.stats = launch(p, p.affine ? prefix.data() : nullptr, flags); });

@@ -32,20 +32,8 @@ void run_bwd_sequence(Launcher& launch, const BwdArgs& a, unsigned char* workspa
   const AttentionParams& p = a.p;
   const BwdWorkspace ws = bwd_workspace(p.B, p.T, p.H, p.Hkv, p.D, kSink, kAffine);
   launch.zero(workspace + ws.ints, ws.zeroed_bytes);
-  ScanArgs<uint16_t> v_scan;
   ScanArgs<float> u_scan;
-  if constexpr (kAffine) {
-    // v rows of a token are the Hkv * D contiguous values at v_offset.
-    v_scan.in = p.qkv + p.v_offset;
-    v_scan.batches = p.B;
-    v_scan.rows = p.T;
-    v_scan.cols = p.Hkv * D;
-    v_scan.in_row_stride = p.qkv_token;
-    v_scan.in_batch_stride = p.qkv_batch;
-    v_scan.out = a.vsum;
-    v_scan.chunk_sums = a.scan_sums;
-    launch.scan(v_scan);
-  }
+  if constexpr (kAffine) launch.scan(v_prefix_scan(p, a.vsum, a.scan_sums));
   launch.template prep<D, kSink, kAffine>(BwdGrid{a.n_chunks, p.Hkv, p.B}, a);
   if constexpr (kAffine) {
     u_scan.in = a.u;

@@ -77,18 +77,9 @@ void flash_attention_forward(const AttentionParams& s, void* workspace, size_t w
     fail("flash attention: qkv rows of ", s.qkv_token, " elements are too wide");
   const float* prefix = nullptr;
   if (s.affine) {
-    // prefix[b][i][g*D + d] = sum_{j<=i} v_j: all kv heads' v columns are one contiguous
-    // run of Hkv*D columns inside each qkv token row.
     auto* base = static_cast<unsigned char*>(workspace);
-    flash::ScanArgs<uint16_t> scan;
-    scan.in = s.qkv + s.v_offset;
-    scan.batches = s.B;
-    scan.rows = s.T;
-    scan.cols = s.Hkv * s.D;
-    scan.in_row_stride = s.qkv_token;
-    scan.in_batch_stride = s.qkv_batch;
-    scan.out = reinterpret_cast<float*>(base);
-    scan.chunk_sums = reinterpret_cast<float*>(base + ws.prefix_bytes);
+    const flash::ScanArgs<uint16_t> scan = flash::v_prefix_scan(
+        s, reinterpret_cast<float*>(base), reinterpret_cast<float*>(base + ws.prefix_bytes));
     prefix_scan(scan, stream);
     prefix = scan.out;
   }

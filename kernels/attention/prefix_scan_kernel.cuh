@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
 #include "kernels/tc/primitives.cuh"
 
 namespace kdtrain::flash {
@@ -34,6 +35,22 @@ struct ScanArgs {
 };
 
 constexpr int64_t scan_chunks(int64_t rows) { return (rows + kScanChunkRows - 1) / kScanChunkRows; }
+
+// The affine term's forward scan of a call's v (the forward and the backward both run it):
+// a token's kv heads' v rows are the Hkv * D contiguous values at v_offset of its qkv row,
+// so out[b][i][g*D + d] = sum_{j<=i} v_j[g][d].
+inline ScanArgs<uint16_t> v_prefix_scan(const AttentionParams& p, float* out, float* chunk_sums) {
+  ScanArgs<uint16_t> s;
+  s.in = p.qkv + p.v_offset;
+  s.batches = p.B;
+  s.rows = p.T;
+  s.cols = p.Hkv * p.D;
+  s.in_row_stride = p.qkv_token;
+  s.in_batch_stride = p.qkv_batch;
+  s.out = out;
+  s.chunk_sums = chunk_sums;
+  return s;
+}
 
 namespace scan_detail {
 TC_DEVICE float load(const float* p) { return *p; }
