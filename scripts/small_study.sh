@@ -75,9 +75,10 @@ fi
 
 [[ -x $KDTRAIN ]] || { echo "small_study.sh: $KDTRAIN not built (cmake -S . -B build && cmake --build build)" >&2; exit 1; }
 # Default: every variant, from the binary's own table.
-[[ -n $VARIANTS ]] || VARIANTS="$("$KDTRAIN" info --variants | awk '{print $1}' | tr '\n' ' ')"
+VARIANT_TABLE="$("$KDTRAIN" info --variants)"  # name, then features
+[[ -n $VARIANTS ]] || VARIANTS="$(awk '{print $1}' <<< "$VARIANT_TABLE" | tr '\n' ' ')"
 # The variants with the affine term, from the same table's feature column.
-AFFINE_VARIANTS=" $("$KDTRAIN" info --variants | awk '/ affine( |$)/ {print $1}' | tr '\n' ' ') "
+AFFINE_VARIANTS=" $(awk '/ affine( |$)/ {print $1}' <<< "$VARIANT_TABLE" | tr '\n' ' ') "
 [[ -n ${AFFINE_DIVISORS// } ]] || { echo "small_study.sh: --affine-divisors is empty" >&2; exit 2; }
 for d in $AFFINE_DIVISORS; do  # kdtrain's own config check names the choices
   "$KDTRAIN" info --config "$STUDENT_CFG" --set "attention.affine_bias_divisor=$d" >/dev/null ||

@@ -81,7 +81,7 @@ def main(argv=None):
     missing = [str(r) for r in args.runs if not (r / "config.json").is_file()]
     if missing:
         raise SystemExit(f"study_summary: not a run directory (no config.json): {', '.join(missing)}")
-    rows = [summary_row(Run(r)) for r in sorted(args.runs, key=lambda r: Run(r).sort_key())]
+    rows = [summary_row(run) for run in sorted((Run(r) for r in args.runs), key=Run.sort_key)]
     tmp = args.out.with_name(args.out.name + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
