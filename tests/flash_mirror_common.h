@@ -6,7 +6,8 @@
 #include <stdexcept>
 
 #include "flash_mirror.h"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
+#include "kernels/attention/flash_tiles.h"
 
 namespace kdtrain::cpu::flash_mirror {
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/flash_tiles.h"
 
 namespace kdtrain::cpu {
 

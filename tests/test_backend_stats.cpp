@@ -37,9 +37,9 @@ TEST_CASE("the fused attention path takes head dims 64 and 128, aligned, within 
   CHECK(choose_attention_path({1, 30000, 4, 2, 64}, true).path == AttentionPath::flash);  // no limit there
   CHECK(choose_attention_path({65535, 7, 65535, 5, 64}, true).path == AttentionPath::flash);
   alignas(16) unsigned char buf[32];
-  CHECK(cuda::aligned_16(buf));
-  CHECK_FALSE(cuda::aligned_16(buf + 2));
-  CHECK(cuda::aligned_16(nullptr));  // an absent buffer constrains nothing
+  CHECK(flash::aligned_16(buf));
+  CHECK_FALSE(flash::aligned_16(buf + 2));
+  CHECK(flash::aligned_16(nullptr));  // an absent buffer constrains nothing
 }
 
 TEST_CASE("the attention path log keeps one entry per distinct call", "[attention][path]") {

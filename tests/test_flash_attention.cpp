@@ -21,7 +21,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "attention_terms.h"
 #include "cpu_test_util.h"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/flash_tiles.h"
 
 using namespace kdtrain;
 using namespace kdtrain::testutil;

@@ -176,7 +176,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
   ba.dalpha = dalpha.ptr;
 
   // The launchers take the CUDA side's one params struct, built as CudaBackend builds it.
-  const cuda::AttentionParams fp = cuda::attention_params(fa), bp = cuda::attention_params(ba);
+  const flash::AttentionParams fp = cuda::attention_params(fa), bp = cuda::attention_params(ba);
   const size_t fws_bytes = cuda::flash_attention_forward_workspace_bytes(fp);
   const size_t ws_bytes = cuda::flash_attention_backward_workspace_bytes(bp);
   GuardedBuffer<unsigned char> fws(std::max<size_t>(fws_bytes, 1)), ws(ws_bytes);
@@ -252,7 +252,7 @@ TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flas
     WARN("SKIPPED: no CUDA device");
     return;
   }
-  cuda::AttentionParams probe;
+  flash::AttentionParams probe;
   probe.D = 128;
   if (cuda::flash_forward_kernel(probe) != cuda::FlashForwardKernel::wgmma_sm90a) {
     WARN("SKIPPED: the wgmma forward does not run here (needs compute capability 9.0, a build with "

@@ -11,7 +11,8 @@
 
 #include "kernels/attention/flash_backward_args.h"
 #include "kernels/attention/flash_backward_schedule.h"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
+#include "kernels/attention/flash_tiles.h"
 
 using namespace kdtrain;
 using flash::BwdItem;

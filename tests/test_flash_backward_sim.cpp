@@ -45,7 +45,8 @@
 #include "kernels/attention/flash_backward_kernel.cuh"
 #include "kernels/attention/flash_backward_prep.cuh"
 #include "kernels/attention/flash_backward_sequence.h"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
+#include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/prefix_scan_kernel.cuh"
 #include "sim_test_util.h"
 

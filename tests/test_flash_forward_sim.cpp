@@ -20,7 +20,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "flash_mirror_prefix_scan.h"
 #include "kernels/attention/flash_forward_kernel.cuh"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/prefix_scan_kernel.cuh"
 #include "forward_reference_check.h"
 #include "sim_test_util.h"

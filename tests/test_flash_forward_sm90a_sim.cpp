@@ -12,7 +12,7 @@
 
 #include "forward_reference_check.h"
 #include "kernels/attention/flash_forward_sm90a_kernel.cuh"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
 #include "sim_test_util.h"
 
 using namespace kdtrain;

@@ -30,18 +30,15 @@
 
 #include <cstddef>
 
+#include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/params.h"
 #include "core/error.h"
 
 namespace kdtrain::cuda {
 
-using flash::aligned_16;
-using flash::flash_supports_head_dim;
-using flash::kFlashMaxGridDim;
-
 // Device workspace each pass needs for this call (its contents are clobbered).
-size_t flash_attention_forward_workspace_bytes(const AttentionParams& p);
-size_t flash_attention_backward_workspace_bytes(const AttentionParams& p);
+size_t flash_attention_forward_workspace_bytes(const flash::AttentionParams& p);
+size_t flash_attention_backward_workspace_bytes(const flash::AttentionParams& p);
 
 // out (B,T,H,D) bf16 and lse (B,H,T) fp32 written. `workspace` holds at least
 // flash_attention_forward_workspace_bytes(p) bytes (the fp32 prefix sums of v and
@@ -49,27 +46,27 @@ size_t flash_attention_backward_workspace_bytes(const AttentionParams& p);
 // run the Hopper wgmma kernel (flash_forward_sm90a_kernel.cuh; head dim 64 or 128, a device of
 // compute capability 9.0, a build with KDTRAIN_CUDA_SM90A) instead of the mma.sync one;
 // backend/cuda/attention_path.h's choose_flash_forward_kernel decides.
-void flash_attention_forward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+void flash_attention_forward(const flash::AttentionParams& p, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream, bool wgmma_sm90a = false);
 
 // dqkv and dalpha written, dsinks accumulated. `workspace` holds at least
 // flash_attention_backward_workspace_bytes(p) bytes (flash_backward_workspace.h: the fp32 dq
 // accumulator, B*H*T*D*4 bytes with T rounded up to 64, per-row statistics, semaphores,
 // and the scans' buffers for affine), 16-byte aligned, any contents.
-void flash_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+void flash_attention_backward(const flash::AttentionParams& p, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream);
 
 // The launchers' preconditions: the shape limits of backend/cuda/attention_path.h, no variant
 // with both a sink and affine scaling, 16-byte aligned bf16 tensors.
-inline void check_flash_params(const AttentionParams& p, const char* op) {
+inline void check_flash_params(const flash::AttentionParams& p, const char* op) {
   KD_CHECK(p.Hkv > 0 && p.H % p.Hkv == 0 && p.B >= 0 && p.T >= 0, op, ": bad shape B=", p.B,
            " T=", p.T, " H=", p.H, " Hkv=", p.Hkv);
-  KD_CHECK(flash_supports_head_dim(p.D), op, ": head dim ", p.D,
+  KD_CHECK(flash::flash_supports_head_dim(p.D), op, ": head dim ", p.D,
            " unsupported (the fused kernels take 64 and 128)");
-  KD_CHECK(p.B <= kFlashMaxGridDim && p.H <= kFlashMaxGridDim, op,
+  KD_CHECK(p.B <= flash::kFlashMaxGridDim && p.H <= flash::kFlashMaxGridDim, op,
            ": B and H must be at most 65535, got B=", p.B, " H=", p.H);
   KD_CHECK(!(p.sink && p.affine), op, ": sink and affine cannot be combined");
-  KD_CHECK(aligned_16(p.qkv) && aligned_16(p.out) && aligned_16(p.dout) && aligned_16(p.dqkv), op,
+  KD_CHECK(flash::aligned_16(p.qkv) && flash::aligned_16(p.out) && flash::aligned_16(p.dout) && flash::aligned_16(p.dqkv), op,
            ": qkv, out, dout and dqkv must be 16-byte aligned");
 }
 

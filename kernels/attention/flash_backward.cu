@@ -15,30 +15,27 @@
 namespace kdtrain::cuda {
 namespace {
 
-using flash::BwdArgs;
-using flash::BwdGrid;
-
 template <int D, bool kSink, bool kAffine>
 __global__ void __launch_bounds__(flash_bwd::kPrepThreads)
-    bwd_prep_kernel(const __grid_constant__ BwdArgs a) {
+    bwd_prep_kernel(const __grid_constant__ flash::BwdArgs a) {
   __shared__ __align__(16) unsigned char smem[flash_bwd::PrepLayout::kBytes];
   flash_bwd::bwd_prep<D, kSink, kAffine>(a, smem);
 }
 
 // One block per SM by design (registers: docs/flash_attention.md), hence the 1.
 template <int D, bool kAffine, bool kAtomic>
-__global__ void __launch_bounds__(flash::kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdArgs a) {
+__global__ void __launch_bounds__(flash::kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ flash::BwdArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   flash_bwd::bwd_main<D, kAffine, kAtomic>(a, smem);
 }
 
 // The timing build only (flash::kBwdAtomicDq).
 template <int D, bool kAffine>
-__global__ void __launch_bounds__(flash::kBwdThreads) bwd_finalize_kernel(const __grid_constant__ BwdArgs a) {
+__global__ void __launch_bounds__(flash::kBwdThreads) bwd_finalize_kernel(const __grid_constant__ flash::BwdArgs a) {
   flash_bwd::bwd_finalize<D, kAffine>(a);
 }
 
-dim3 grid_of(const BwdGrid& g) {
+dim3 grid_of(const flash::BwdGrid& g) {
   if (g.x > 0x7fffffff || g.y > 65535 || g.z > 65535)
     fail("flash attention backward: grid (", g.x, ", ", g.y, ", ", g.z, ") too large");
   return dim3(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y), static_cast<unsigned>(g.z));
@@ -52,17 +49,17 @@ struct CudaLauncher {
     prefix_scan(args, stream);
   }
   template <int D, bool kSink, bool kAffine>
-  void prep(const BwdGrid& g, const BwdArgs& a) {
+  void prep(const flash::BwdGrid& g, const flash::BwdArgs& a) {
     bwd_prep_kernel<D, kSink, kAffine><<<grid_of(g), flash_bwd::kPrepThreads, 0, stream>>>(a);
     CUDA_CHECK_LAUNCH();
   }
   template <int D, bool kAffine>
-  void finalize(const BwdGrid& g, const BwdArgs& a) {
+  void finalize(const flash::BwdGrid& g, const flash::BwdArgs& a) {
     bwd_finalize_kernel<D, kAffine><<<grid_of(g), flash::kBwdThreads, 0, stream>>>(a);
     CUDA_CHECK_LAUNCH();
   }
   template <int D, bool kAffine, bool kAtomic>
-  void main(const BwdGrid& g, const BwdArgs& a) {
+  void main(const flash::BwdGrid& g, const flash::BwdArgs& a) {
     constexpr size_t bytes = flash_bwd::MainLayout<D, kAffine>::kBytes;
     auto kernel = bwd_main_kernel<D, kAffine, kAtomic>;
     // Once per instantiation and process (a process drives one device), not per launch.
@@ -78,11 +75,11 @@ struct CudaLauncher {
 
 }  // namespace
 
-size_t flash_attention_backward_workspace_bytes(const AttentionParams& p) {
+size_t flash_attention_backward_workspace_bytes(const flash::AttentionParams& p) {
   return flash::bwd_workspace(p.B, p.T, p.H, p.Hkv, p.D, p.sink, p.affine).bytes;
 }
 
-void flash_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+void flash_attention_backward(const flash::AttentionParams& p, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream) {
   check_flash_params(p, "flash attention backward");
   if (p.B == 0 || p.T == 0 || p.H == 0) return;
@@ -92,7 +89,7 @@ void flash_attention_backward(const AttentionParams& p, void* workspace, size_t 
     fail("flash attention backward: workspace of ", workspace_bytes, " bytes, ", need, " needed");
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
     fail("flash attention backward: the workspace must be 16-byte aligned");
-  const BwdArgs a = flash::make_bwd_args(p, static_cast<unsigned char*>(workspace));
+  const flash::BwdArgs a = flash::make_bwd_args(p, static_cast<unsigned char*>(workspace));
   CudaLauncher launch{stream};
   auto* ws = static_cast<unsigned char*>(workspace);
   flash::flash_dispatch(p.sink, p.affine, [&](auto flags) {

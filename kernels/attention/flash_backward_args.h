@@ -7,7 +7,7 @@
 
 #include "kernels/attention/flash_backward_schedule.h"
 #include "kernels/attention/flash_backward_workspace.h"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/params.h"
 
 namespace kdtrain::flash {

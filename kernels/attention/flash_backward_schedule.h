@@ -34,7 +34,8 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
+#include "kernels/attention/flash_tiles.h"
 
 namespace kdtrain::flash {
 

@@ -25,7 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/flash_tiles.h"
 
 namespace kdtrain::flash {
 

@@ -9,7 +9,7 @@
 #if KDTRAIN_HAVE_SM90A
 #include "kernels/attention/flash_forward_sm90a.h"
 #endif
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/prefix_scan.cuh"
 
 namespace kdtrain::cuda {
@@ -17,12 +17,12 @@ namespace {
 
 template <int D, int Br, int Bc, int Warps, bool kSink, bool kAffine>
 __global__ void __launch_bounds__(Warps * 32)
-    flash_forward_kernel(const __grid_constant__ AttentionParams p, const float* prefix) {
+    flash_forward_kernel(const __grid_constant__ flash::AttentionParams p, const float* prefix) {
   extern __shared__ __align__(128) unsigned char smem[];
   flash::flash_forward_block<D, Br, Bc, Warps, kSink, kAffine>(p, prefix, smem);
 }
 
-// The forward tiles of head dim D, from the one table in flash_shape.h.
+// The forward tiles of head dim D, from the one table in flash_tiles.h.
 template <int D>
 constexpr flash::FlashTiles kForwardTiles = flash::flash_tiles(D, flash::FlashPass::forward);
 
@@ -34,7 +34,7 @@ struct ForwardWorkspace {
 
 constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-ForwardWorkspace forward_workspace(const AttentionParams& s) {
+ForwardWorkspace forward_workspace(const flash::AttentionParams& s) {
   ForwardWorkspace w;
   if (!s.affine) return w;
   w.prefix_bytes = round_up(sizeof(float) * static_cast<size_t>(s.B * s.T * s.Hkv * s.D), 256);
@@ -43,7 +43,7 @@ ForwardWorkspace forward_workspace(const AttentionParams& s) {
 }
 
 template <int D, typename Flags>
-void launch_forward(const AttentionParams& p, const float* prefix, cudaStream_t stream) {
+void launch_forward(const flash::AttentionParams& p, const float* prefix, cudaStream_t stream) {
   constexpr auto tiles = kForwardTiles<D>;
   using L = flash::ForwardLayout<D, tiles.Br, tiles.Bc, tiles.warps>;
   auto kernel = flash_forward_kernel<D, tiles.Br, tiles.Bc, tiles.warps, Flags::kSink, Flags::kAffine>;
@@ -61,11 +61,11 @@ void launch_forward(const AttentionParams& p, const float* prefix, cudaStream_t 
 
 }  // namespace
 
-size_t flash_attention_forward_workspace_bytes(const AttentionParams& p) {
+size_t flash_attention_forward_workspace_bytes(const flash::AttentionParams& p) {
   return forward_workspace(p).total();
 }
 
-void flash_attention_forward(const AttentionParams& s, void* workspace, size_t workspace_bytes,
+void flash_attention_forward(const flash::AttentionParams& s, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream, bool wgmma_sm90a) {
   check_flash_params(s, "flash attention forward");
   if (s.B == 0 || s.T == 0 || s.H == 0) return;

@@ -27,7 +27,6 @@
 #include <cstdint>
 
 #include "kernels/attention/flash_forward_steps.cuh"
-#include "kernels/attention/flash_shape.h"
 #include "kernels/attention/params.h"
 #include "kernels/tc/primitives.cuh"
 

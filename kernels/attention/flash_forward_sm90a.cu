@@ -5,6 +5,7 @@
 // calls it when backend/cuda/attention_path.h's choose_flash_forward_kernel says so.
 #include "kernels/attention/flash_forward_sm90a.h"
 #include "kernels/attention/flash_forward_sm90a_kernel.cuh"
+#include "kernels/attention/flash_tiles.h"
 #include "kernels/cuda_check.cuh"
 
 namespace kdtrain::cuda {
@@ -14,14 +15,14 @@ namespace {
 // registers at D 64), so the register cap of 255 per thread is the compiler's to use.
 template <int D, bool kSink, bool kAffine>
 __global__ void __launch_bounds__(flash::ForwardSm90a<D>::kThreads, 1)
-    flash_forward_sm90a_kernel(const __grid_constant__ AttentionParams p, const float* prefix) {
+    flash_forward_sm90a_kernel(const __grid_constant__ flash::AttentionParams p, const float* prefix) {
   using L = flash::ForwardSm90a<D>;
   extern __shared__ __align__(1024) unsigned char smem[];
   flash::flash_forward_sm90a_block<D, L::Bc, L::kWarpgroups, kSink, kAffine>(p, prefix, smem);
 }
 
 template <int D, bool kSink, bool kAffine>
-void launch(const AttentionParams& p, const float* prefix, cudaStream_t stream) {
+void launch(const flash::AttentionParams& p, const float* prefix, cudaStream_t stream) {
   using L = flash::ForwardSm90a<D>;
   auto kernel = flash_forward_sm90a_kernel<D, kSink, kAffine>;
   static const bool attribute_set = [&] {  // once per instantiation, not per launch
@@ -37,7 +38,7 @@ void launch(const AttentionParams& p, const float* prefix, cudaStream_t stream) 
 
 }  // namespace
 
-void launch_flash_forward_sm90a(const AttentionParams& p, const float* prefix, cudaStream_t stream) {
+void launch_flash_forward_sm90a(const flash::AttentionParams& p, const float* prefix, cudaStream_t stream) {
   KD_CHECK(p.D == 64 || p.D == 128, "flash attention (sm_90a): head dim ", p.D,
            " (the wgmma forward takes 64 and 128)");
   flash::flash_dispatch(p.sink, p.affine, [&](auto flags) {

@@ -11,6 +11,6 @@ namespace kdtrain::cuda {
 
 // Launches the wgmma forward (head dims 64 and 128) on the call's params and, for
 // affine, the prefix sums of v (flash_forward.cu's workspace).
-void launch_flash_forward_sm90a(const AttentionParams& p, const float* prefix, cudaStream_t stream);
+void launch_flash_forward_sm90a(const flash::AttentionParams& p, const float* prefix, cudaStream_t stream);
 
 }  // namespace kdtrain::cuda

@@ -25,7 +25,7 @@
 #include <cstdint>
 
 #include "kernels/attention/flash_forward_steps.cuh"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/params.h"
 #include "kernels/tc/named_barrier.cuh"
 #include "kernels/tc/primitives.cuh"
 #include "kernels/tc/wgmma.cuh"

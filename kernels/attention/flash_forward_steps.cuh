@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/attention/flash_shape.h"
 #include "kernels/attention/params.h"
 #include "kernels/tc/primitives.cuh"
 

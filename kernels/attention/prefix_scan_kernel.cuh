@@ -16,7 +16,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/params.h"
 #include "kernels/tc/primitives.cuh"
 

@@ -18,7 +18,7 @@ constexpr int kWarps = kThreads / kWarpSize;
 
 struct Index {  // offsets into the packed qkv rows (element units)
   int64_t T, H, Hkv, D;
-  __device__ explicit Index(const AttentionParams& p) : T(p.T), H(p.H), Hkv(p.Hkv), D(p.D) {}
+  __device__ explicit Index(const flash::AttentionParams& p) : T(p.T), H(p.H), Hkv(p.Hkv), D(p.D) {}
   __device__ int64_t row(int64_t b, int64_t t) const { return (b * T + t) * (H + 2 * Hkv) * D; }
   __device__ int64_t q(int64_t b, int64_t t, int64_t h) const { return row(b, t) + h * D; }
   __device__ int64_t k(int64_t b, int64_t t, int64_t g) const { return row(b, t) + (H + g) * D; }
@@ -43,14 +43,14 @@ struct QueryRow {
   Index ix;
   int64_t i, b, h, g;
   int warp, lane;
-  __device__ explicit QueryRow(const AttentionParams& p)
+  __device__ explicit QueryRow(const flash::AttentionParams& p)
       : ix(p), i(blockIdx.x), b(blockIdx.y / p.H), h(blockIdx.y % p.H), g(h / (p.H / p.Hkv)),
         warp(threadIdx.x / kWarpSize), lane(threadIdx.x % kWarpSize) {}
 };
 
 // For channel d of query row i (sequence b, kv head g): sum_{j<=i} w_j V_j[d] and
 // sum_{j<=i} V_j[d], keys in order.
-__device__ __forceinline__ void weighted_v_sums(const AttentionParams& p, const Index& ix, int64_t b, int64_t g,
+__device__ __forceinline__ void weighted_v_sums(const flash::AttentionParams& p, const Index& ix, int64_t b, int64_t g,
                                                 int64_t i, const float* w, int64_t d, float& wv, float& vsum) {
   wv = 0.f;
   vsum = 0.f;
@@ -62,7 +62,7 @@ __device__ __forceinline__ void weighted_v_sums(const AttentionParams& p, const 
 }
 
 // grid (T, B*H): block (i, b*H + h). Shared: q (D), scores (T).
-__global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionParams p) {
+__global__ void __launch_bounds__(kThreads) attention_forward_kernel(flash::AttentionParams p) {
   extern __shared__ float smem[];
   __shared__ float red[kWarpSize];
   const auto [ix, i, b, h, g, warp, lane] = QueryRow(p);
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionPa
 
 // Pass 1, grid (T, B*H): block (i, b*H + h) writes dq_i, Drow_i and dalpha_i.
 // Shared: q (D), dO (D), dO' = alpha dO (D), p (T), dp (T).
-__global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(AttentionParams p,
+__global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(flash::AttentionParams p,
                                                                           float* drow) {
   extern __shared__ float smem[];
   __shared__ float red[kWarpSize];
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query_kernel(Atte
 // Shared: k (D), v (D), dk (D), dv (D), cq (T), cv (T).
 // At least 10 blocks per SM: left alone, ptxas gives this kernel 64 registers (8 blocks)
 // since the affine divisor became a runtime choice; 48 fit with no spill (kernel_report.sh).
-__global__ void __launch_bounds__(kThreads, 10) attention_backward_key_kernel(AttentionParams p,
+__global__ void __launch_bounds__(kThreads, 10) attention_backward_key_kernel(flash::AttentionParams p,
                                                                         const float* drow) {
   extern __shared__ float smem[];
   const Index ix(p);
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 10) attention_backward_key_kernel(At
 }
 
 // grid (H): dsinks[h] -= sum over (b, i) of exp(s_h - lse) * D_i, fixed tree.
-__global__ void __launch_bounds__(kThreads) attention_dsinks_kernel(AttentionParams p,
+__global__ void __launch_bounds__(kThreads) attention_dsinks_kernel(flash::AttentionParams p,
                                                                   const float* drow) {
   __shared__ float red[kWarpSize];
   const int64_t h = blockIdx.x;
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kThreads) attention_dsinks_kernel(AttentionPar
   if (threadIdx.x == 0) p.dsinks[h] -= acc;
 }
 
-void check_params(const AttentionParams& p, const char* op) {
+void check_params(const flash::AttentionParams& p, const char* op) {
   KD_CHECK(p.B >= 0 && p.T >= 0 && p.H > 0 && p.Hkv > 0 && p.D > 0 && p.H % p.Hkv == 0, op,
            ": bad shape B=", p.B, " T=", p.T, " H=", p.H, " Hkv=", p.Hkv, " D=", p.D);
   KD_CHECK(p.B * p.H <= row::kMaxGridY && p.T < (int64_t(1) << 31), op, ": B*H=", p.B * p.H,
@@ -259,7 +259,7 @@ void set_smem(Kernel kernel, size_t bytes, const char* op) {
 }
 }  // namespace
 
-void row_attention_forward(const AttentionParams& p, cudaStream_t stream) {
+void row_attention_forward(const flash::AttentionParams& p, cudaStream_t stream) {
   check_params(p, "attention_forward");
   if (p.B == 0 || p.T == 0) return;
   const size_t smem = row::forward_smem_bytes(p.T, p.D);
@@ -269,11 +269,11 @@ void row_attention_forward(const AttentionParams& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-size_t row_attention_backward_workspace_bytes(const AttentionParams& p) {
+size_t row_attention_backward_workspace_bytes(const flash::AttentionParams& p) {
   return static_cast<size_t>(p.B * p.H * p.T) * sizeof(float);
 }
 
-void row_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+void row_attention_backward(const flash::AttentionParams& p, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream) {
   check_params(p, "attention_backward");
   KD_CHECK(!p.affine || p.dalpha != nullptr, "attention_backward (affine): dalpha must be given");

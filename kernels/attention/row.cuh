@@ -29,11 +29,11 @@ namespace kdtrain::cuda {
 
 // p: params.h. The row path runs every head dim; the fused kernels
 // (flash.cuh) replace it wherever they apply (backend/cuda/attention_path.h).
-void row_attention_forward(const AttentionParams& p, cudaStream_t stream);
+void row_attention_forward(const flash::AttentionParams& p, cudaStream_t stream);
 
 // fp32 workspace for the per-row D_i = dO'_i . (PV)_i shared by the passes.
-size_t row_attention_backward_workspace_bytes(const AttentionParams& p);
-void row_attention_backward(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+size_t row_attention_backward_workspace_bytes(const flash::AttentionParams& p);
+void row_attention_backward(const flash::AttentionParams& p, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream);
 
 }  // namespace kdtrain::cuda

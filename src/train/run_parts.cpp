@@ -7,7 +7,7 @@
 #include "data/shard_manifest.h"
 #include "io/checksums.h"
 #include "io/model_dir.h"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/flash_tiles.h"
 #include "model/cached_teacher_loss.h"
 #include "train/teacher_load.h"
 

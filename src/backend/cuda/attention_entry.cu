@@ -10,13 +10,13 @@ namespace kdtrain::cuda {
 namespace {
 
 template <typename Args>
-AttentionParams common_params(const Args& a) {
+flash::AttentionParams common_params(const Args& a) {
   const AttentionShape& s = a.shape;
   KD_CHECK(s.Hkv > 0 && s.H > 0 && s.H % s.Hkv == 0, "attention: n_kv_heads (", s.Hkv,
            ") must divide n_heads (", s.H, ")");
   KD_CHECK(s.B >= 0 && s.T >= 0 && s.D > 0, "attention: bad shape B=", s.B, " T=", s.T,
            " D=", s.D);
-  AttentionParams p;
+  flash::AttentionParams p;
   static_cast<flash::FlashParams&>(p) = flash::make_flash_params(s.B, s.T, s.H, s.Hkv, s.D, a.scale);
   p.sink = a.features.sink;
   p.affine = a.features.affine;
@@ -33,15 +33,15 @@ AttentionParams common_params(const Args& a) {
 
 }  // namespace
 
-AttentionParams attention_params(const AttentionForwardArgs& a) {
-  AttentionParams p = common_params(a);
+flash::AttentionParams attention_params(const AttentionForwardArgs& a) {
+  flash::AttentionParams p = common_params(a);
   p.out = static_cast<uint16_t*>(a.out);
   p.lse = a.lse;
   return p;
 }
 
-AttentionParams attention_params(const AttentionBackwardArgs& a) {
-  AttentionParams p = common_params(a);
+flash::AttentionParams attention_params(const AttentionBackwardArgs& a) {
+  flash::AttentionParams p = common_params(a);
   KD_CHECK(!p.affine || a.dalpha != nullptr, "attention backward (affine): dalpha must be given");
   // The backward only reads out and lse; the struct is shared with the forward.
   p.out = const_cast<uint16_t*>(static_cast<const uint16_t*>(a.out));
@@ -53,13 +53,13 @@ AttentionParams attention_params(const AttentionBackwardArgs& a) {
   return p;
 }
 
-AttentionPathChoice attention_path(const AttentionParams& p) {
-  const bool aligned = aligned_16(p.qkv) && aligned_16(p.out) && aligned_16(p.dout) &&
-                       aligned_16(p.dqkv);
+AttentionPathChoice attention_path(const flash::AttentionParams& p) {
+  const bool aligned = flash::aligned_16(p.qkv) && flash::aligned_16(p.out) && flash::aligned_16(p.dout) &&
+                       flash::aligned_16(p.dqkv);
   return choose_attention_path(AttentionShape{p.B, p.T, p.H, p.Hkv, p.D}, aligned);
 }
 
-size_t attention_workspace_bytes(const AttentionParams& p, AttentionPass pass, AttentionPath path) {
+size_t attention_workspace_bytes(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path) {
   if (path == AttentionPath::flash)
     return pass == AttentionPass::forward ? flash_attention_forward_workspace_bytes(p)
                                           : flash_attention_backward_workspace_bytes(p);
@@ -72,7 +72,7 @@ constexpr bool kSm90aForwardBuilt = true;  // CMake KDTRAIN_CUDA_SM90A
 constexpr bool kSm90aForwardBuilt = false;
 #endif
 
-FlashForwardKernel flash_forward_kernel(const AttentionParams& p) {
+FlashForwardKernel flash_forward_kernel(const flash::AttentionParams& p) {
   int device = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -80,7 +80,7 @@ FlashForwardKernel flash_forward_kernel(const AttentionParams& p) {
   return choose_flash_forward_kernel(p.D, major, minor, kSm90aForwardBuilt, std::getenv("KDTRAIN_FLASH_FORWARD"));
 }
 
-void attention_run(const AttentionParams& p, AttentionPass pass, AttentionPath path,
+void attention_run(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path,
                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (path == AttentionPath::flash) {
     if (pass == AttentionPass::forward)

@@ -1,5 +1,5 @@
 // The one attention entry of the CUDA side. CudaBackend hands it backend.h's
-// arguments; it translates them once into AttentionParams (params.h),
+// arguments; it translates them once into flash::AttentionParams (params.h),
 // resolving the variant into its features, asks choose_attention_path
 // (backend/cuda/attention_path.h) which implementation runs, and launches it with the
 // workspace the backend provides.
@@ -17,21 +17,21 @@ namespace kdtrain::cuda {
 enum class AttentionPass { forward, backward };
 
 // The translation (and the checks of the variant's inputs), once per call.
-AttentionParams attention_params(const AttentionForwardArgs& args);
-AttentionParams attention_params(const AttentionBackwardArgs& args);
+flash::AttentionParams attention_params(const AttentionForwardArgs& args);
+flash::AttentionParams attention_params(const AttentionBackwardArgs& args);
 
 // The path this call takes: the shape rule plus the alignment of its buffers.
-AttentionPathChoice attention_path(const AttentionParams& p);
+AttentionPathChoice attention_path(const flash::AttentionParams& p);
 
 // Device workspace the chosen implementation needs for this pass (may be 0).
-size_t attention_workspace_bytes(const AttentionParams& p, AttentionPass pass, AttentionPath path);
+size_t attention_workspace_bytes(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path);
 
 // The fused forward's kernel on the current device (choose_flash_forward_kernel with
 // its compute capability, this build and $KDTRAIN_FLASH_FORWARD).
-FlashForwardKernel flash_forward_kernel(const AttentionParams& p);
+FlashForwardKernel flash_forward_kernel(const flash::AttentionParams& p);
 
 // Launches `pass` on `path`; `workspace` holds attention_workspace_bytes() bytes.
-void attention_run(const AttentionParams& p, AttentionPass pass, AttentionPath path,
+void attention_run(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path,
                    void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace kdtrain::cuda

@@ -17,14 +17,10 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "kernels/attention/flash_shape.h"
+#include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/row_limits.h"
 
 namespace kdtrain::cuda {
-
-using flash::aligned_16;
-using flash::flash_supports_head_dim;
-using flash::kFlashMaxGridDim;
 
 enum class AttentionPath { flash, row, none };
 
@@ -41,9 +37,9 @@ struct AttentionPathChoice {
 // row strides are multiples of 16 bytes whenever D is 64 or 128).
 inline AttentionPathChoice choose_attention_path(const AttentionShape& s, bool buffers_aligned) {
   const char* why = nullptr;  // what rules the fused kernels out
-  if (!flash_supports_head_dim(s.D))
+  if (!flash::flash_supports_head_dim(s.D))
     why = "head dim not 64 or 128";
-  else if (s.B > kFlashMaxGridDim || s.H > kFlashMaxGridDim)
+  else if (s.B > flash::kFlashMaxGridDim || s.H > flash::kFlashMaxGridDim)
     why = "batch or heads above 65535";
   else if (!buffers_aligned)
     why = "a buffer is not 16-byte aligned";
@@ -82,7 +78,7 @@ inline FlashForwardKernel choose_flash_forward_kernel(int64_t D, int cc_major, i
            ": expected auto, mma_sync or wgmma");
   const bool runs_here = built && cc_major == 9 && cc_minor == 0;
   if (r == "wgmma") {
-    KD_CHECK(runs_here && flash_supports_head_dim(D),
+    KD_CHECK(runs_here && flash::flash_supports_head_dim(D),
              "KDTRAIN_FLASH_FORWARD=wgmma: the wgmma forward needs a build with KDTRAIN_CUDA_SM90A (",
              built ? "yes" : "no", "), compute capability 9.0 (", cc_major, ".", cc_minor, ") and head dim 64 or 128 (",
              D, ")");

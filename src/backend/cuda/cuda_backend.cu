@@ -257,7 +257,7 @@ void CudaBackend::rope_backward(void* dx, const float* cos, const float* sin, in
   cuda::rope_backward(BF(dx), cos, sin, B, T, n_heads, n_rot, D, stream_);
 }
 
-void CudaBackend::run_attention(const cuda::AttentionParams& p, cuda::AttentionPass pass,
+void CudaBackend::run_attention(const flash::AttentionParams& p, cuda::AttentionPass pass,
                                 const AttentionShape& shape, AttentionFeatures features) {
   const cuda::AttentionPathChoice choice = cuda::attention_path(p);
   KD_CHECK(choice.path != cuda::AttentionPath::none, "attention B=", shape.B, " T=", shape.T, " H=", shape.H,

@@ -106,7 +106,7 @@ class CudaBackend final : public Backend {
   void* device_malloc(size_t bytes);
   void device_free(void* ptr);
   void sample_device_memory();  // device_used_peak_ from cudaMemGetInfo
-  void run_attention(const cuda::AttentionParams& p, cuda::AttentionPass pass,
+  void run_attention(const flash::AttentionParams& p, cuda::AttentionPass pass,
                      const AttentionShape& shape, AttentionFeatures features);
   void wait_for_stream();       // the host waits for the stream (counted)
 
