@@ -85,6 +85,31 @@ TC_DEVICE void wait_equal(const int* flag, int expected) {
 #endif
 }
 
+// ld.relaxed.gpu: an early look at a semaphore, issued long before its value is needed
+// so that its latency hides behind other work; pass the value to wait_equal_seen.
+TC_DEVICE int load_relaxed(const int* flag) {
+#if defined(__CUDACC__)
+  int v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+#else
+  return *flag;
+#endif
+}
+
+// wait_equal(flag, expected), except that no poll is made when `seen` (an earlier
+// load_relaxed of flag) already equals expected: then only the acquire fence.
+TC_DEVICE void wait_equal_seen(const int* flag, int expected, int seen) {
+#if defined(__CUDACC__)
+  if (seen == expected)
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  else
+    wait_equal(flag, expected);
+#else
+  if (seen != expected) sim::wait_equal(flag, expected);
+#endif
+}
+
 // 16-byte fp32 load / store at L2 (ld.global.cg / st.global.cg): data another block of
 // the same launch wrote or will read, never a stale L1 line. 16-byte aligned.
 TC_DEVICE void load_cg4(float (&v)[4], const float* src) {

@@ -40,6 +40,8 @@
 //   (arrive counts without waiting), then the barrier starts over. Different counts in
 //   one phase of a barrier are an error; a barrier that never completes is a stall, and
 //   one left with arrivals of an unfinished phase when the block exits is an error.
+// - Bulk copies and reductions from shared to global memory (cp.async.bulk, bulk groups):
+//   simt_bulk.h states their model.
 // - Not modelled: memory ordering between lanes of a warp without a collective in
 //   between (every collective is a rendezvous), bank conflicts and timing.
 #pragma once

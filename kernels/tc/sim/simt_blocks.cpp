@@ -97,6 +97,7 @@ void begin_block(BlockExec& x, Index3 block, const StackArena& arena, size_t fir
   std::fill(r.named.begin(), r.named.end(), BlockRun::NamedBarrier{});
   r.released_elsewhere = false;
   reset_warpgroups(r);
+  reset_bulk(r);
   for (Warp& w : r.warps) {
     w.op = Collective::none;
     w.arrived = 0;
@@ -172,6 +173,7 @@ Stop run_block_until_switch(BlockExec& x, Concurrency* conc) {
       if (live == 0) {
         finish_warpgroups(r);
         finish_named_barriers(r);
+        finish_bulk(r);
         return Stop::done;
       }
       if (at_sem > 0) return Stop::blocked;

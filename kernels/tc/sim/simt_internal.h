@@ -59,6 +59,7 @@ struct Warp {
 };
 
 struct Warpgroup;  // simt_wgmma.cpp
+struct BulkState;  // simt_bulk.cpp
 
 struct BlockRun {
   const LaunchConfig* config = nullptr;
@@ -83,6 +84,7 @@ struct BlockRun {
   };
   std::vector<NamedBarrier> named = std::vector<NamedBarrier>(16);
   bool released_elsewhere = false;  // a named barrier released threads outside the running warpgroup
+  std::shared_ptr<BulkState> bulk;  // bulk copies in flight, created on first use
 };
 
 // Fiber stacks, reused across launches on this OS thread; each has a PROT_NONE guard
@@ -136,5 +138,8 @@ void finish_warpgroups(BlockRun& r);
 // End of a block: throws if a named barrier holds arrivals of an unfinished phase (a
 // turn handed over that nobody took).
 void finish_named_barriers(BlockRun& r);
+// Start of a block: no bulk copies. End: throws if a thread left bulk groups unretired.
+void reset_bulk(BlockRun& r);
+void finish_bulk(BlockRun& r);
 
 }  // namespace kdtrain::sim::detail
