@@ -1,6 +1,6 @@
 // Fused causal attention, backward: the __global__ wrappers and the launcher. The kernel
 // bodies (flash_backward_prep.cuh, flash_backward_kernel.cuh) are shared with
-// the SIMT emulator; the order of launches is flash_backward_sequence.h; the work
+// the SIMT emulator (steps: flash_backward_steps.cuh); the order of launches is flash_backward_sequence.h; the work
 // order and its deadlock argument flash_backward_schedule.h; the CPU mirror
 // src/backend/cpu/flash_mirror_backward.cpp; docs/flash_attention.md has the rest.
 #include <cstdint>
@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(flash::kBwdThreads, 1) bwd_main_kernel(const _
   flash_bwd::bwd_main<D, kAffine, kAtomic>(a, smem);
 }
 
-// The timing build only (flash::kBwdAtomicDq).
+// The fp32 dq accumulator to bf16 dq (and affine's dalpha), after the main kernel.
 template <int D, bool kAffine>
 __global__ void __launch_bounds__(flash::kBwdThreads) bwd_finalize_kernel(const __grid_constant__ flash::BwdArgs a) {
   flash_bwd::bwd_finalize<D, kAffine>(a);

@@ -16,7 +16,7 @@ namespace kdtrain::flash {
 // static_assert against these.
 constexpr FlashTiles kBwdTiles = flash_tiles(64, FlashPass::backward);
 constexpr int kBwdThreads = 32 * kBwdTiles.warps;
-constexpr int kBwdDqSlices = kBwdTiles.warps;  // one dq slice (and semaphore) per warp
+constexpr int kBwdDqSlices = 1;  // one semaphore per dq tile: one thread adds the whole tile
 // (b, kv head) pairs ticketed together (flash_backward_schedule.h). Key tile kt + 1 of a group
 // takes its ticket kBwdChunkGroups tickets after key tile kt, about kBwdChunkGroups / 2
 // steps later on a full H100 (132 blocks finishing ~2 per step), so the dq tile it reads
@@ -28,8 +28,9 @@ constexpr int kBwdDqSlices = kBwdTiles.warps;  // one dq slice (and semaphore) p
 constexpr int64_t kBwdChunkGroups = 8;
 
 // Timing only, never the default (CMake option KDTRAIN_ATTN_ATOMIC_DQ): dq (and affine's
-// row sums) accumulated with float atomics in whatever order the blocks arrive, then
-// converted by one more kernel, instead of the ordered accumulation under semaphores. The
+// row sums) accumulated from the warps' registers with vector float atomics
+// (red.global.add.v4.f32) into a zeroed accumulator, in whatever order the blocks arrive,
+// instead of the ordered bulk reductions under semaphores (flash_backward_steps.cuh). The
 // results' bits then depend on timing; one GPU run of both builds measures what the order
 // costs (attn_determinism_cost, scripts/gpu_window.sh).
 #if defined(KDTRAIN_ATTN_ATOMIC_DQ) && KDTRAIN_ATTN_ATOMIC_DQ

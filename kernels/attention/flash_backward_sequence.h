@@ -5,15 +5,17 @@
 //   scan(const flash::ScanArgs<In>&)                  prefix_scan (prefix_scan_kernel.cuh)
 //   prep<D, kSink, kAffine>(BwdGrid, const BwdArgs&)  bwd_prep, kPrepThreads per block
 //   main<D, kAffine, kAtomic>(BwdGrid, const BwdArgs&) bwd_main, kBwdThreads per block
-//   finalize<D, kAffine>(BwdGrid, const BwdArgs&)     bwd_finalize (kAtomic only), likewise
+//   finalize<D, kAffine>(BwdGrid, const BwdArgs&)     bwd_finalize, likewise
 // Order (each step reads what the previous ones wrote; the stream orders them):
 //   1. zero the counters and semaphores;
 //   2. affine: S = forward scan of v into vsum;
 //   3. preprocessing: statistics, u [affine], dsinks [sink];
 //   4. affine: R = reverse scan of u into vsum;
-//   5. the main kernel, one block per work item;
-//   kAtomic (the timing build, kBwdAtomicDq): the dq (and row-sum) accumulators are zeroed
-//   before 5, and 6. bwd_finalize converts them, one block per (b, h, query tile).
+//   5. the main kernel, one block per work item: dq (and affine's row sums) accumulated
+//      in fp32, the first contributor of each query tile storing;
+//   6. bwd_finalize converts them to bf16 dq (and dalpha), one block per (b, h, query tile).
+//   kAtomic (the timing build, kBwdAtomicDq): the accumulators are zeroed before 5, every
+//   contributor adding.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -52,7 +54,7 @@ void run_bwd_sequence(Launcher& launch, const BwdArgs& a, unsigned char* workspa
     if constexpr (kAffine) launch.zero(a.rs_acc, sizeof(float) * static_cast<size_t>(p.B * p.H * a.T_pad));
   }
   launch.template main<D, kAffine, kAtomic>(BwdGrid{a.sched.items, 1, 1}, a);
-  if constexpr (kAtomic) launch.template finalize<D, kAffine>(BwdGrid{p.B * p.H * a.sched.n_qt, 1, 1}, a);
+  launch.template finalize<D, kAffine>(BwdGrid{p.B * p.H * a.sched.n_qt, 1, 1}, a);
 }
 
 }  // namespace kdtrain::flash
