@@ -64,7 +64,7 @@ SEEDS="$FUZZ_DIR/seeds"
 rm -rf "$SEEDS"
 mkdir -p "$SEEDS"
 python3 - "$SEEDS" "$ROOT/configs" <<'EOF'
-import json, os, struct, sys
+import json, math, os, struct, sys
 seeds, configs = sys.argv[1], sys.argv[2]
 def put(target, name, data):
     os.makedirs(f"{seeds}/{target}", exist_ok=True)
@@ -111,6 +111,17 @@ def cache(K, V, T, windows, value_type):
     return body + struct.pack("<Q", ((h ^ len(body)) * 0x100000001b3) % 2**64) + b"KDTCEND\0"
 put("teacher_cache", "bf16", cache(2, 10, 3, 2, 0))
 put("teacher_cache", "f32", cache(1, 4, 2, 1, 1))
+# teacher_cache_values: four bytes choosing the value type, K, V, T (fuzz/fuzz_teacher_cache_values.cpp),
+# then window records that hold what a teacher writes: distinct ids, log-probabilities and a tail summing to 1.
+def record(ids, logp, tail, value_type):
+    body = struct.pack(f"<{len(ids)}I", *ids)
+    body += struct.pack(f"<{len(logp)}f", *logp) if value_type else struct.pack(f"<{len(logp)}H", *[
+        struct.unpack("<I", struct.pack("<f", v))[0] >> 16 for v in logp])
+    body += struct.pack(f"<{len(tail)}f", *tail)
+    return body + b"\0" * (-len(body) % 8)
+put("teacher_cache_values", "one_id", bytes([0, 0, 0, 0]) + record([0], [0.0], [float("-inf")], 0))
+put("teacher_cache_values", "f32_k2", bytes([1, 1, 2, 0]) + record([0, 3], [math.log(0.5), math.log(0.25)],
+                                                                [math.log(0.25)], 1))
 
 put("trainer_state", "state", json.dumps({"step": 8, "skipped_steps": 1, "consecutive_skips": 0, "world_size": 2,
     "sampler": {"seed": 1, "epoch": 0, "index": 32, "num_windows": 100}, "data_fingerprint": "1234567890123",

@@ -14,6 +14,7 @@
 #include "io/checkpoint_format.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "io/teacher_cache_values.h"
 
 namespace kdtrain::data {
 
@@ -124,6 +125,20 @@ TeacherCache::TeacherCache(const std::string& dir) {
   const uint64_t stored = get<uint64_t>(b, payload);
   KD_CHECK(sum.value() == stored, path, ": checksum mismatch (stored ", stored, ", computed ",
            sum.value(), "): the cache is corrupt; rebuild it with `kdtrain teacher-cache`");
+  // The values, after the checksum (a damaged file is called damaged, not
+  // tampered) and before any run uses them: a bad row stops the run before
+  // its directory exists, naming the window.
+  const double rounding = header_.value_type == CacheValueType::bf16 ? io::kBf16LogProbRounding
+                                                                     : io::kF32LogProbRounding;
+  CachedRows rows;
+  for (int64_t w = 0; w < header_.windows; ++w) {
+    rows.ids.clear();
+    rows.logp.clear();
+    rows.log_tail.clear();
+    decode_window(w, rows);
+    io::check_teacher_cache_rows({rows.ids.data(), rows.logp.data(), rows.log_tail.data(), header_.seq_len, header_.K},
+                                 header_.V, rounding, path, w);
+  }
 }
 
 void TeacherCache::require_match(const TokenDataset& data, int64_t vocab_size,
@@ -142,6 +157,16 @@ void TeacherCache::require_match(const TokenDataset& data, int64_t vocab_size,
 void TeacherCache::append_window(int64_t window, CachedRows& out) const {
   KD_CHECK(window >= 0 && window < header_.windows, path(), ": window ", window,
            " out of range [0, ", header_.windows, ")");
+  const size_t base = out.ids.size();
+  decode_window(window, out);
+  // Checked at open; checked again here because the ids index the vocabulary
+  // and the mapped file could have been rewritten in place since.
+  for (size_t i = base; i < out.ids.size(); ++i)
+    KD_CHECK(out.ids[i] >= 0 && out.ids[i] < header_.V, path(), ": window ", window,
+             " holds token id ", out.ids[i], " outside the vocabulary (", header_.V, ")");
+}
+
+void TeacherCache::decode_window(int64_t window, CachedRows& out) const {
   const int64_t T = header_.seq_len, K = header_.K;
   const uint8_t* rec = file_.data() + kCacheHeaderBytes + window * header_.record_bytes();
   out.K = K;
@@ -150,9 +175,6 @@ void TeacherCache::append_window(int64_t window, CachedRows& out) const {
   out.logp.resize(base + T * K);
   out.log_tail.resize(tail_base + T);
   std::memcpy(out.ids.data() + base, rec, T * K * 4);
-  for (int64_t i = 0; i < T * K; ++i)
-    KD_CHECK(out.ids[base + i] >= 0 && out.ids[base + i] < header_.V, path(), ": window ", window,
-             " holds token id ", out.ids[base + i], " outside the vocabulary (", header_.V, ")");
   const uint8_t* values = rec + T * K * 4;
   if (header_.value_type == CacheValueType::bf16) {
     for (int64_t i = 0; i < T * K; ++i)

@@ -13,8 +13,9 @@
 //                         log_tail f32 (T)         log(1 - sum_K p), -inf when K = V
 //                         zero padding to a multiple of 8 bytes
 //   trailer (16 bytes)  checksum (64-bit, over header + records), magic "KDTCEND\0"
-// The checksum is verified when the file is opened; any mismatch, a wrong size
-// or a bad field is refused with an error naming the file.
+// The checksum and then every value (io/teacher_cache_values.h) are verified
+// when the file is opened; any mismatch, a wrong size, a bad field or a value
+// no teacher produces is refused with an error naming the file (and the window).
 //
 // This is the file format only. The loss against its rows is
 // model/cached_teacher_loss.h; `kdtrain teacher-cache` writes it
@@ -65,7 +66,7 @@ class CacheChecksum {
 
 class TeacherCache {
  public:
-  explicit TeacherCache(const std::string& dir);  // maps, validates and checksums
+  explicit TeacherCache(const std::string& dir);  // maps, checksums, checks every value
   const CacheHeader& header() const { return header_; }
   const std::string& path() const { return file_.path(); }
 
@@ -77,6 +78,7 @@ class TeacherCache {
   void append_window(int64_t window, CachedRows& out) const;
 
  private:
+  void decode_window(int64_t window, CachedRows& out) const;  // appends, unchecked
   io::MappedFile file_;
   CacheHeader header_;
 };
