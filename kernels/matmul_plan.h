@@ -2,7 +2,7 @@
 // layouts and the heuristic's answer depend on. Two calls with equal keys can run
 // the same plan; any difference (a shape, a leading dimension, the output type,
 // an operand's alignment, the epilogue) needs its own. Plain C++, so the host
-// tests (tests/test_matmul_plan.cpp) check the key logic without a GPU.
+// tests (tests/backend/test_matmul_plan.cpp) check the key logic without a GPU.
 #pragma once
 #include <cstddef>
 #include <cstdint>

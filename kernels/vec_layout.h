@@ -1,6 +1,6 @@
 // Index arithmetic of the vectorised memory-bound kernels, written once for the
 // host and the device: the kernels call these functions, and the host unit tests
-// (tests/test_vec_layout.cpp) run the very same code over odd sizes and
+// (tests/backend/test_vec_layout.cpp) run the very same code over odd sizes and
 // misaligned tails to prove every element is visited exactly once.
 //
 // Conventions: a "pack" is VEC consecutive elements moved as one load/store

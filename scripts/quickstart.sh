@@ -20,7 +20,7 @@ KDTRAIN=build/kdtrain
 [[ -x $KDTRAIN ]] || scripts/setup.sh --no-python
 
 echo "== 1/3 corpus"
-python3 scripts/quickstart_corpus.py --out "$OUT/data"
+python3 scripts/data/quickstart_corpus.py --out "$OUT/data"
 for split in train val; do
   "$KDTRAIN" data write --bytes "$OUT/data/$split.txt" --out "$OUT/data/$split.bin" --version 1
 done
@@ -42,4 +42,4 @@ done
 
 echo
 echo "== variant comparison (tiny-llama student, byte-level, $(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["train"]["steps"])' configs/quickstart/student.json) steps)"
-python3 scripts/compare_runs.py --kdtrain "$KDTRAIN" "${runs[@]}"
+python3 scripts/report/compare_runs.py --kdtrain "$KDTRAIN" "${runs[@]}"

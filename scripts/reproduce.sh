@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The paper's study, end to end.
 #
-# The whole study (Tables 1-5, Figures 2-10; scripts/reproduce_tables.py, which
-# runs every row below and then scripts/report.py):
+# The whole study (Tables 1-5, Figures 2-10; scripts/report/reproduce_tables.py, which
+# runs every row below and then scripts/report/report.py):
 #   scripts/reproduce.sh --tables --teachers DIR --out OUT [--fineweb FILE...] [--c4 FILE]
 #       [--device cuda] [--launch "mpirun -np 8"] [--only "1B-affine 1B-sink"] [--smoke] ...
-#   (scripts/reproduce_tables.py --help lists every option)
+#   (scripts/report/reproduce_tables.py --help lists every option)
 #
 # One row of a table:
 #   prepare data -> train (KD from the teacher) -> export -> C4 perplexity ->
@@ -37,7 +37,7 @@ SHARED="$ROOT/../shared/data"
 
 if [[ ${1:-} == --tables ]]; then
   shift
-  exec python3 "$ROOT/scripts/reproduce_tables.py" "$@"
+  exec python3 "$ROOT/scripts/report/reproduce_tables.py" "$@"
 fi
 
 CONFIG=""; VARIANT=""; DATA_DIR=""; TEACHER=""; RUN=""; TOKENIZER=""; STEPS=""; DEVICE=""
@@ -97,9 +97,9 @@ prepare_data() {
   [[ -n $VAL_TOKENS ]] && prep+=(--val-tokens "$VAL_TOKENS")
   [[ -n $MAX_TOKENS ]] && prep+=(--max-tokens "$MAX_TOKENS")
   stage "prepare FineWeb-Edu -> $FW" "$FW/manifest.json" \
-    python3 "$ROOT/scripts/prepare_fineweb_edu.py" "${prep[@]}" --input "${FINEWEB[@]}" --out "$FW"
+    python3 "$ROOT/scripts/data/prepare_fineweb_edu.py" "${prep[@]}" --input "${FINEWEB[@]}" --out "$FW"
   stage "prepare C4 validation -> $C4DIR" "$C4DIR/manifest.json" \
-    python3 "$ROOT/scripts/prepare_c4.py" --tokenizer "$TOKENIZER" --input "$C4" --out "$C4DIR" --overwrite
+    python3 "$ROOT/scripts/data/prepare_c4.py" --tokenizer "$TOKENIZER" --input "$C4" --out "$C4DIR" --overwrite
 }
 if ((PREPARE_ONLY)); then
   [[ -n $DATA_DIR && -n $TOKENIZER ]] || die "--prepare-only needs --data-dir and --tokenizer"
@@ -209,7 +209,7 @@ if ((NO_ZERO_SHOT)); then
   log "zero-shot: left to the caller (--no-zero-shot)"
 else
   stage "zero-shot (six tasks)" "$RUN/zero_shot.json" \
-    python3 "$ROOT/scripts/run_zero_shot.py" --model "$RUN/hf" --out "$RUN/zero_shot.json" "${ZS[@]}"
+    python3 "$ROOT/scripts/report/run_zero_shot.py" --model "$RUN/hf" --out "$RUN/zero_shot.json" "${ZS[@]}"
 fi
 AN=(--device "$DEVICE")
 [[ -n $ANALYZE_SEQS ]] && AN+=(--num-seqs "$ANALYZE_SEQS")
@@ -220,6 +220,6 @@ stage "attention analysis" "$RUN/analysis/analysis.json" \
 # ---- 4. report (always redone)
 if ((NO_REPORT)); then log "finished"; exit 0; fi
 log "report -> $REPORT"
-python3 "$ROOT/scripts/report.py" "$RUN" --out "$REPORT" --kdtrain "$KDTRAIN" >/dev/null
+python3 "$ROOT/scripts/report/report.py" "$RUN" --out "$REPORT" --kdtrain "$KDTRAIN" >/dev/null
 cat "$REPORT"/table1.md 2>/dev/null || true
-log "finished; to put rows together: scripts/reproduce.sh --tables, or python3 scripts/report.py RUN_DIR... --out DIR"
+log "finished; to put rows together: scripts/reproduce.sh --tables, or python3 scripts/report/report.py RUN_DIR... --out DIR"

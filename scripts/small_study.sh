@@ -3,8 +3,8 @@
 # A teacher is trained with cross-entropy, then one student per attention variant
 # (baseline, sink, affine, gated, affine-gated; same seed, same data order) is
 # distilled from it; each student is evaluated (C4 perplexity with `kdtrain eval`,
-# the six zero-shot tasks with scripts/run_zero_shot.py on its Hugging Face
-# export), analysed (`kdtrain analyze`), and scripts/report.py writes the tables
+# the six zero-shot tasks with scripts/report/run_zero_shot.py on its Hugging Face
+# export), analysed (`kdtrain analyze`), and scripts/report/report.py writes the tables
 # and figures. Finished stages are skipped on a rerun (delete a file to redo it);
 # a run whose config file or overrides changed is redone with its evaluations.
 #
@@ -119,17 +119,17 @@ finished() {
 # ---- 1. tokenizer and data
 if [[ -z $TOKENIZER ]]; then
   TOKENIZER="$OUT/tokenizer"
-  stage "byte tokenizer" "$TOKENIZER/tokenizer.json" python3 scripts/make_byte_tokenizer.py --out "$TOKENIZER"
-  SEP=(--separator "$(python3 -c 'import sys; sys.path.insert(0, "scripts"); import make_byte_tokenizer as m; print(m.byte_alphabet()[m.NEWLINE])')" --separator-position after)
+  stage "byte tokenizer" "$TOKENIZER/tokenizer.json" python3 scripts/data/make_byte_tokenizer.py --out "$TOKENIZER"
+  SEP=(--separator "$(python3 -c 'import sys; sys.path.insert(0, "scripts/data"); import make_byte_tokenizer as m; print(m.byte_alphabet()[m.NEWLINE])')" --separator-position after)
 else
   SEP=()
 fi
 DATA="$OUT/data"
 stage "prepare FineWeb-Edu" "$DATA/fineweb_edu/manifest.json" \
-  python3 scripts/prepare_fineweb_edu.py --tokenizer "$TOKENIZER" --input "${FINEWEB[@]}" \
+  python3 scripts/data/prepare_fineweb_edu.py --tokenizer "$TOKENIZER" --input "${FINEWEB[@]}" \
     --out "$DATA/fineweb_edu" --val-tokens "$VAL_TOKENS" --overwrite --quiet ${SEP[@]+"${SEP[@]}"}
 stage "prepare C4 validation" "$DATA/c4/manifest.json" \
-  python3 scripts/prepare_c4.py --tokenizer "$TOKENIZER" --input "$C4" --out "$DATA/c4" \
+  python3 scripts/data/prepare_c4.py --tokenizer "$TOKENIZER" --input "$C4" --out "$DATA/c4" \
     --overwrite --quiet ${SEP[@]+"${SEP[@]}"}
 TRAIN_SHARDS="$DATA/fineweb_edu/fineweb_edu_train_*.bin"
 VAL_SHARDS="$DATA/fineweb_edu/fineweb_edu_val_*.bin"
@@ -199,7 +199,7 @@ while read -r -u 3 v variant divisor; do
   stage "$v: export" "$run/hf/config.json" \
     "$KDTRAIN" export --checkpoint "$ckpt" --out "$run/hf" --tokenizer "$TOKENIZER" --force
   stage "$v: zero-shot" "$run/zero_shot.json" \
-    python3 scripts/run_zero_shot.py --model "$run/hf" --out "$run/zero_shot.json" "${ZS_ARGS[@]}"
+    python3 scripts/report/run_zero_shot.py --model "$run/hf" --out "$run/zero_shot.json" "${ZS_ARGS[@]}"
   stage "$v: analyze" "$run/analysis/analysis.json" \
     "$KDTRAIN" analyze --checkpoint "$ckpt" --data "$C4_SHARDS" --seq-len "$SEQ_LEN" \
       --num-seqs "$ANALYZE_SEQS" "${DEV[@]}" --out "$run/analysis"
@@ -211,7 +211,7 @@ FLAGS=""  # (an assignment from $( ((GPU)) && ...) takes its status: 1 under set
 ((SMOKE)) && FLAGS+=" --smoke"
 ((GPU)) && FLAGS+=" --gpu"
 NOTE="A scaled-down Table 1 on real text (scripts/small_study.sh$FLAGS); docs/reproduce.md, \"The small study\"."
-python3 scripts/report.py "${runs[@]}" --out "$OUT/report" --kdtrain "$KDTRAIN" \
+python3 scripts/report/report.py "${runs[@]}" --out "$OUT/report" --kdtrain "$KDTRAIN" \
   --title "Small study" --note "$NOTE" >/dev/null
 printf 'total (this invocation)\t%s\n' "$(($(date +%s) - STUDY_START))" >> "$TIMINGS"
 log "done in $(($(date +%s) - STUDY_START))s; report in $OUT/report"

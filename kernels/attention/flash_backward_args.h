@@ -22,7 +22,7 @@ constexpr int kBwdDqSlices = 1;  // one semaphore per dq tile: one thread adds t
 // steps later on a full H100 (132 blocks finishing ~2 per step), so the dq tile it reads
 // was written that long ago: 4 steps x 132 blocks x (Br x D x 4 bytes) = 8.5 MB (D = 64),
 // 17 MB (D = 128) of dq traffic in between, well inside the 50 MB L2. More groups per
-// chunk keep more slots busy: the schedule model (tests/test_flash_backward_schedule.cpp)
+// chunk keep more slots busy: the schedule model (tests/attention/test_flash_backward_schedule.cpp)
 // at B = 8, T = 2048 leaves 4% (D = 64) / 7.5% (D = 128) of 132 slots idle with 8, 17% /
 // 26% with 1. To be tuned on a GPU.
 constexpr int64_t kBwdChunkGroups = 8;
@@ -32,7 +32,7 @@ constexpr int64_t kBwdChunkGroups = 8;
 // (red.global.add.v4.f32) into a zeroed accumulator, in whatever order the blocks arrive,
 // instead of the ordered bulk reductions under semaphores (flash_backward_steps.cuh). The
 // results' bits then depend on timing; one GPU run of both builds measures what the order
-// costs (attn_determinism_cost, scripts/gpu_window.sh).
+// costs (attn_determinism_cost, scripts/gpu/gpu_window.sh).
 #if defined(KDTRAIN_ATTN_ATOMIC_DQ) && KDTRAIN_ATTN_ATOMIC_DQ
 constexpr bool kBwdAtomicDq = true;
 #else

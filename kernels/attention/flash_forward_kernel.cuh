@@ -1,6 +1,6 @@
 // Fused causal attention forward, FlashAttention-2 class: the kernel body, written
 // against primitives.cuh so the same source runs on the GPU (flash_forward.cu
-// wraps it in a __global__) and in the host SIMT emulator (tests/test_flash_forward_sim.cpp).
+// wraps it in a __global__) and in the host SIMT emulator (tests/attention/test_flash_forward_sim.cpp).
 // Algorithm and tile arithmetic: docs/flash_attention.md.
 //
 // One block per (b, h, query tile of Br rows); blockIdx.x enumerates the heaviest

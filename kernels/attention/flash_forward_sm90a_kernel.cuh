@@ -1,7 +1,7 @@
 // Fused causal attention forward for Hopper (sm_90a): the kernel body, written against
 // primitives.cuh and wgmma.cuh so the same source runs on the GPU
 // (flash_forward_sm90a.cu) and in the host SIMT emulator
-// (tests/test_flash_forward_sm90a_sim.cpp). Same contract, arguments (the call's
+// (tests/attention/test_flash_forward_sm90a_sim.cpp). Same contract, arguments (the call's
 // AttentionParams and the affine prefix sums) and maths as the mma.sync forward
 // (flash_forward_kernel.cuh); what differs is the tensor core instruction. Algorithm and predicted time: docs/flash_attention.md.
 //

@@ -102,7 +102,7 @@ def affine_mix(out: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor, alpha_ma
     prefix sum runs over cached keys too, the new rows are the last T); alpha
     (B, H, T) activated; alpha_ma (H); key_valid (B, S) or None. N (SPEC §2):
     `sequence` divides by the keys of the call, past + current (a padded row's
-    real keys); `visible` by the keys each query sees. scripts/torch_attention.py
+    real keys); `visible` by the keys each query sees. scripts/peers/torch_attention.py
     uses it too."""
     T, S = out.shape[2], v.shape[2]
     work = out.dtype

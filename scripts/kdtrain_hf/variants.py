@@ -11,8 +11,8 @@ from collections import namedtuple
 
 Features = namedtuple("Features", ["sink", "affine", "gate"])
 # One row per variant: its name, its features, its name in the paper's tables
-# (scripts/report_runs.py) and the formulation of its PyTorch peer
-# (scripts/torch_attention.py).
+# (scripts/report/report_runs.py) and the formulation of its PyTorch peer
+# (scripts/peers/torch_attention.py).
 Variant = namedtuple("Variant", ["name", "features", "method", "torch_formulation"])
 
 # In the order of the C++ table.

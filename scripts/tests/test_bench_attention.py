@@ -1,4 +1,4 @@
-"""scripts/bench_attention.py runs on CPU with tiny shapes and states its FLOP convention."""
+"""scripts/peers/bench_attention.py runs on CPU with tiny shapes and states its FLOP convention."""
 import json
 import subprocess
 import sys
@@ -18,7 +18,7 @@ def test_flop_convention():
 
 def test_cpu_smoke():
     pytest.importorskip("torch")
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_attention.py"), "--device", "cpu",
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "peers" / "bench_attention.py"), "--device", "cpu",
                         "--tokens", "64", "--seq-len", "32", "--head-dims", "16", "--channels", "64",
                         "--warmup", "0", "--iters", "1", "--json"],
                        capture_output=True, text=True, timeout=300)
@@ -38,7 +38,7 @@ def test_with_kdtrain_attention_only():
     kdtrain = Path(os.environ.get("KDTRAIN_BINARY", ROOT / os.environ.get("KDTRAIN_BUILD_DIR", "build") / "kdtrain"))
     if not kdtrain.exists():
         pytest.skip(f"{kdtrain} not built")
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_attention.py"), "--device", "cpu",
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "peers" / "bench_attention.py"), "--device", "cpu",
                         "--tokens", "64", "--seq-len", "32", "--head-dims", "16", "--channels", "64",
                         "--gqa", "2", "--warmup", "0", "--iters", "1", "--kdtrain", str(kdtrain),
                         "--kdtrain-preset", "tiny-llama", "--json"],

@@ -1,4 +1,4 @@
-"""scripts/bench_pytorch.py: runs every variant on CPU with tiny shapes, and its
+"""scripts/peers/bench_pytorch.py: runs every variant on CPU with tiny shapes, and its
 preset table and FLOP formula agree with kdtrain (`info --json`, `bench --json`)."""
 import json
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "bench_pytorch.py"
+SCRIPT = ROOT / "scripts" / "peers" / "bench_pytorch.py"
 _BUILD = os.environ.get("KDTRAIN_BUILD_DIR", "build")
 KDTRAIN = Path(os.environ.get("KDTRAIN_BINARY", ROOT / _BUILD / "kdtrain"))
 

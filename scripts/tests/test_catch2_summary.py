@@ -1,4 +1,4 @@
-"""scripts/catch2_summary.py: the outcome of a Catch2 run, from the recorded GPU log
+"""scripts/gpu/catch2_summary.py: the outcome of a Catch2 run, from the recorded GPU log
 (which an earlier parser read as 4 passed, 0 failed), from every summary form of
 Catch2 2.13's compact and console reporters, and from real runs of kdtrain_tests."""
 import os

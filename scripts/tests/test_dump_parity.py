@@ -4,7 +4,7 @@ For tiny-llama and tiny-qwen x every attention variant (affine and affine-gated 
 both alpha activations; affine under both bias divisors at two sequence lengths,
 and a checkpoint without the divisor key, read as `visible` by both sides):
 `kdtrain init` a checkpoint, re-draw its weights, run
-`kdtrain dump --grads` and scripts/reference_model.py on the same shard, and compare
+`kdtrain dump --grads` and scripts/peers/reference_model.py on the same shard, and compare
 logits, loss and every parameter gradient.
 
 Why the weights are re-drawn: a fresh checkpoint has alpha_ma = 0 (so the affine

@@ -1,6 +1,6 @@
-"""scripts/gpu_report.py (the summaries, table and docs/gpu/latest.json of the GPU
-scripts) on recorded and synthetic inputs, and CPU smoke runs of scripts/gpu_check.sh
-and scripts/gpu_bench.sh (DEVICE=cpu: the scripts themselves, no GPU numbers)."""
+"""scripts/gpu/gpu_report.py (the summaries, table and docs/gpu/latest.json of the GPU
+scripts) on recorded and synthetic inputs, and CPU smoke runs of scripts/gpu/gpu_check.sh
+and scripts/gpu/gpu_bench.sh (DEVICE=cpu: the scripts themselves, no GPU numbers)."""
 import json
 import os
 import shutil
@@ -136,7 +136,7 @@ def test_no_gpu_leaves_latest_alone(tmp_path):
 
 
 def run_script(script, env, timeout):
-    p = subprocess.run(["bash", str(ROOT / "scripts" / script)], cwd=ROOT, capture_output=True, text=True,
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "gpu" / script)], cwd=ROOT, capture_output=True, text=True,
                        timeout=timeout, env=dict(os.environ, **env))
     return p
 

@@ -71,7 +71,7 @@ def test_documented_prep_writes_what_the_paper_configs_read(tmp_path):
     assert len(commands) == 2
     outputs = {}
     for argv in commands:
-        assert argv[:2] == ["python3", "scripts/prepare_fineweb_edu.py"], argv
+        assert argv[:2] == ["python3", "scripts/data/prepare_fineweb_edu.py"], argv
         args = argv[2:]
         tokenizer = args[args.index("--tokenizer") + 1]
         real = LLAMA3 / "tokenizer.json" if tokenizer.endswith("tokenizer.json") else QWEN2
@@ -79,7 +79,7 @@ def test_documented_prep_writes_what_the_paper_configs_read(tmp_path):
         args[args.index("--input") + 1] = str(FINEWEB)
         # The sample holds ~100k tokens; the default --val-tokens (10M) would be refused.
         args += ["--val-tokens", "20000", "--quiet"]
-        r = subprocess.run([sys.executable, str(REPO / "scripts" / "prepare_fineweb_edu.py"), *args],
+        r = subprocess.run([sys.executable, str(REPO / "scripts" / "data" / "prepare_fineweb_edu.py"), *args],
                            cwd=tmp_path, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         outputs[args[args.index("--out") + 1]] = real

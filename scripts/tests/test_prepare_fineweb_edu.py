@@ -1,4 +1,4 @@
-"""Tests for scripts/prepare_fineweb_edu.py and prepare_c4.py on the real
+"""Tests for scripts/data/prepare_fineweb_edu.py and prepare_c4.py on the real
 FineWeb-Edu / C4 samples and the real Llama-3 and Qwen tokenizers in
 ../shared/data (skipped when those files or `tokenizers` are absent)."""
 import csv
@@ -30,12 +30,12 @@ QWEN2_DIR = os.path.join(DATA, "tokenizers", "qwen2")
 needs_data = pytest.mark.skipif(not (os.path.isfile(FINEWEB) and os.path.isfile(LLAMA3)),
                                 reason="../shared/data (FineWeb-Edu sample, tokenizers) absent")
 
-sys.path.insert(0, SCRIPTS)
+sys.path.insert(0, os.path.join(SCRIPTS, "data"))
 import prepare_fineweb_edu as prep  # noqa: E402
 
 
 def run_script(name, *args):
-    cmd = [sys.executable, os.path.join(SCRIPTS, name), "--quiet", *map(str, args)]
+    cmd = [sys.executable, os.path.join(SCRIPTS, "data", name), "--quiet", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
@@ -343,7 +343,7 @@ def test_help_shows_the_defaults():
     for script, expected in (("prepare_fineweb_edu.py", ["(default: 10000000)", "(default: fineweb_edu)",
                                                          "(default: from the tokenizer)"]),
                              ("prepare_c4.py", ["(default: c4)", "(default: val)", "(default: jsonl)"])):
-        r = subprocess.run([sys.executable, os.path.join(SCRIPTS, script), "--help"],
+        r = subprocess.run([sys.executable, os.path.join(SCRIPTS, "data", script), "--help"],
                            capture_output=True, text=True)
         assert r.returncode == 0
         text = " ".join(r.stdout.split())  # argparse wraps lines
@@ -359,7 +359,7 @@ def test_token_bytes_and_prepare_import_apart():
     import ast
 
     def imported(name):
-        tree = ast.parse(open(os.path.join(SCRIPTS, name + ".py"), encoding="utf-8").read())
+        tree = ast.parse(open(os.path.join(SCRIPTS, "data", name + ".py"), encoding="utf-8").read())
         out = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

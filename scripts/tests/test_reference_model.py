@@ -1,4 +1,4 @@
-"""Validates scripts/reference_model.py independently of kdtrain.
+"""Validates scripts/peers/reference_model.py independently of kdtrain.
 
 (a) baseline LLaMA (llama3 RoPE scaling, GQA, tied) and Qwen2 (q/k/v bias, untied)
     against Hugging Face transformers in float64: logits, loss and every gradient;

@@ -1,4 +1,4 @@
-"""scripts/report.py on synthetic run directories, statistics checked by hand."""
+"""scripts/report/report.py on synthetic run directories, statistics checked by hand."""
 import csv
 import importlib.util
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "report.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "report" / "report.py"
 spec = importlib.util.spec_from_file_location("kdtrain_report", SCRIPT)
 report = importlib.util.module_from_spec(spec)
 sys.modules["kdtrain_report"] = report

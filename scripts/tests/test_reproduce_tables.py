@@ -1,4 +1,4 @@
-"""The whole study by one command (`scripts/reproduce.sh --tables`, scripts/reproduce_tables.py):
+"""The whole study by one command (`scripts/reproduce.sh --tables`, scripts/report/reproduce_tables.py):
 the plan's consistency, the time projection against numbers worked by hand, and a reduced
 --smoke run end to end (one teacher, two students of the 1B row, their zero-shot in one
 process) with its rerun, which must skip everything, and a resume of an interrupted
@@ -86,7 +86,7 @@ def test_mfu_from_bench_files(tmp_path):
     both = tmp_path / "list.json"
     both.write_text(json.dumps([{"attention": "baseline", "mfu": 0.318}, {"attention": "sink", "mfu": None}]))
     assert project_time.mfu_from_bench([one, both]) == {"affine": 0.306, "baseline": 0.318}
-    # docs/gpu/latest.json (scripts/gpu_report.py): the with-teacher measurement wins where present.
+    # docs/gpu/latest.json (scripts/gpu/gpu_report.py): the with-teacher measurement wins where present.
     latest = tmp_path / "latest.json"
     latest.write_text(json.dumps({"commit": "c", "mfu_1b_t2048": {"baseline": 0.30, "affine": 0.29, "gated": None},
                                   "mfu_1b_t2048_with_teacher": {"baseline": 0.33, "affine": None}}))

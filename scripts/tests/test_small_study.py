@@ -1,4 +1,4 @@
-"""The small study: the byte-level tokenizer (scripts/make_byte_tokenizer.py) and a
+"""The small study: the byte-level tokenizer (scripts/data/make_byte_tokenizer.py) and a
 smoke run of scripts/small_study.sh end to end.
 
 The tokenizer must map text to exactly the ids kdtrain's byte corpora use
@@ -84,7 +84,7 @@ def test_prepare_with_byte_tokenizer_writes_bytes(tmp_path):
         for i, d in enumerate(docs):
             w.writerow([i, d])
     sep = mbt.byte_alphabet()[mbt.NEWLINE]
-    subprocess.run([sys.executable, str(REPO / "scripts" / "prepare_fineweb_edu.py"),
+    subprocess.run([sys.executable, str(REPO / "scripts" / "data" / "prepare_fineweb_edu.py"),
                     "--tokenizer", str(tmp_path / "tok"), "--input", str(src),
                     "--out", str(tmp_path / "shards"), "--val-tokens", "0", "--quiet",
                     "--separator", sep, "--separator-position", "after"], check=True)
@@ -144,7 +144,7 @@ def test_small_study_smoke_end_to_end(tmp_path):
     assert "steps 1–5" in (report / "table4.md").read_text()
     # the per-run summary the results README quotes
     summary = tmp_path / "summary.csv"
-    made = subprocess.run([sys.executable, str(REPO / "scripts" / "study_summary.py"),
+    made = subprocess.run([sys.executable, str(REPO / "scripts" / "report" / "study_summary.py"),
                            *[str(out / "runs" / name) for name in runs], "--out", str(summary)],
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr

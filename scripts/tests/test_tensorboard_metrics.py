@@ -1,4 +1,4 @@
-"""scripts/tensorboard_metrics.py: metrics.jsonl -> TensorBoard event files, read
+"""scripts/report/tensorboard_metrics.py: metrics.jsonl -> TensorBoard event files, read
 back with TensorBoard's own EventAccumulator (the reader `tensorboard` serves
 from), including a resumed run rewriting its tail and a --follow of a live file."""
 import json
@@ -14,7 +14,7 @@ pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
 SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, SCRIPTS)
+sys.path.insert(0, os.path.join(SCRIPTS, "report"))
 import tensorboard_metrics as tbm  # noqa: E402
 
 
@@ -83,7 +83,7 @@ def test_a_resumed_run_supersedes_the_old_tail(tmp_path):
 def test_follow_reads_a_live_run_until_it_finishes(tmp_path):
     run = tmp_path / "live"
     write_run(run, [record(1, 5.0)], steps=4)
-    proc = subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "tensorboard_metrics.py"), str(run),
+    proc = subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "report", "tensorboard_metrics.py"), str(run),
                              "--follow", "--interval", "0.2", "--logdir", str(tmp_path / "tb")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -107,6 +107,6 @@ def test_follow_reads_a_live_run_until_it_finishes(tmp_path):
 
 
 def test_a_missing_run_directory_is_named(tmp_path):
-    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, "tensorboard_metrics.py"), str(tmp_path / "nope")],
+    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, "report", "tensorboard_metrics.py"), str(tmp_path / "nope")],
                        capture_output=True, text=True)
     assert r.returncode == 1 and f"no such file or directory: {tmp_path / 'nope'}" in r.stderr

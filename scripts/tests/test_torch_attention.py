@@ -1,4 +1,4 @@
-"""scripts/torch_attention.py: the strong-user formulation of every variant (SDPA,
+"""scripts/peers/torch_attention.py: the strong-user formulation of every variant (SDPA,
 FlexAttention with the sink through the log-sum-exp, SDPA + cumsum) computes the
 same attention as the naive T x T form, forward and gradients, on the CPU in fp32.
 

@@ -16,7 +16,7 @@ SOURCES = [("src", (".h", ".cpp")), ("kernels", (".h", ".cuh", ".cu")), ("script
            ("cmake", (".cmake",))]
 # Places that name particular variants for what they are, not the list or a feature:
 # the paper's Table 2 is baseline / gated / affine-gated.
-NAMED_FOR_THEMSELVES = {"scripts/report_tables.py"}
+NAMED_FOR_THEMSELVES = {"scripts/report/report_tables.py"}
 
 
 def listed_files():

@@ -1,5 +1,5 @@
 """The wgmma descriptors and swizzled layouts of kernels/tc/wgmma_desc.h and
-kernels/tc/wgmma.cuh against CuTe's (tests/cute/wgmma_desc_vs_cute.cpp), a second,
+kernels/tc/wgmma.cuh against CuTe's (tests/tc/cute/wgmma_desc_vs_cute.cpp), a second,
 independent source: the headers of the nvidia-cutlass package pinned in requirements.txt.
 Skips, saying why, where the package, the CUDA C++ standard library headers it needs
 (cuda/std, shipped with the CUDA toolkit) or a host C++ compiler are absent."""

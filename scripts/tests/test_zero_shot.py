@@ -1,4 +1,4 @@
-"""scripts/run_zero_shot.py: the data converters, and the six lm-eval tasks run
+"""scripts/report/run_zero_shot.py: the data converters, and the six lm-eval tasks run
 offline on tiny models whose scores must equal an independent log-likelihood
 computation of the same items (PyTorch logits of the Hugging Face model, and,
 where `kdtrain export` exists, kdtrain's own logits via `kdtrain dump`).
@@ -21,7 +21,7 @@ from repo_paths import KDTRAIN, REPO, SHARED, have  # noqa: E402
 EVALS = SHARED / "evals"
 LIMIT = 5
 
-spec = importlib.util.spec_from_file_location("run_zero_shot", REPO / "scripts" / "run_zero_shot.py")
+spec = importlib.util.spec_from_file_location("run_zero_shot", REPO / "scripts" / "report" / "run_zero_shot.py")
 zs = importlib.util.module_from_spec(spec)
 sys.modules["run_zero_shot"] = zs
 spec.loader.exec_module(zs)

@@ -1,7 +1,7 @@
 // kdtrain bench: times training steps of one micro-batch on random tokens and
 // reports throughput, per-phase times, MFU and memory (docs/performance.md).
 //
-// FLOP convention (the same in scripts/bench_pytorch.py, checked by a test):
+// FLOP convention (the same in scripts/peers/bench_pytorch.py, checked by a test):
 //   matmul params N  = every trainable parameter except the input embedding
 //                      table, plus the LM head (V*C) counted once whether tied
 //                      or not. For a tied model N equals the trainable total.

@@ -1,7 +1,7 @@
 // kdtrain analyze: attention statistics of a checkpoint on the first --num-seqs
 // windows of held-out shards, written to <out>/analysis.json (docs/analysis.md).
 // The defaults are the paper's App. A.1 settings: 10 sequences of 1024 tokens,
-// the attention map of the 8th layer. Figures are drawn by scripts/report.py.
+// the attention map of the 8th layer. Figures are drawn by scripts/report/report.py.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>

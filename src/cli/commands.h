@@ -31,7 +31,7 @@ void register_commands(CLI::App& app, TrainObserver* observer = nullptr);
 void register_info(CLI::App& app);
 void register_init(CLI::App& app);
 void register_dump(CLI::App& app);
-// `observer` (tests only: tests/probe/) is handed to every training run.
+// `observer` (tests only: tests/e2e/probe/) is handed to every training run.
 void register_train(CLI::App& app, TrainObserver* observer = nullptr);
 void register_data(CLI::App& app);
 void register_teacher_cache(CLI::App& app);

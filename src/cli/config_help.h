@@ -2,7 +2,7 @@
 // --list` and the footer of `train --help`: read from the config visitor
 // (config/config_fields.h), where each key's meaning sits beside its field.
 // docs/config.md holds the full tables (types, ranges, notes);
-// tests/test_cli_ux.cpp checks that this list, the keys to_json writes and the
+// tests/cli/test_cli_ux.cpp checks that this list, the keys to_json writes and the
 // keys docs/config.md documents are the same.
 #pragma once
 #include <nlohmann/json.hpp>

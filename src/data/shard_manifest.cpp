@@ -27,7 +27,7 @@ std::vector<std::string> check_manifest_vocab(const std::vector<std::string>& pa
     }
     KD_CHECK(doc.is_object(), key, ": ", path, " is not a JSON object");
     KD_CHECK(doc.contains("vocab_size") && doc["vocab_size"].is_number_integer(), key, ": ", path,
-             " has no integer vocab_size (a manifest from scripts/prepare_fineweb_edu.py has one)");
+             " has no integer vocab_size (a manifest from scripts/data/prepare_fineweb_edu.py has one)");
     const int64_t vocab = doc["vocab_size"].get<int64_t>();
     KD_CHECK(vocab <= model_vocab, key, ": ", path, " says the shards were tokenized with a ",
              vocab, "-id vocabulary, larger than the model's vocab_size ", model_vocab,
@@ -56,7 +56,7 @@ nlohmann::json shards_manifest(const std::vector<std::string>& patterns, std::st
 TokenBytes read_token_bytes(const std::string& path) {
   const nlohmann::json doc = read_json_file(path);
   KD_CHECK(doc.is_object() && doc.value("format", "") == "kdtrain.token_bytes/1", path,
-           ": not a bytes-per-token table (format kdtrain.token_bytes/1, scripts/token_bytes.py)");
+           ": not a bytes-per-token table (format kdtrain.token_bytes/1, scripts/data/token_bytes.py)");
   KD_CHECK(doc.contains("bytes") && doc["bytes"].is_array(), path, ": no \"bytes\" array");
   TokenBytes t;
   t.path = path;

@@ -1,4 +1,4 @@
-// The manifest.json that scripts/prepare_fineweb_edu.py writes next to its shards
+// The manifest.json that scripts/data/prepare_fineweb_edu.py writes next to its shards
 // (docs/data.md) records the tokenizer's vocabulary size. A model must not train
 // on shards from a tokenizer with a different vocabulary: out-of-range ids are
 // already refused by TokenDataset, and this check also catches a smaller,
@@ -31,7 +31,7 @@ std::vector<std::string> check_manifest_vocab(const std::vector<std::string>& pa
 // theirs has no manifest.
 nlohmann::json shards_manifest(const std::vector<std::string>& patterns, std::string* path);
 
-// Bytes of text each token id stands for (scripts/token_bytes.py writes the file,
+// Bytes of text each token id stands for (scripts/data/token_bytes.py writes the file,
 // format "kdtrain.token_bytes/1"): the denominator of bits per byte.
 struct TokenBytes {
   std::string path, tokenizer_sha256;

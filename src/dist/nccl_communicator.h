@@ -6,7 +6,7 @@
 // Without a launcher (dist.backend=nccl, one process) there is no MPI: the
 // communicator is NCCL's own of world size 1, host values are the identity,
 // and every arena collective still runs through NCCL, so one GPU exercises
-// the NCCL calls eight GPUs make (scripts/gpu_check_nccl.sh).
+// the NCCL calls eight GPUs make (scripts/gpu/gpu_check_nccl.sh).
 //
 // Shards are near-equal but not equal (dist::shard_range), so a gradient
 // bucket's reduce-scatter is one grouped ncclReduce per owner of a part of the

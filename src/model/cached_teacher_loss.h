@@ -23,7 +23,7 @@ struct CachedRows {
 
 // The dense teacher logits (n, V) that make the fused loss (backend loss_chunk,
 // which applies softmax(t / tau)) compute the cached-teacher loss exactly: the
-// definition the sparse loss is checked against (tests/test_backend_ops.cpp):
+// definition the sparse loss is checked against (tests/backend/test_backend_ops.cpp):
 //   renormalize: t = stored log p_T on the K ids, -inf elsewhere, so the teacher
 //     is softmax(log p_T / tau) renormalised over the K ids;
 //   bucket: the K+1 coarse teacher q = softmax over {log p_T,k / tau, log_tail / tau};

@@ -1,7 +1,7 @@
 // Hooks into the training loop for tests and diagnostics. The production
 // trainer runs without one (TrainOptions::observer is null) and reads no
 // debugging environment; the data-parallel tests run `kdtrain_probe`
-// (tests/probe/), the kdtrain CLI with an observer that records what every
+// (tests/e2e/probe/), the kdtrain CLI with an observer that records what every
 // rank read and held, and injects faults at exact points of a step.
 //
 // Every hook runs on every rank, on the training thread. Steps are 1-based:

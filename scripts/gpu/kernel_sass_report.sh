@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Compiles kernels/*.cu for sm_90 (no GPU needed) and prints, per file, what the
+# compiler's resource report and the SASS say about the memory-bound kernels:
+# the most registers of any kernel, spill bytes, stack frames (local memory),
+# 16-byte global loads/stores (LDG.E.128 / STG.E.128), 64-bit integer divisions
+# (I2F.U64.RP opens nvcc's 64-bit division routine) and 32-bit ones (I2F.U32.RP).
+#
+#   scripts/gpu/kernel_sass_report.sh [FILE.cu ...]     (default: every kernels/*.cu outside kernels/attention/)
+#
+# cuobjdump comes from the CUDA toolkit or, where the toolkit lacks it, from the
+# PyPI package nvidia-cuda-cuobjdump (pip install nvidia-cuda-cuobjdump).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+NVCC="${NVCC:-nvcc}"
+command -v "$NVCC" >/dev/null || { echo "kernel_sass_report: nvcc not found" >&2; exit 1; }
+CUOBJDUMP="$(command -v cuobjdump || true)"
+if [[ -z "$CUOBJDUMP" ]]; then
+  CUOBJDUMP="$(python3 - <<'PY' 2>/dev/null || true
+import glob, os, site
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    for p in glob.glob(os.path.join(d, "nvidia", "*", "bin", "cuobjdump")):
+        print(p); raise SystemExit
+PY
+)"
+fi
+[[ -n "$CUOBJDUMP" ]] || { echo "kernel_sass_report: no cuobjdump (pip install nvidia-cuda-cuobjdump)" >&2; exit 1; }
+
+files=("$@")
+if ((${#files[@]} == 0)); then
+  files=(kernels/*.cu)  # the attention family (kernels/attention/) has kernel_report.sh
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+printf "%-22s %5s %7s %6s %7s %7s %6s %6s\n" file regs spill stack LDG128 STG128 div64 div32
+for f in "${files[@]}"; do
+  name="$(basename "$f" .cu)"
+  "$NVCC" -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -Isrc -I. -c "$f" \
+    -o "$work/$name.o" -Xptxas -v 2>"$work/$name.ptxas"
+  "$CUOBJDUMP" -sass "$work/$name.o" >"$work/$name.sass"
+  regs=$(grep -o 'Used [0-9]* registers' "$work/$name.ptxas" | awk '{print $2}' | sort -n | tail -1)
+  spill=$(grep -o '[0-9]* bytes spill stores' "$work/$name.ptxas" | awk '{s+=$1} END {print s+0}')
+  stack=$(grep -o '[0-9]* bytes stack frame' "$work/$name.ptxas" | awk '{s+=$1} END {print s+0}')
+  printf "%-22s %5s %7s %6s %7s %7s %6s %6s\n" "$name" "${regs:-0}" "$spill" "$stack" \
+    "$(grep -c 'LDG.E.128' "$work/$name.sass" || true)" "$(grep -c 'STG.E.128' "$work/$name.sass" || true)" \
+    "$(grep -c 'I2F.U64.RP' "$work/$name.sass" || true)" "$(grep -c 'I2F.U32.RP' "$work/$name.sass" || true)"
+done

@@ -1,0 +1,60 @@
+// CUDA attention through CudaBackend at the shapes the models train at:
+// H=32, Hkv=8, D=64 (llama3.2-1b) and H=24, Hkv=8, D=128 (llama3.2-3b), T in
+// {1, 7, 1000, 2048, 4096}, every variant, on the fused path. Outputs start as NaN
+// and every element must be written; guards before and after every buffer; a
+// second backward bit-identical; values against the CPU reference within the
+// bounds of tests/attention/cuda_attention_check.h (derived from bf16's unit roundoff).
+//
+// The reference is the CPU backend's attention on the sub-problem of one kv group
+// (its query heads and its k/v head: attention never mixes groups); for T >= 1000
+// the first and last groups are compared (their outputs come from the same call
+// as the others, which are checked to be written and finite), which keeps the
+// whole case list to about a minute of CPU time on the GPU machine.
+//
+// Tags: [realistic] the full list (scripts/gpu/gpu_check.sh runs it on its own);
+// [sanitize] a short list at the same head counts for compute-sanitizer's memcheck
+// and racecheck (T = 7 and 130: a partial tile, several tiles, the diagonal).
+#include "attention/cuda_attention_check.h"
+#include "support/model_fixtures.h"
+
+using namespace kdtrain;
+using namespace kdtrain::cudatest;
+using kdtrain::testing::kAllVariants;
+
+namespace {
+
+struct Heads {
+  int64_t H, Hkv, D;
+};
+constexpr Heads kRealHeads[] = {{32, 8, 64}, {24, 8, 128}};
+
+void run_real_shape(Backend& be, const Heads& hd, int64_t T, AttentionVariant v) {
+  const int64_t B = T >= 2048 ? 1 : 2;
+  const bool long_seq = T >= 1000;
+  INFO("variant=" << to_string(v) << " B=" << B << " T=" << T << " H=" << hd.H << " Hkv=" << hd.Hkv
+                  << " D=" << hd.D);
+  AttentionCase c{B, T, hd.H, hd.Hkv, hd.D, v};
+  c.rerun_backward = T <= 2048;
+  const std::vector<int64_t> groups = long_seq ? std::vector<int64_t>{0, hd.Hkv - 1} : std::vector<int64_t>{};
+  const std::string path = run_attention_case(be, c, static_cast<uint32_t>(T * 7 + hd.D + static_cast<int>(v)), groups);
+  if (cuda_available()) CHECK(path == "flash/flash");
+}
+
+}  // namespace
+
+TEST_CASE("cuda attention at the models' real shapes", "[cuda][attention][realistic]") {
+  KD_REQUIRE_CUDA_OR_SKIP();
+  auto be = cuda_backend();
+  for (const Heads& hd : kRealHeads)
+    for (int64_t T : {1, 7, 1000, 2048, 4096})
+      for (AttentionVariant v : kAllVariants) run_real_shape(*be, hd, T, v);
+}
+
+TEST_CASE("cuda attention at the real head counts, short (for the sanitizers)",
+          "[cuda][attention][sanitize]") {
+  KD_REQUIRE_CUDA_OR_SKIP();
+  auto be = cuda_backend();
+  for (const Heads& hd : kRealHeads)
+    for (int64_t T : {7, 130})
+      for (AttentionVariant v : kAllVariants) run_real_shape(*be, hd, T, v);
+}

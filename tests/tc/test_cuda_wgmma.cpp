@@ -1,0 +1,74 @@
+// wgmma on the hardware against the emulator's reading of the PTX ISA, on identical
+// inputs (tests/tc/sm90a/wgmma_probe_body.cuh run by wgmma_probe_sm90a.cu and by the
+// emulator): every swizzle mode, K-major and MN-major A and B, A from registers, N 64 and
+// 128. Both must lie within the fp32 bound of a 17-term sum of the double product
+// (|err| <= 17 2^-24 sum |terms|; the hardware may add in another order), so a wrong
+// fragment position, descriptor field or swizzle on either side shows as an element far
+// off. Skips, visibly, without a device of compute capability 9.0 or a build with
+// KDTRAIN_CUDA_SM90A.
+#include <catch2/catch.hpp>
+
+#if !defined(KDTRAIN_HAVE_SM90A)
+
+TEST_CASE("cuda wgmma matches the emulator", "[cuda][wgmma][sm90a]") {
+  WARN("SKIPPED: built without the sm_90a target (CUDA, KDTRAIN_CUDA_SM90A)");
+}
+
+#else
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_probe.h"
+#include "tc/sm90a/wgmma_probe.h"
+#include "support/wgmma_test_util.h"
+
+using namespace kdtrain;
+using namespace kdtrain::wgmmatest;
+
+namespace {
+
+template <int N, bool kTransA, bool kTransB>
+void compare(const Operand* a, const Operand& b, bool accumulate, uint32_t seed) {
+  WgmmaCase w;
+  make_case<N>(w, a, b, kTransA, kTransB, accumulate, seed);
+  const std::vector<float> sim_d = emulate(w);
+  std::vector<float> hw_d(sim_d.size(), NAN);
+  w.args.d = hw_d.data();
+  run_wgmma_probe_on_device(w.args);
+  INFO("N " << N << (a == nullptr ? " A registers" : kTransA ? " A MN-major" : " A K-major")
+            << (kTransB ? ", B MN-major " : ", B K-major ") << name(b.swizzle));
+  CHECK(count_off_reference(w, sim_d) == 0);
+  CHECK(count_off_reference(w, hw_d) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("cuda wgmma matches the emulator", "[cuda][wgmma][sm90a]") {
+  int device = 0, major = 0, minor = 0;
+  if (!cuda::device_present()) {
+    WARN("SKIPPED: no CUDA device");
+    return;
+  }
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major != 9 || minor != 0) {
+    WARN("SKIPPED: wgmma (sm_90a) needs compute capability 9.0, this device has " << major << "." << minor);
+    return;
+  }
+  uint32_t seed = 500;
+  for (WgmmaSwizzle s : {WgmmaSwizzle::none, WgmmaSwizzle::b32, WgmmaSwizzle::b64, WgmmaSwizzle::b128}) {
+    const Operand ak = dense(s, WgmmaMajor::k, 64), amn = dense(s, WgmmaMajor::mn, 64);
+    const Operand bk = dense(s, WgmmaMajor::k, 128), bmn = dense(s, WgmmaMajor::mn, 128);
+    compare<128, false, false>(&ak, bk, true, seed++);
+    compare<128, false, true>(&ak, bmn, false, seed++);
+    compare<128, true, false>(&amn, bk, true, seed++);
+    compare<128, true, true>(&amn, bmn, true, seed++);
+    compare<128, false, false>(nullptr, bk, true, seed++);
+    compare<128, false, true>(nullptr, bmn, true, seed++);
+    compare<64, false, true>(&ak, dense(s, WgmmaMajor::mn, 64), true, seed++);
+    compare<64, false, false>(nullptr, dense(s, WgmmaMajor::k, 64), false, seed++);
+  }
+}
+
+#endif
