@@ -1,4 +1,4 @@
-// The affine variant's alpha activation phi (SPEC §2), bf16 in and out, fp32 math:
+// The affine variant's alpha activation phi (docs/model.md), bf16 in and out, fp32 math:
 //   linear_clip: 0 for z <= -5, 0.1 z + 0.5 inside, 1 for z >= 5; phi' = 0.1 strictly inside
 //   sigmoid:     1/(1+e^-z) computed without overflow;          phi' = s (1 - s)
 // Elementwise, deterministic. `sigmoid` selects the activation (false: linear_clip);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The small study (issue 8, item 7): a scaled-down Table 1 on real text.
+# The small study: a scaled-down Table 1 on real text.
 # A teacher is trained with cross-entropy, then one student per attention variant
 # (baseline, sink, affine, gated, affine-gated; same seed, same data order) is
 # distilled from it; each student is evaluated (C4 perplexity with `kdtrain eval`,

@@ -56,7 +56,7 @@ void flash_attention_forward(const flash::AttentionParams& p, void* workspace, s
 void flash_attention_backward(const flash::AttentionParams& p, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream);
 
-// The launchers' preconditions: the shape limits of backend/cuda/attention_path.h, no variant
+// The launchers' preconditions: the shape limits of flash_shape.h, no variant
 // with both a sink and affine scaling, 16-byte aligned bf16 tensors.
 inline void check_flash_params(const flash::AttentionParams& p, const char* op) {
   KD_CHECK(p.Hkv > 0 && p.H % p.Hkv == 0 && p.B >= 0 && p.T >= 0, op, ": bad shape B=", p.B,

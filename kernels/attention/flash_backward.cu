@@ -1,8 +1,8 @@
 // Fused causal attention, backward: the __global__ wrappers and the launcher. The kernel
 // bodies (flash_backward_prep.cuh, flash_backward_kernel.cuh) are shared with
 // the SIMT emulator (steps: flash_backward_steps.cuh); the order of launches is flash_backward_sequence.h; the work
-// order and its deadlock argument flash_backward_schedule.h; the CPU mirror
-// src/backend/cpu/flash_mirror_backward.cpp; docs/flash_attention.md has the rest.
+// order and its deadlock argument flash_backward_schedule.h; docs/flash_attention.md
+// has the rest, the CPU mirror that checks it included.
 #include <cstdint>
 
 #include "kernels/cuda_check.cuh"

@@ -1,8 +1,8 @@
 // The work order of the fused attention backward: which block does which tile pair, in
 // which order the dq contributions of a query tile arrive, and why that cannot deadlock.
-// Shared by the CUDA kernel (flash_backward.cu), its CPU mirror
-// (src/backend/cpu/flash_mirror_backward.cpp) and the host tests of the ordering
-// (tests/attention/test_flash_backward_schedule.cpp). Plain C++17 and constexpr, so device code calls it too.
+// Shared by the CUDA kernel (flash_backward.cu), its CPU mirror and the host tests of
+// the ordering (docs/flash_attention.md, "Tests and tolerances"). Plain C++17 and
+// constexpr, so device code calls it too.
 //
 // Work item = (b, kv head g, key tile kt): it keeps dk and dv of its Bc key rows in
 // registers and walks the tile pairs (query tile qt, query head h of the group) from

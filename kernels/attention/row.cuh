@@ -1,4 +1,4 @@
-// Causal attention core for every variant (SPEC §2), a first implementation:
+// Causal attention core for every variant (docs/model.md), a first implementation:
 // one thread block per query row (forward, backward pass 1) or key row (backward
 // pass 2). Scores of one row live in shared memory in fp32; the T x T matrix is
 // never stored. The fallback of the fused kernels (backend/cuda/attention_path.h decides).

@@ -55,7 +55,7 @@ for pair in "cpu:cpu" "cuda:$DEVICE"; do
 done
 rm -rf "$TMP"
 
-# NCCL at world size 1 (issue 18): every NCCL call of data parallelism on this one GPU,
+# NCCL at world size 1: every NCCL call of data parallelism on this one GPU,
 # compared bit for bit with the single-process communicator.
 NCCL_STATUS="not run: DEVICE=$DEVICE"
 if [[ "$DEVICE" == cuda ]]; then

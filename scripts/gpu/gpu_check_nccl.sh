@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NCCL at world size 1 on one GPU, without a launcher (issue 18): every NCCL call
+# NCCL at world size 1 on one GPU, without a launcher: every NCCL call
 # the data-parallel trainer makes on eight GPUs, made on one. Called by
 # scripts/gpu/gpu_check.sh; runs alone too. Outputs go to $OUT/nccl (or ./gpu_out/nccl);
 # the last line is "nccl: passed" or "nccl: FAILED (...)", and the exit code says the same.

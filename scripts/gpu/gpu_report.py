@@ -217,7 +217,7 @@ def bench_summary(outdir, commit, gpu):
         "step_speedup_vs_torch_with_teacher": speedup(kt, tt),
         "mfu_1b_t2048": field(kd, "mfu"),
         "mfu_1b_t2048_with_teacher": field(kt, "mfu"),
-        # issue 23's target: the cached-teacher step at >= 0.9x the student-only step
+        # the target: the cached-teacher step at >= 0.9x the student-only step
         "cached_teacher_step_vs_student": speedup(kc, kd),
         "peak_device_bytes_with_teacher": {
             v: ((kt[v] or {}).get("memory") or {}).get("peak_device_bytes") for v in VARIANTS},
@@ -334,7 +334,7 @@ def format_table(header, rows):
     return "\n".join(lines)
 
 
-# Keys each script contributes to docs/gpu/latest.json (issue 12 item 5, issue 13).
+# Keys each script contributes to docs/gpu/latest.json.
 CHECK_KEYS = ("tests_passed", "tests_failed", "tests_status", "tests_skipped")
 BENCH_KEYS = ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "step_speedup_vs_torch_compile",
               "step_speedup_vs_torch_with_teacher", "mfu_1b_t2048", "peak_device_bytes",

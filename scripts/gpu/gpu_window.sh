@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command for a lent GPU (issue 26 item 4): everything worth knowing from a short
+# The one command for a lent GPU: everything worth knowing from a short
 # window, in order of value, inside WINDOW_SECONDS (default 450: the device tool lends
 # 15 minutes, start-up included, and this must end within 8 on an H100 or H200):
 #   (a) tests: the tensor-core wrapper probes on the GPU against the emulator ([cuda][tc]),

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Hugging Face configuration of kdtrain's attention variants (SPEC §1-2).
+"""Hugging Face configuration of kdtrain's attention variants (docs/model.md).
 
 `kdtrain export` copies this file, modeling_kdtrain.py and variants.py next to config.json
 for every variant other than `baseline`, so that

@@ -31,7 +31,7 @@ VARIANT_ROWS = (
 FEATURES = {row.name: row.features for row in VARIANT_ROWS}
 ATTENTION_VARIANTS = tuple(FEATURES)
 ALPHA_ACTIVATIONS = ("linear_clip", "sigmoid")
-# N of the affine bias beta = (alpha_ma - alpha) / N (SPEC §2): "sequence" = the keys of the
+# N of the affine bias beta = (alpha_ma - alpha) / N (docs/model.md): "sequence" = the keys of the
 # call (the paper's, kdtrain's default), "visible" = i + 1 per query. A config.json without
 # the key predates it and means "visible".
 AFFINE_BIAS_DIVISORS = ("sequence", "visible")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent float64 reference of the kdtrain model (SPEC §1-2).
+"""Independent float64 reference of the kdtrain model (docs/model.md).
 
 Written from the spec, not from kdtrain's C++, so that it can serve as the checkable
 truth: `scripts/tests/test_reference_model.py` validates it against Hugging Face
@@ -61,7 +61,7 @@ class RefConfig:
     attention_variant: str = "baseline"
     alpha_activation: str = "linear_clip"
     alpha_momentum: float = 0.9
-    # N of beta (SPEC §2); a config.json without the key predates it: "visible".
+    # N of beta (docs/model.md); a config.json without the key predates it: "visible".
     affine_bias_divisor: str = AFFINE_BIAS_DIVISOR_BEFORE_KEY
     extra: dict = field(default_factory=dict)  # keys we do not use, kept for inspection
 
@@ -141,7 +141,7 @@ def param_shapes(cfg: RefConfig) -> Dict[str, tuple]:
 
 
 def is_trainable(name: str) -> bool:
-    # alpha_ma is a running mean updated outside the gradient (SPEC §2).
+    # alpha_ma is a running mean updated outside the gradient (docs/model.md).
     return not name.endswith(".alpha_ma")
 
 
@@ -289,7 +289,7 @@ def alpha_activation(z: torch.Tensor, kind: str) -> torch.Tensor:
 
 def attention_core(q, k, v, variant: str, *, sinks=None, alpha=None, alpha_ma=None,
                    bias_divisor: str = "sequence", return_weights: bool = False):
-    """Causal attention for every variant (SPEC §2), before the gate and o_proj.
+    """Causal attention for every variant (docs/model.md), before the gate and o_proj.
 
     q (B, H, T, D); k, v (B, Hkv, T, D) with RoPE applied; query head h reads kv head
     h // (H/Hkv). sinks (H) for `sink`; alpha (B, H, T) activated and alpha_ma (H) for

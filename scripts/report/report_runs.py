@@ -55,7 +55,7 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def delta_params_from_config(model: dict, variant: str) -> float | None:
-    """ΔParams over the baseline in parameters, from the architecture (SPEC §2 table)."""
+    """ΔParams over the baseline in parameters, from the architecture (docs/model.md's variant table)."""
     try:
         L, C = model["num_hidden_layers"], model["hidden_size"]
         H, D = model["num_attention_heads"], model["head_dim"]

@@ -1,4 +1,4 @@
-"""The CLI helps a newcomer (issue 16): `train --help` lists the config sections,
+"""The CLI helps a newcomer: `train --help` lists the config sections,
 `kdtrain config --list` every key with its default and meaning, `kdtrain config
 --dump` the resolved config of a command line without running it, and typos
 name the nearest command or flag. Runs the built binary."""

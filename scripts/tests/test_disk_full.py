@@ -1,4 +1,4 @@
-"""A full disk never loses a run or leaves a half-written file (issue 14 item 2).
+"""A full disk never loses a run or leaves a half-written file.
 
 The red team filled the disk under a run: metrics.jsonl stopped mid-record at
 step 87 while the console logged to step 200. Here the failures are real ENOSPC

@@ -1,4 +1,4 @@
-"""How stock transformers meets kdtrain's directories (issue 16, item 8):
+"""How stock transformers meets kdtrain's directories:
 
 - a non-baseline checkpoint or export names KdtrainForCausalLM (model_type
   "kdtrain"), so AutoModelForCausalLM refuses it without trust_remote_code

@@ -1,6 +1,6 @@
 """scripts/kdtrain_hf/modeling_kdtrain.py on its own (no kdtrain binary needed):
 the baseline equals transformers' LLaMA / Qwen2, each variant's attention equals
-a per-query float64 loop written from SPEC §2 (affine under both bias divisors),
+a per-query float64 loop written from docs/model.md (affine under both bias divisors),
 the sink limit is the baseline, left padding with an attention mask leaves the real
 tokens' logits alone, and a KV cache gives what a full forward over the keys so far
 gives (under `sequence`, N is the keys of the call: past + current)."""
@@ -81,7 +81,7 @@ def test_baseline_equals_transformers(family):
 
 
 def naive_attention(attn, x, position_ids, config):
-    """SPEC §2 one query at a time, float64, from the module's weights."""
+    """The attention of docs/model.md one query at a time, float64, from the module's weights."""
     x = x.double()
     B, T, C = x.shape
     H, Hkv, D = config.num_attention_heads, config.num_key_value_heads, config.head_dim
@@ -214,7 +214,7 @@ def test_the_two_divisors_differ_and_agree_where_they_must():
 # ---- KV cache: a forward given the cache of the tokens before equals a full forward
 # over the tokens so far (its last rows). Every case but affine under `sequence` is
 # causal and so also equals the full forward over the whole sequence. Under `sequence`
-# the affine N is the keys of the call, past + current (SPEC §2): a row depends on how
+# the affine N is the keys of the call, past + current (docs/model.md): a row depends on how
 # many keys the call holds, so a token's hidden state after layer 1 changes as the
 # sequence grows, and the keys/values a cache keeps for layers >= 2 are those of the
 # shorter call that made them. A cached forward equals a full one there only for a

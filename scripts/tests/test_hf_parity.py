@@ -1,4 +1,4 @@
-"""Hugging Face interop parity (issue 7 items 1-3, docs/export.md).
+"""Hugging Face interop parity.
 
 Import: random tiny LlamaForCausalLM (GQA, llama3 rope scaling, tied) and
 Qwen2ForCausalLM (bias, untied) built with transformers in fp32 and saved with

@@ -1,4 +1,4 @@
-"""The data path of the paper configs (issue 16): the prep commands documented in
+"""The data path of the paper configs: the prep commands documented in
 docs/data.md, run on the shared FineWeb-Edu sample with the real Llama-3 and Qwen2
 tokenizers, write exactly the shards configs/paper/*.json read, and each config
 then starts training on them (with the tiny presets of the same vocabularies:

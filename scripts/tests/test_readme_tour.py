@@ -1,4 +1,4 @@
-"""README.md's tour runs as written (issue 16): the ```bash block under "## A
+"""README.md's tour runs as written: the ```bash block under "## A
 tour" is extracted and run top to bottom with bash -e in a scratch directory
 that holds only what a fresh clone has after setup (build/, configs/, scripts/,
 as links) and the one file the reader supplies, some.txt. Then what the tour

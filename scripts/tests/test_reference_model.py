@@ -304,7 +304,7 @@ def _random_qkv(B=2, H=4, Hkv=2, T=9, D=4, seed=0):
 @pytest.mark.parametrize("T", [9, 33])
 def test_affine_attention_mass_under_each_divisor(T):
     """visible: every query's total weight is alpha_ma; sequence: alpha_i + (i + 1)(alpha_ma - alpha_i)/T
-    (SPEC §2), so it varies per query and equals alpha_ma only on the last row."""
+    (docs/model.md), so it varies per query and equals alpha_ma only on the last row."""
     q, k, v, g = _random_qkv(T=T)
     B, H, T, _ = q.shape
     alpha = torch.rand(B, H, T, generator=g, dtype=torch.float64)

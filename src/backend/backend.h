@@ -1,6 +1,6 @@
 // The backend interface: every op the model definition (src/model/model.cpp) calls.
 // The CPU reference (src/backend/cpu/) implements it in fp32; the CUDA backend
-// (kernels/) implements the same signatures with bf16 activations and parameters.
+// (src/backend/cuda/, launching kernels/) implements the same signatures with bf16 activations and parameters.
 //
 // Conventions (as llm.c):
 // - N = B*T tokens, row-major, last dimension contiguous. Shapes are in comments.
@@ -33,7 +33,7 @@ struct AttentionShape {
   int64_t D = 0;    // head dim
 };
 
-// Causal attention core for every variant (SPEC §2), which enters as the
+// Causal attention core for every variant (docs/model.md), which enters as the
 // features it switches on (config/attention_variant.h: sink, affine and its
 // bias divisor), never as its name. The gate is a separate op: the attention
 // reads `sink`, `affine` and `bias_divisor` only.

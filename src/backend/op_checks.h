@@ -1,6 +1,6 @@
 // Argument checks shared by every Backend implementation: each backend method
 // calls the check of its op first, so the CPU reference and the CUDA backend
-// accept and refuse exactly the same calls with the same messages (issue 15).
+// accept and refuse exactly the same calls with the same messages.
 //
 // The checks read only the arguments, never backend memory: a shape that is
 // negative or inconsistent, an output or input pointer that is null while work is

@@ -1,4 +1,4 @@
-// The data-parallel scaling model (issue 18, docs/distributed.md): the step
+// The data-parallel scaling model: the step
 // time on W GPUs predicted from one GPU's measured step (the phase split of
 // `kdtrain bench`), the gradient arena and its bucket plan, and the
 // interconnect, as `kdtrain bench --project-world-size` prints it.

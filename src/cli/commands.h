@@ -11,7 +11,7 @@ class TrainObserver;  // train/observer.h
 
 namespace kdtrain::cli {
 
-// Flags every model-facing subcommand accepts (SPEC: --config, --preset, --attention, --set).
+// Flags every model-facing subcommand accepts (--config, --preset, --attention, --set).
 struct CommonOptions {
   std::string config_path;
   std::string preset;

@@ -1,10 +1,10 @@
-// The attention variants (SPEC §2) and the features each one switches on.
+// The attention variants (docs/model.md) and the features each one switches on.
 //
 // A variant is the name a user picks; the code below the config reads its
 // features, resolved once with features_of(). Every variant is one row of
 // kAttentionVariants, so adding a variant means adding an enum value and a row
-// here, not a case at every call site. Header-only and constexpr so kernels can
-// turn features into template flags.
+// here, not a case at every call site. Header-only and constexpr so the backends
+// can turn features into template flags at compile time.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -16,7 +16,7 @@ namespace kdtrain {
 
 enum class AttentionVariant { baseline, sink, affine, gated, affine_gated };
 
-// N of the affine bias beta_i = (alpha_ma - alpha_i) / N (SPEC §2, paper Eq. 8;
+// N of the affine bias beta_i = (alpha_ma - alpha_i) / N (docs/model.md, paper Eq. 8;
 // `attention.affine_bias_divisor`). The bias sits on the visible keys either way.
 enum class AffineBiasDivisor {
   sequence,  // N = the keys of the call (T in training; past + current with a KV cache): the paper's
@@ -28,7 +28,7 @@ constexpr double affine_bias_count(AffineBiasDivisor d, int64_t i, int64_t keys)
   return d == AffineBiasDivisor::visible ? static_cast<double>(i + 1) : static_cast<double>(keys);
 }
 
-// What a variant adds to causal softmax attention (SPEC §2), and how: the
+// What a variant adds to causal softmax attention (docs/model.md), and how: the
 // variant's table row gives sink/affine/gate, the config the affine divisor
 // (features_of(const AttentionConfig&), config/config.h).
 struct AttentionFeatures {

@@ -142,7 +142,7 @@ struct Config {
   DistConfig dist;
 };
 
-// Presets of SPEC §1 plus the tiny test presets ("tiny-llama", "tiny-qwen").
+// The presets of docs/model.md plus the tiny test presets ("tiny-llama", "tiny-qwen").
 std::vector<std::string> preset_names();
 ModelConfig model_preset(const std::string& name);  // throws listing the known names
 

@@ -1,5 +1,5 @@
 // Upper bounds on every size a config, a flag or a checkpoint's config.json can
-// set. They sit far above anything kdtrain trains (SPEC: up to 3B parameters;
+// set. They sit far above anything kdtrain trains (the paper trains up to 3B parameters;
 // for scale, Llama-3 405B has hidden 16384, MLP 53248, 126 layers, 128 heads,
 // a 128256-id vocabulary) and low enough that every size derived from them
 // (parameter count, activation and logit bytes) fits in int64 and in the int32

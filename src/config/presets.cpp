@@ -1,4 +1,4 @@
-// Named architectures (SPEC §1), one table: a row per preset, its layer shape
+// Named architectures (docs/model.md), one table: a row per preset, its layer shape
 // plus its family's traits. Every number mirrors the model's Hugging Face
 // config.json; where each was checked is noted on its row. The tiny presets
 // exist for tests and the CPU quick start; tiny-llama3 / tiny-qwen2 carry the
@@ -50,11 +50,11 @@ std::vector<Preset> make_table() {
       // Qwen/Qwen1.5-0.5B config.json: hidden 1024, intermediate 2816, 24 layers, 16 heads,
       // 16 kv heads, vocab 151936, tied. Checked against public copies of the config (e.g.
       // the Qwen2 test fixture with hidden 1024 / intermediate 2816 / vocab 151936 / tied)
-      // and SPEC §1; head_dim = 1024 / 16 = 64.
+      // and docs/model.md; head_dim = 1024 / 16 = 64.
       {"qwen1.5-0.5b", "Qwen/Qwen1.5-0.5B", {1024, 2816, 24, 16, 16, 64}, qwen15(/*tied=*/true)},
       // Qwen/Qwen1.5-1.8B config.json: hidden 2048, intermediate 5504, 24 layers, 16 heads
       // (MHA), vocab 151936, untied head; head_dim = 2048 / 16 = 128. Checked against a
-      // public qwen-1.8b table (24 / 2048 / 5504 / 16 / 151936) and SPEC §1.
+      // public qwen-1.8b table (24 / 2048 / 5504 / 16 / 151936) and docs/model.md.
       {"qwen1.5-1.8b", "Qwen/Qwen1.5-1.8B", {2048, 5504, 24, 16, 16, 128}, qwen15(/*tied=*/false)},
       // meta-llama/Llama-3.2-1B config.json (copied verbatim in public repos, e.g.
       // kevinstephano/thunder_model_blocks hf_llama/llama_config.py): hidden 2048,

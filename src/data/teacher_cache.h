@@ -1,4 +1,4 @@
-// Teacher logit cache (SPEC §3, docs/distillation.md): for every target
+// Teacher logit cache (docs/distillation.md): for every target
 // position of every window of a TokenDataset, the teacher's top-K token ids,
 // their log-probabilities at temperature 1 and the log of the remaining tail
 // mass, so training can distil without running the teacher.

@@ -1,4 +1,4 @@
-// Data-parallel collectives (SPEC §3, issue 6) behind one interface, so the
+// Data-parallel collectives (docs/distributed.md) behind one interface, so the
 // trainer reads the same on the CPU backend (MPI over host memory) and on CUDA
 // (NCCL over device memory, MPI for the set-up and the small host-side values).
 //

@@ -1,4 +1,4 @@
-// Bucketed gradient reduction, overlapped with the backward pass (issue 18).
+// Bucketed gradient reduction, overlapped with the backward pass.
 //
 // The gradient arena is cut into buckets of about `bucket_elements`, from its
 // end to its start: the order in which the backward finishes gradients

@@ -1,6 +1,6 @@
 // A thread that ends the process when a guarded operation (a collective) has
 // not finished within the timeout. Used so a rank that died or hangs makes
-// the others exit with an error instead of waiting forever (issue 6 §5).
+// the others exit with an error instead of waiting forever.
 //
 //   Watchdog dog(300.0, rank);
 //   { Watchdog::Scope guard(dog, "reduce_scatter"); MPI_Alltoallv(...); }

@@ -1,4 +1,4 @@
-// Held-out perplexity (issue 8, item 1; docs/evaluation.md).
+// Held-out perplexity (docs/evaluation.md).
 //
 // Every window of the dataset (seq_len + 1 tokens, windows in order, see
 // data/dataset.h) is scored once: the mean next-token cross-entropy in nats over

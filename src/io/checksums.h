@@ -1,4 +1,4 @@
-// Checksums of the files of a checkpoint directory (issue 14 item 4).
+// Checksums of the files of a checkpoint directory.
 //
 // <dir>/checksums.json, written after every other file of the checkpoint and
 // before the directory is renamed into place (so before `latest` can name it):

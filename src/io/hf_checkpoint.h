@@ -1,4 +1,4 @@
-// Hugging Face checkpoints as kdtrain reads them (SPEC §3 teachers, §5 import).
+// Hugging Face checkpoints as kdtrain reads them (docs/export.md).
 //
 // A directory that transformers' save_pretrained wrote for LlamaForCausalLM or
 // Qwen2ForCausalLM loads wherever a kdtrain checkpoint does (kd.teacher,

@@ -1,5 +1,5 @@
 // `kdtrain export`: a kdtrain (or Hugging Face) checkpoint directory -> a
-// Hugging Face model directory (SPEC §5, docs/export.md):
+// Hugging Face model directory (docs/export.md):
 //   config.json        baseline: a stock LlamaForCausalLM config (family llama) or
 //                      Qwen2ForCausalLM (family qwen2, or llama with q/k/v bias,
 //                      which stock LLaMA cannot express); other variants:

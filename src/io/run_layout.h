@@ -1,4 +1,4 @@
-// The names of a training run's files, spelled once (SPEC §3):
+// The names of a training run's files, spelled once (docs/training.md):
 //   <run>/kdtrain.lock              the run lock (train/run_lock.h)
 //   <run>/config.json               the resolved run config
 //   <run>/metrics.jsonl             one record per step

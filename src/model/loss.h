@@ -1,4 +1,4 @@
-// The fused classifier (SPEC §3): loss = kd_weight*KD + (1-kd_weight)*CE over
+// The fused classifier (docs/distillation.md): loss = kd_weight*KD + (1-kd_weight)*CE over
 // the tokens of the last forward, computed in chunks of `chunk_tokens` rows so
 // that only (chunk, V) logits of the student and the teacher exist at once —
 // never (B*T, V). With compute_grad, each chunk's dlogits is pushed straight

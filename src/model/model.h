@@ -1,4 +1,4 @@
-// The decoder (SPEC §1-2), written once against the Backend interface. The
+// The decoder (docs/model.md), written once against the Backend interface. The
 // same code runs on the CPU reference and on CUDA.
 //
 // Memory, by use (ModelUse):

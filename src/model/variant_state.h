@@ -1,4 +1,4 @@
-// The attention variant's per-model state (SPEC §2), one component of Model:
+// The attention variant's per-model state (docs/model.md), one component of Model:
 // where the attention reads each layer's fp32 sinks and alpha_ma, the host copy
 // of alpha_ma, the per-(layer, head) alpha sums a training forward accumulates,
 // and the end-of-step update of the running mean

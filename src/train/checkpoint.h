@@ -1,4 +1,4 @@
-// Training checkpoints (SPEC §3): <run>/checkpoints/step_<8 digits>/ holding
+// Training checkpoints (docs/training.md): <run>/checkpoints/step_<8 digits>/ holding
 //   config.json + model.safetensors   the model, Hugging Face layout (io/checkpoint_format.h),
 //                                     alpha_ma included, loadable by `dump`, `eval`, `export`
 //   optimizer.safetensors             one process: AdamW moments exp_avg / exp_avg_sq

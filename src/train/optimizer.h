@@ -1,4 +1,4 @@
-// AdamW with decoupled weight decay (SPEC §3) over the model's parameter arena.
+// AdamW with decoupled weight decay (docs/training.md) over the model's parameter arena.
 // Weight decay applies to matrices and embeddings only (ParamSpec::decayed):
 // not to norms, biases, sinks; alpha_ma is a buffer and never updated here.
 // The optimizer owns the elements [shard_begin, shard_end) of the arena, so

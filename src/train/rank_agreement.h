@@ -1,5 +1,5 @@
-// One validation pass on every rank, and agreement before anything is written
-// (issue 25). Every rank of a job resolves its own config, lists its own data
+// One validation pass on every rank, and agreement before anything is written.
+// Every rank of a job resolves its own config, lists its own data
 // and loads its own teacher; ranks started with different configs (another
 // learning rate, another seed) or seeing different data would train together
 // without a word. So, after every rank has checked everything it can on its

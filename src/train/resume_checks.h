@@ -1,4 +1,4 @@
-// What a resume checks before it continues a run (issue 14 item 5), beyond what
+// What a resume checks before it continues a run, beyond what
 // loading the checkpoint checks (checksums, field ranges, shapes, finite values):
 //   - the state agrees with the run it came from: the sampler has drawn exactly
 //     step x global_batch windows of this data;

@@ -1,4 +1,4 @@
-// Learning-rate schedules (SPEC §3, docs/config.md "schedule").
+// Learning-rate schedules (docs/config.md "schedule").
 //
 // Steps are 0-based; step s is the s-th optimizer step of `total_steps`.
 //   warmup (all kinds):  lr(s) = base_lr * (s + 1) / warmup            for s < warmup

@@ -1,4 +1,4 @@
-// One optimizer step (SPEC §3): zero the gradients → micro-batches (teacher
+// One optimizer step (docs/training.md): zero the gradients → micro-batches (teacher
 // forward, student forward, fused KD+CE loss, backward) → reduce across ranks →
 // global gradient norm → non-finite guard → clip → AdamW with the scheduled lr →
 // the variant's end of step (model/variant_state.h: alpha_ma's running mean).

@@ -1,4 +1,4 @@
-// The training loop (SPEC §3), top-down as torchtitan reads:
+// The training loop (docs/training.md), top-down as torchtitan reads:
 //   build the run's parts (train/run_parts.h) → start fresh or resume → while
 //   steps remain: step → report → checkpoint where due.
 // Three companions do the work, each with its own tests:

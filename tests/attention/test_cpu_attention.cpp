@@ -1,6 +1,6 @@
 // Attention core (every variant, both affine bias divisors): finite-difference
 // gradients in double, a direct float64 evaluation of the forward, float vs double
-// agreement, the variant reductions of SPEC §2, and thread-count independence.
+// agreement, the variant reductions of docs/model.md, and thread-count independence.
 #include <omp.h>
 
 #include <catch2/catch.hpp>
@@ -140,7 +140,7 @@ TEST_CASE("attention forward: out and lse match a direct float64 evaluation", "[
             denom += e[j];
           }
           max_err = std::max(max_err, std::fabs(lse[(b * d.H + h) * d.T + i] - std::log(denom)));
-          // affine: alpha_i PV + beta_i sum_{j<=i} v_j, beta_i = (alpha_ma - alpha_i) / N_i (SPEC §2)
+          // affine: alpha_i PV + beta_i sum_{j<=i} v_j, beta_i = (alpha_ma - alpha_i) / N_i (docs/model.md)
           const bool affine = features_of(v).affine;
           const double a = affine ? p.alpha[(b * d.T + i) * d.H + h] : 1.0;
           const double n_keys = c.divisor == AffineBiasDivisor::visible ? double(i + 1) : double(d.T);
@@ -211,7 +211,7 @@ TEST_CASE("attention: affine with alpha == alpha_ma == 1 equals baseline",
 }
 
 // With every v_j = c, out_i = (total weight of query i) c: alpha_ma under `visible`,
-// alpha_i + (i + 1)(alpha_ma - alpha_i)/T under `sequence` (SPEC §2).
+// alpha_i + (i + 1)(alpha_ma - alpha_i)/T under `sequence` (docs/model.md).
 TEST_CASE("attention: affine total weight per query under each divisor", "[cpu][attention][variants]") {
   for (AffineBiasDivisor divisor : {AffineBiasDivisor::sequence, AffineBiasDivisor::visible}) {
   INFO("divisor " << divisor);

@@ -1,4 +1,4 @@
-// What a newcomer reads (issue 16): typo suggestions for commands and flags,
+// What a newcomer reads: typo suggestions for commands and flags,
 // the warmup clamp's notice, the run summary.
 #include <catch2/catch.hpp>
 

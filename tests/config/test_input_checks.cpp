@@ -1,4 +1,4 @@
-// Hostile or mistaken inputs (issue 14 items 6, 8, 9, 10): repeated JSON keys,
+// Hostile or mistaken inputs: repeated JSON keys,
 // shard indexes naming paths, FIFOs and devices as shards, and the messages for
 // a directory given as a file, a missing data directory and a run directory
 // given as a checkpoint. Each case is one a red-team pass found: before the fix

@@ -1,7 +1,6 @@
-// Hostile or mistaken input, round two (issue 25, findings 5, 7, 8, 10, 11, 15,
-// 16): each is refused with a message naming the file or key, before memory is
-// reserved or a run directory exists, instead of a silently wrong run, an
-// out-of-memory kill or a death without a word.
+// Hostile or mistaken input, round two: each is refused with a message naming
+// the file or key, before memory is reserved or a run directory exists, instead
+// of a silently wrong run, an out-of-memory kill or a death without a word.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>

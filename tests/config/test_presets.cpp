@@ -1,5 +1,5 @@
 // Presets against the Hugging Face config.json values (see src/config/presets.cpp
-// for where each was checked) and the paper's ΔParams column (SPEC §2), computed
+// for where each was checked) and the paper's ΔParams column (docs/model.md), computed
 // from the parameter table.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// Sizes (issue 14 items 3, 7, 10d): absurd sizes are refused naming the key
+// Sizes: absurd sizes are refused naming the key
 // instead of wrapping the parameter count (a segfault before), out-of-memory
 // errors name the keys that sized the buffer, everything a config can get
 // wrong is refused before the run directory exists, and on_nonfinite=skip

@@ -1,5 +1,5 @@
 // Every rank of a job checks everything, and the ranks agree, before anything
-// is written (issue 25, findings 4 and 17; train/rank_agreement.h). The ranks
+// is written (train/rank_agreement.h). The ranks
 // are started with different command lines through mpirun's `A : B` form.
 #include <catch2/catch.hpp>
 

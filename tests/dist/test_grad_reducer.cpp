@@ -1,4 +1,4 @@
-// Bucketed gradient reduction (issue 18) in one process: the bucket plan, the
+// Bucketed gradient reduction in one process: the bucket plan, the
 // reducer's launch rule (a bucket goes when all of it is final, buckets in a
 // fixed order, the same buckets with overlap on and off) against a recording
 // transport, and the model's "gradients final" hook (ranges tile the arena in

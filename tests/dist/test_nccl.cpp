@@ -1,4 +1,4 @@
-// The NCCL communicator on GPUs (issue 18). Hidden cases, run by
+// The NCCL communicator on GPUs. Hidden cases, run by
 // scripts/gpu/gpu_check_nccl.sh on one GPU without a launcher (world size 1:
 // every NCCL call of eight GPUs, on one), and on a multi-GPU machine under
 //   mpirun -np 8 build/kdtrain_tests "[.nccl]"

@@ -1,4 +1,4 @@
-// No command destroys what it did not write (issue 25, findings 1-3, 6, 12-14).
+// No command destroys what it did not write.
 // Each case is what a careful user did through the CLI and lost work to:
 // `init --out` over a run or the user's files, `train --run-dir` on the
 // teacher, a resume into another run's directory, a checkpoint path with a

@@ -1,4 +1,4 @@
-// The memory plan (model/memory_plan.h) for the run issue 13 sizes: llama3.2-1b
+// The memory plan (model/memory_plan.h) for the paper's 1B run: llama3.2-1b
 // student with the llama3.2-3b teacher, micro-batch 8, T = 2048, on an 80 GiB
 // device. Its parts come from the code the run allocates with, so the checks
 // here are about the rules: a bf16-only teacher, one layer of teacher
@@ -66,7 +66,7 @@ TEST_CASE("memory plan: bf16 teacher, streamed activations, loss chunk from what
   CHECK(shard.optimizer * 8 < shard.optimizer_all_ranks + 8 * 8 * 8);
 }
 
-// Issue 23's target: peak device memory <= 0.8x PyTorch + torch.compile's 51 GB
+// The target for the GPU (docs/results/step-predictions.md): peak device memory <= 0.8x PyTorch + torch.compile's 51 GB
 // (measured on an H100 for this run), i.e. 40.8 GiB, met by recomputing the
 // norms, SwiGLU and gate/up products in the backward (train.recompute=mlp).
 // Keeping every activation plans ~51.9 GiB; `norms` alone (no extra product) ~46.

@@ -34,7 +34,7 @@ struct Harness {
     attention.sink_init_std = 1.0;
     model = std::make_unique<Model>(config, attention, *backend);
     std::vector<float> params = init_params(model->layout(), config, attention, seed);
-    // Non-zero alpha_ma and biases so every term of SPEC §2 contributes.
+    // Non-zero alpha_ma and biases so every term of the variant contributes.
     SplitMix64 rng(seed + 7);
     for (const ParamSpec& s : model->layout().specs)
       if (s.role == ParamRole::buffer || s.role == ParamRole::bias)

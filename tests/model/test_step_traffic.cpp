@@ -1,6 +1,6 @@
 // What one training step asks of the backend on the host's side, read from
 // Backend::counters() on the CPU backend (the calls are the same on CUDA; there
-// each to_host is a wait for the device). Pins down issue 13's round trips:
+// each to_host is a wait for the device). Pins down the step's round trips:
 //   - no whole-arena copy to the host (sink logging reads L*H floats, alpha_ma is
 //     a host mirror, the embedding backward takes the host's token ids);
 //   - the gradient norm is one reduction (one sum_squares call, one read);

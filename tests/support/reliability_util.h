@@ -1,4 +1,4 @@
-// Helpers for the reliability tests (issue 14): expected errors (and, through
+// Helpers for the reliability tests: expected errors (and, through
 // test_common.h, their messages), small training runs through the binary, files
 // written byte by byte.
 #pragma once

@@ -1,4 +1,4 @@
-// Checkpoint integrity (issue 14 items 4, 5, 8). The red team's attacks, each
+// Checkpoint integrity. The red team's attacks, each
 // of which loaded silently before: a flipped exponent bit in model.safetensors
 // (eval printed a perplexity of inf, a resume trained on it), a flipped
 // optimizer byte, an optimizer file from another step, trainer_state.json with

@@ -1,4 +1,4 @@
-// One process per run directory (issue 14 item 1). The red team ran
+// One process per run directory. The red team ran
 //   kdtrain train --config c.json --run-dir R & sleep 0.5;
 //   kdtrain train --config c.json --run-dir R --set train.seed=999
 // and both exited 0, R's metrics.jsonl ending up with the second run and a torn

@@ -1,4 +1,4 @@
-// Causal attention core for every variant, forward and backward (SPEC §2).
+// Causal attention core for every variant, forward and backward (docs/model.md).
 //
 // Numerics:
 // - x_ij = scale * q_i.k_j for j <= i; the softmax is computed stably (max
