@@ -2,7 +2,7 @@
 // on the host: the kernels call these same functions, so covering every element
 // exactly once here, for odd sizes and misaligned pointers, proves the kernels'
 // loops do too (the arithmetic inside each visit is tested against the CPU ops on
-// a GPU, tests/test_cuda_*.cpp).
+// a GPU, tests/backend/test_cuda_*.cpp).
 #include <catch2/catch.hpp>
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Shared helpers of the CUDA parity tests (tests/test_cuda_*.cpp).
+// Shared helpers of the CUDA parity tests (tests/backend/test_cuda_*.cpp).
 //
 // The tests drive the CUDA backend through the Backend interface (so the
 // launchers and the CudaBackend glue are covered together) and compare against
