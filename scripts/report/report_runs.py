@@ -95,7 +95,7 @@ class Run:
         model = self.config.get("model", {})
         attention = self.config.get("attention", {})
         self.variant = attention.get("variant") or (self.analysis or {}).get("attention") or "baseline"
-        self.alpha = attention.get("alpha_activation", PAPER_ALPHA) if "affine" in self.variant else None
+        self.alpha = attention.get("alpha_activation", PAPER_ALPHA) if features(self.variant).affine else None
         # A run config without the key predates it: kdtrain divided by the visible keys then.
         self.divisor = (attention.get("affine_bias_divisor", AFFINE_BIAS_DIVISOR_BEFORE_KEY)
                         if features(self.variant).affine else None)

@@ -32,6 +32,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import reference_model as ref  # noqa: E402
+from kdtrain_hf.variants import VARIANT_CASES, features  # noqa: E402
 
 from safetensors import safe_open  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
@@ -46,15 +47,8 @@ LOSS_TOL = 1e-5
 TEXT = (b"Affine-scaled attention relaxes the softmax constraint: each query's weights "
         b"need not sum to one, and a running mean keeps the total mass stable.")
 
-CASES = [
-    ("baseline", None),
-    ("sink", None),
-    ("affine", "linear_clip"),
-    ("affine", "sigmoid"),
-    ("gated", None),
-    ("affine-gated", "linear_clip"),
-    ("affine-gated", "sigmoid"),
-]
+# Every variant, the affine ones under each alpha activation (None: the variant has no alpha).
+CASES = [(v, a if features(v).affine else None) for v, a in VARIANT_CASES]
 PRESETS = ["tiny-llama", "tiny-qwen"]
 
 

@@ -15,11 +15,11 @@ transformers = pytest.importorskip("transformers")
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 from kdtrain_hf import KdtrainConfig, KdtrainForCausalLM  # noqa: E402
+from kdtrain_hf.variants import AFFINE_BIAS_DIVISORS, ATTENTION_VARIANTS as VARIANTS, features  # noqa: E402
 
-VARIANTS = ["baseline", "sink", "affine", "gated", "affine-gated"]
-DIVISORS = ["sequence", "visible"]
+DIVISORS = list(AFFINE_BIAS_DIVISORS)
 # Every variant, the affine ones under both divisors.
-VARIANT_DIVISORS = [(v, d) for v in VARIANTS for d in (DIVISORS if "affine" in v else DIVISORS[:1])]
+VARIANT_DIVISORS = [(v, d) for v in VARIANTS for d in (DIVISORS if features(v).affine else DIVISORS[:1])]
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
 

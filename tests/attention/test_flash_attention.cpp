@@ -38,9 +38,7 @@ constexpr bool tiles_ok(int D) {
 }
 static_assert(tiles_ok(64) && tiles_ok(128), "flash tile sizes break the kernels' assumptions");
 
-constexpr AttentionVariant kVariants[] = {AttentionVariant::baseline, AttentionVariant::sink,
-                                          AttentionVariant::affine, AttentionVariant::gated,
-                                          AttentionVariant::affine_gated};
+constexpr auto kVariants = all_attention_variants();
 
 struct Problem {
   cpu::AttnDims dims;

@@ -232,10 +232,7 @@ TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][atte
     WARN("SKIPPED: no CUDA device");
     return;
   }
-  const AttentionVariant variants[] = {AttentionVariant::baseline, AttentionVariant::sink,
-                                       AttentionVariant::affine, AttentionVariant::gated,
-                                       AttentionVariant::affine_gated};
-  for (AttentionVariant v : variants)
+  for (AttentionVariant v : all_attention_variants())
     for (int64_t T : {1, 7, 128, 1000, 2048})
       for (int64_t D : {64, 128})
         for (int64_t Hkv : {4, 1}) {  // MHA, GQA (group 4)
@@ -259,8 +256,7 @@ TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flas
          "KDTRAIN_CUDA_SM90A, KDTRAIN_FLASH_FORWARD unset or wgmma)");
     return;
   }
-  for (AttentionVariant v : {AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
-                             AttentionVariant::gated, AttentionVariant::affine_gated})
+  for (AttentionVariant v : all_attention_variants())
     for (int64_t D : {128, 64})  // 64: built, chosen only on request
       for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, true);  // GQA, group 2
   for (int64_t T : {7, 1000}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, 128, AttentionVariant::affine, true, AffineBiasDivisor::visible);

@@ -279,8 +279,7 @@ bool same_bits(const Emulated& x, const Emulated& y) {
          std::memcmp(x.dsinks.data(), y.dsinks.data(), x.dsinks.size() * sizeof(float)) == 0;
 }
 
-constexpr AttentionVariant kVariants[] = {AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
-                                          AttentionVariant::gated, AttentionVariant::affine_gated};
+constexpr auto kVariants = all_attention_variants();
 
 void check_problem(const Problem& pb, bool all_schedules) {
   INFO(to_string(pb.variant) << " divisor " << pb.divisor << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H << " Hkv=" << pb.Hkv << " D=" << pb.D);

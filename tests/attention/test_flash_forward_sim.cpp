@@ -51,8 +51,7 @@ Emulated run_emulated(const Problem& pb, sim::Schedule sched) {
   });
 }
 
-constexpr AttentionVariant kVariants[] = {AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
-                                          AttentionVariant::gated, AttentionVariant::affine_gated};
+constexpr auto kVariants = all_attention_variants();
 
 void check_problem(const Problem& pb) {
   INFO(to_string(pb.variant) << " divisor " << pb.divisor << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H << " Hkv=" << pb.Hkv

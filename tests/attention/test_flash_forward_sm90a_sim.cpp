@@ -55,8 +55,7 @@ void check_problem(const AttnInputs& pb, bool both_schedules) {
   }
 }
 
-constexpr AttentionVariant kVariants[] = {AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
-                                          AttentionVariant::gated, AttentionVariant::affine_gated};
+constexpr auto kVariants = all_attention_variants();
 
 }  // namespace
 

@@ -179,8 +179,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
 }
 
 TEST_CASE("config: enum spellings round-trip", "[config]") {
-  for (AttentionVariant v : {AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
-                             AttentionVariant::gated, AttentionVariant::affine_gated})
+  for (AttentionVariant v : all_attention_variants())
     CHECK(parse_attention_variant(to_string(v)) == v);
   CHECK(std::string(to_string(AttentionVariant::affine_gated)) == "affine-gated");
   CHECK(std::string(to_string(DecayShape::one_minus_sqrt)) == "1-sqrt");

@@ -43,8 +43,7 @@ TEST_CASE("param layout: offsets are contiguous and q/k/v are adjacent", "[layou
 
 TEST_CASE("param layout: variant tensors exist only for their variant", "[layout]") {
   ModelConfig m = small_model();
-  for (auto variant : {AttentionVariant::baseline, AttentionVariant::sink, AttentionVariant::affine,
-                       AttentionVariant::gated, AttentionVariant::affine_gated}) {
+  for (AttentionVariant variant : all_attention_variants()) {
     AttentionConfig a;
     a.variant = variant;
     ParamLayout layout = make_param_layout(m, a);
