@@ -35,7 +35,8 @@ log() { echo "[setup] $*"; }
 # --- system packages ---------------------------------------------------------
 APT_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libspdlog-dev
               catch2 libopenblas-dev libopenmpi-dev openmpi-bin libxxhash-dev
-              clang libclang-rt-dev)  # clang + libFuzzer: the fuzz targets (scripts/fuzz.sh)
+              clang libclang-rt-dev   # clang + libFuzzer: the fuzz targets (scripts/fuzz.sh)
+              ccache)                 # cheap rebuilds; CMakeLists.txt uses it when present
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

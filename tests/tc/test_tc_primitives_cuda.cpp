@@ -80,8 +80,8 @@ TEST_CASE("every tensor-core primitive wrapper agrees with the emulator on the G
     INFO("probe: " << tcprobe::probe_name(p));
     const std::vector<uint32_t> in = probe_inputs(p, 1234 + static_cast<int>(p));
     std::vector<uint32_t> want = run_emulated(p, in);
-#if defined(KDTRAIN_HAVE_CUDA)
     std::vector<uint32_t> got(tcprobe::kProbeWords, kUnwritten);
+#if defined(KDTRAIN_HAVE_CUDA)
     std::string error;
     if (!tcprobe::run_probe_on_gpu(p, in, got, error)) {
       if (error == "no CUDA device") {
