@@ -14,6 +14,7 @@
 #include "support/process_util.h"
 #include "support/temp_dir.h"
 
+using kdtrain::AttentionVariant;
 using nlohmann::json;
 
 namespace {
@@ -79,8 +80,8 @@ TEST_CASE("bench: median", "[bench]") {
 }
 
 TEST_CASE("bench: every variant on tiny-llama reports consistent JSON", "[bench]") {
-  for (AttentionVariant v : all_attention_variants()) {
-    const std::string variant = to_string(v);
+  for (AttentionVariant v : kdtrain::all_attention_variants()) {
+    const std::string variant = kdtrain::to_string(v);
     SECTION(variant) {
       const json r = run_bench({"--attention", variant});
       CHECK(r["attention"] == variant);
@@ -148,8 +149,8 @@ TEST_CASE("bench: bad arguments fail with a message", "[bench]") {
 
 TEST_CASE("bench --attention-only: every variant, FLOP convention, head-dim rescaling", "[bench]") {
   CHECK(kdtrain::bench::attention_fwd_bwd_flops(2, 4, 64, 16) == Approx(3.5 * 4 * 2 * 4 * 64 * 64 * 16 / 2));
-  for (AttentionVariant v : all_attention_variants()) {
-    const std::string variant = to_string(v);
+  for (AttentionVariant v : kdtrain::all_attention_variants()) {
+    const std::string variant = kdtrain::to_string(v);
     SECTION(variant) {
       std::string out;
       const int code = run_kdtrain(
