@@ -6,6 +6,11 @@
 # (I2F.U64.RP opens nvcc's 64-bit division routine) and 32-bit ones (I2F.U32.RP).
 #
 #   scripts/gpu/kernel_sass_report.sh [FILE.cu ...]     (default: every kernels/*.cu outside kernels/attention/)
+#   scripts/gpu/kernel_sass_report.sh --bwd-dq-check    the attention backward's SASS checks: builds
+#       kernels/attention/flash_backward.cu (default and atomics builds) and runs
+#       bwd_sass_check.py (same folder), which fails when a global load or semaphore poll
+#       feeds the first dQ HMMA, a gpu-scope MEMBAR precedes the next step's prefetch, or
+#       the atomics build adds without red.global.add.v4.f32 (docs/flash_attention.md).
 #
 # cuobjdump comes from the CUDA toolkit or, where the toolkit lacks it, from the
 # PyPI package nvidia-cuda-cuobjdump (pip install nvidia-cuda-cuobjdump).
@@ -26,6 +31,18 @@ PY
 fi
 [[ -n "$CUOBJDUMP" ]] || { echo "kernel_sass_report: no cuobjdump (pip install nvidia-cuda-cuobjdump)" >&2; exit 1; }
 
+if [[ ${1:-} == --bwd-dq-check ]]; then
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  for build in bwd bwd_atomic; do
+    defs=(); [[ $build == bwd_atomic ]] && defs=(-DKDTRAIN_ATTN_ATOMIC_DQ=1)
+    "$NVCC" -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -Isrc -I. "${defs[@]}" -cubin \
+      kernels/attention/flash_backward.cu -o "$work/$build.cubin"
+    PATH="$(dirname "$CUOBJDUMP"):$PATH" "$CUOBJDUMP" -sass "$work/$build.cubin" >"$work/$build.sass"
+  done
+  python3 "$(dirname "${BASH_SOURCE[0]}")/bwd_sass_check.py" "$work/bwd.sass" "$work/bwd_atomic.sass"
+  exit $?
+fi
 files=("$@")
 if ((${#files[@]} == 0)); then
   files=(kernels/*.cu)  # the attention family (kernels/attention/) has kernel_report.sh

@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""Performance model of the attention kernels, rerunnable without a GPU: compiles the
+forward (mma.sync, sm_90; wgmma, sm_90a) and the backward (deterministic and the atomics
+timing build, sm_90) with nvcc, reads each kernel's per-tile SASS instruction counts
+(cuobjdump -sass) and resource report (ptxas -v), and prints predicted times at one shape
+(default: the benchmark's B 8, T 2048, H*D 2048, GQA 4, causal, bf16, H100 SXM).
+
+A prediction, never a measurement: every rate below is an assumption, printed with the
+result and written to the JSON (--json FILE) that scripts/gpu_window.sh can put beside its
+measured times. docs/flash_attention.md ("Performance model") explains the terms.
+
+usage: attention_model.py [--json FILE] [--sass-dir DIR] [--B 8 --T 2048 --HD 2048 --gqa 4]
+  --sass-dir: reuse DIR/{fwd,fwd_sm90a,bwd,bwd_atomic}.{sass,ptxas} instead of compiling.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bwd_sass_check import functions  # noqa: E402  (same folder)
+
+ROOT = next(str(p) for p in Path(__file__).resolve().parents if (p / "kernels" / "attention").is_dir())
+
+# Assumptions (H100 SXM5, 132 SMs). Rates per SM per clock.
+ASSUME = {
+    "clock_ghz": 1.755,          # sustained under a long tensor-core load
+    "sms": 132,
+    "hmma16816_per_clk": 0.70,   # mma.sync m16n8k16 bf16: ~70% of the dense tensor peak
+    "wgmma_fma_per_clk": 2048 * 0.85,  # dense bf16 peak 2048 FMA/clk, 85% reached by wgmma
+    "smem_bytes_per_clk": 128,   # LDSM / LDS / STS / LDGSTS landing, and wgmma B operands
+    "mufu_lanes_per_clk": 16,    # ex2 / lg2
+    "issue_per_clk": 4,          # one warp instruction per SM sub-partition
+    "overhead": 0.10,            # barriers and dependency stalls on top of the busiest pipe
+    "l2_tbs": 5.5,               # SM <-> L2 bandwidth, whole GPU, TB/s
+    "hbm_tbs": 3.0,              # reached HBM bandwidth, TB/s (3.35 peak)
+    "launch_us": 3.0,            # per kernel launch in a stream
+    "bwd_sub_tiles": 2,          # trip count of the backward's rolled query sub-tile loop
+    "bwd_item_overhead_clk": 2500,  # per work item: K/V + first step unhidden, last dq flush, dk/dv
+    "bwd_dq_thread0_clk": 250,   # per step: thread 0's acquire + release fences, half exposed
+    "bwd_chain_lag_steps": 0.25,  # first ticket chunk: key tile kt starts this many steps behind kt - 1
+    "bwd_chunk_groups": 8,       # kBwdChunkGroups (flash_backward_args.h)
+}
+
+SMEM_BYTES = [("LDSM", r"\.4$", 512), ("LDSM", r"\.2$", 256), ("LDSM", r"", 128), ("LDGSTS", r"\.128", 512),
+              ("STS", r"\.128", 512), ("STS", r"\.64", 256), ("STS", r"", 128), ("LDS", r"\.128", 512),
+              ("LDS", r"\.64", 256), ("LDS", r"", 128)]
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def find_tool(name, nvcc):
+    for d in [os.path.dirname(nvcc)] + [os.path.join(p, "cu13", "bin") for p in _nvidia_paths()]:
+        if os.path.exists(os.path.join(d, name)):
+            return os.path.join(d, name)
+    return None
+
+
+def _nvidia_paths():
+    try:
+        import nvidia
+        return list(nvidia.__path__)
+    except ImportError:
+        return []
+
+
+BUILDS = {  # name: (source, arch flags, defines)
+    "fwd": ("kernels/attention/flash_forward.cu", ["-arch=sm_90"], []),
+    "fwd_sm90a": ("kernels/attention/flash_forward_sm90a.cu", ["-gencode", "arch=compute_90a,code=sm_90a"], []),
+    "bwd": ("kernels/attention/flash_backward.cu", ["-arch=sm_90"], []),
+    "bwd_atomic": ("kernels/attention/flash_backward.cu", ["-arch=sm_90"], ["-DKDTRAIN_ATTN_ATOMIC_DQ=1"]),
+}
+
+
+def compile_all(out):
+    nvcc = os.environ.get("NVCC") or "nvcc"
+    cuobjdump = find_tool("cuobjdump", run(["which", nvcc]).stdout.strip())
+    if cuobjdump is None:
+        sys.exit("attention_model: no cuobjdump (CUDA toolkit, or pip install nvidia-cuda-cuobjdump)")
+    for name, (src, arch, defs) in BUILDS.items():
+        cubin = os.path.join(out, name + ".cubin")
+        r = run([nvcc, "-std=c++17", *arch, "--expt-relaxed-constexpr", "-Isrc", "-I.", *defs, "-cubin", "-Xptxas", "-v",
+                 src, "-o", cubin], cwd=ROOT)
+        open(os.path.join(out, name + ".ptxas"), "w").write(r.stderr)
+        sass = run([cuobjdump, "-sass", cubin], env=dict(os.environ, PATH=os.path.dirname(cuobjdump) + ":" +
+                                                        os.environ.get("PATH", ""))).stdout
+        open(os.path.join(out, name + ".sass"), "w").write(sass)
+
+
+def registers(ptxas):
+    """{mangled kernel name: registers} from ptxas -v."""
+    out, cur = {}, None
+    for line in ptxas.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            cur = m.group(1)
+        m = re.search(r"Used (\d+) registers", line)
+        if m and cur:
+            out[cur] = int(m.group(1))
+    return out
+
+
+def loops(ins):
+    """[(first index, last index)] of every backward branch (loop) of a function."""
+    at = {a: i for i, (a, _, _) in enumerate(ins)}
+    out = []
+    for i, (a, op, args) in enumerate(ins):
+        m = re.match(r"(0x[0-9a-f]+)", args)
+        if op.startswith("BRA") and m and int(m.group(1), 16) <= a and int(m.group(1), 16) in at:
+            out.append((at[int(m.group(1), 16)], i))
+    return out
+
+
+def tile_counts(ins, inner_trips=1):
+    """Per-warp instruction counts of one tile (forward) or step (backward): the loop that
+    issues the prefetch (LDGSTS) and tensor-core work; an inner loop with tensor-core work
+    counts inner_trips times."""
+    main = [(f, l) for f, l in loops(ins) if any(ins[k][1].startswith("LDGSTS") for k in range(f, l + 1)) and
+            any(ins[k][1].startswith(("HMMA", "HGMMA")) for k in range(f, l + 1))]
+    if not main:
+        raise SystemExit("attention_model: no main loop with LDGSTS and HMMA/HGMMA found")
+    f, l = main[0]
+    weight = [1] * (l + 1 - f)
+    for f2, l2 in loops(ins):
+        if f < f2 and l2 < l and any(ins[k][1].startswith(("HMMA", "HGMMA")) for k in range(f2, l2 + 1)):
+            for k in range(f2, l2 + 1):
+                weight[k - f] = inner_trips
+    counts = {"instr": 0, "hmma": 0, "hgmma_fma": 0, "hgmma_smem": 0, "smem_bytes": 0, "mufu": 0}
+    for (_, op, _), w in zip(ins[f:l + 1], weight):
+        counts["instr"] += w
+        if op.startswith("HMMA.16816"):
+            counts["hmma"] += w
+        m = re.match(r"HGMMA\.64x(\d+)x16", op)
+        if m:
+            counts["hgmma_fma"] += w * 64 * int(m.group(1)) * 16
+            counts["hgmma_smem"] += w * int(m.group(1)) * 16 * 2
+        if op.startswith("MUFU"):
+            counts["mufu"] += w
+        for prefix, suffix, nbytes in SMEM_BYTES:
+            base = op.split(".")[0]
+            if base == prefix and re.search(suffix, op):
+                counts["smem_bytes"] += w * nbytes
+                break
+    return counts
+
+
+def pipe_clocks(c, warps, a):
+    """SM clocks of one tile for a block of `warps` warps with per-warp counts c."""
+    pipes = {
+        "tensor": warps * c["hmma"] / a["hmma16816_per_clk"] + (warps / 4) * c["hgmma_fma"] / a["wgmma_fma_per_clk"],
+        "smem": (warps * c["smem_bytes"] + (warps / 4) * c["hgmma_smem"]) / a["smem_bytes_per_clk"],
+        "mufu": warps * c["mufu"] * 32 / a["mufu_lanes_per_clk"],
+        "issue": warps * c["instr"] / a["issue_per_clk"],
+    }
+    bound = max(pipes, key=pipes.get)
+    return pipes[bound] * (1 + a["overhead"]), bound, pipes
+
+
+def greedy_efficiency(durations, slots):
+    """Ideal / list-scheduled makespan of jobs started in order on `slots` slots."""
+    import heapq
+    free = [0.0] * slots
+    heapq.heapify(free)
+    end = 0.0
+    for d in durations:
+        t = heapq.heappop(free) + d
+        end = max(end, t)
+        heapq.heappush(free, t)
+    return sum(durations) / slots / end if end else 1.0
+
+
+def kernel(fns, pattern):
+    hits = [(n, i) for n, i in fns.items() if re.search(pattern, n)]
+    if not hits:
+        raise SystemExit(f"attention_model: no kernel matching {pattern}")
+    return hits[0]
+
+
+def forward(fns, regs, shape, d, a, wgmma):
+    B, T, H = shape["B"], shape["T"], shape["HD"] // d
+    if wgmma:
+        name, ins = kernel(fns, rf"flash_forward_sm90a_kernelILi{d}ELb0ELb0E")
+        warps, br, bc = 8, 128, 128
+    else:
+        name, ins = kernel(fns, rf"flash_forward_kernelILi{d}ELi(\d+)ELi(\d+)ELi(\d+)ELb0ELb0E")
+        br, bc, warps = (int(x) for x in re.search(rf"kernelILi{d}ELi(\d+)ELi(\d+)ELi(\d+)E", name).groups())
+    c = tile_counts(ins)
+    clk, bound, pipes = pipe_clocks(c, warps, a)
+    ctas = max(1, min(65536 // (max(regs.get(name, 255), 1) * 32 * warps), 2 if not wgmma else 1))
+    n_qt = -(-T // br)
+    per_block = [sum(1 for kt in range(-(-T // bc)) if kt * bc <= (qt + 1) * br - 1) for qt in range(n_qt)]
+    durations = [n * clk for _ in range(B * H) for n in reversed(per_block)]
+    eff = greedy_efficiency([d_ * ctas for d_ in durations], a["sms"] * ctas)
+    pairs = sum(per_block) * B * H
+    ms = pairs * clk / a["sms"] / eff / (a["clock_ghz"] * 1e6) + a["launch_us"] / 1e3
+    return {"kernel": "wgmma" if wgmma else "mma_sync", "D": d, "tile": [br, bc], "warps": warps,
+            "registers": regs.get(name), "ctas_per_sm": ctas, "per_tile_per_warp": c, "pipes_clk": pipes,
+            "bound": bound, "tile_clk": clk, "tile_pairs": pairs, "slot_efficiency": eff, "ms": ms}
+
+
+def backward(fns, regs, shape, d, a, atomic):
+    B, T, H = shape["B"], shape["T"], shape["HD"] // d
+    hkv = H // shape["gqa"]
+    br, bc, warps = 64, 128, 8
+    name, ins = kernel(fns, rf"bwd_main_kernelILi{d}ELb0ELb{1 if atomic else 0}E")
+    c = tile_counts(ins, a["bwd_sub_tiles"])
+    clk, bound, pipes = pipe_clocks(c, warps, a)
+    if not atomic:
+        clk += a["bwd_dq_thread0_clk"]
+    n_qt, n_kt = -(-T // br), -(-T // bc)
+    steps = [(n_qt - kt * bc // br) * shape["gqa"] for kt in range(n_kt)]
+    groups = B * hkv
+    order = []  # ticket order: chunks of chunk_groups (b, g), key tiles outer
+    for first in range(0, groups, a["bwd_chunk_groups"]):
+        size = min(a["bwd_chunk_groups"], groups - first)
+        order += [steps[kt] for kt in range(n_kt) for _ in range(size)]
+    item_clk = [s * clk + a["bwd_item_overhead_clk"] for s in order]
+    eff = greedy_efficiency(item_clk, a["sms"])
+    total_steps = sum(order)
+    main_clk = sum(item_clk) / a["sms"] / eff
+    if not atomic:  # the first chunk's key tiles start together and settle into the dq order once
+        main_clk += a["bwd_chain_lag_steps"] * (n_kt - 1) * clk
+    main_ms = main_clk / (a["clock_ghz"] * 1e6)
+    tile_floats = B * H * n_qt * br * d
+    l2_bytes = total_steps * (2 * br * d * 2 + br * d * 4)  # Q, dO in; the dQ tile out
+    main_ms = max(main_ms, l2_bytes / (a["l2_tbs"] * 1e9))
+    hbm = 2 * B * T * H * d * 2  # prep reads out and dO
+    hbm += tile_floats * 4 + B * T * H * d * 2  # finalize: fp32 accumulator in, bf16 dq out
+    launches = 4
+    if atomic:
+        hbm += tile_floats * 4  # the accumulator's memset
+        launches += 1
+    rest_ms = hbm / (a["hbm_tbs"] * 1e9) + launches * a["launch_us"] / 1e3
+    return {"kernel": "bwd_main atomics" if atomic else "bwd_main", "D": d, "registers": regs.get(name),
+            "per_step_per_warp": c, "pipes_clk": pipes, "bound": bound, "step_clk": clk, "steps": total_steps,
+            "slot_efficiency": eff, "main_ms": main_ms, "prep_finalize_ms": rest_ms, "ms": main_ms + rest_ms}
+
+
+TARGETS = {64: 1.55, 128: 1.25}  # fwd + bwd, ms: docs/flash_attention.md, backward predicted time
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json")
+    ap.add_argument("--sass-dir")
+    for k, v in (("B", 8), ("T", 2048), ("HD", 2048), ("gqa", 4)):
+        ap.add_argument(f"--{k}", type=int, default=v)
+    args = ap.parse_args()
+    shape = {"B": args.B, "T": args.T, "HD": args.HD, "gqa": args.gqa}
+    with tempfile.TemporaryDirectory() as tmp:
+        where = args.sass_dir or tmp
+        if not args.sass_dir:
+            compile_all(tmp)
+        fns = {b: functions(open(os.path.join(where, b + ".sass")).read()) for b in BUILDS}
+        regs = {b: registers(open(os.path.join(where, b + ".ptxas")).read()) for b in BUILDS}
+    result = {"shape": shape, "assumptions": ASSUME, "kernels": [], "totals": []}
+    for d in (64, 128):
+        f_mma = forward(fns["fwd"], regs["fwd"], shape, d, ASSUME, False)
+        f_wg = forward(fns["fwd_sm90a"], regs["fwd_sm90a"], shape, d, ASSUME, True)
+        b_det = backward(fns["bwd"], regs["bwd"], shape, d, ASSUME, False)
+        b_at = backward(fns["bwd_atomic"], regs["bwd_atomic"], shape, d, ASSUME, True)
+        result["kernels"] += [f_mma, f_wg, b_det, b_at]
+        fwd = f_wg if d == 128 else f_mma  # the run-time default per head dim
+        total = fwd["ms"] + b_det["ms"]
+        result["totals"].append({"D": d, "forward": fwd["kernel"], "fwd_ms": fwd["ms"], "bwd_ms": b_det["ms"],
+                                 "fwd_bwd_ms": total, "target_ms": TARGETS[d], "over_target": total / TARGETS[d] - 1,
+                                 "determinism_cost": b_det["ms"] / b_at["ms"] - 1})
+    print(f"shape: B {shape['B']}, T {shape['T']}, H*D {shape['HD']}, GQA {shape['gqa']}, causal, bf16; "
+          f"H100 SXM at {ASSUME['clock_ghz']} GHz (assumptions: --json)")
+    print(f"{'kernel':<18} {'D':>4} {'regs':>5} {'bound':>7} {'clk/tile':>9} {'eff':>5} {'ms':>7}")
+    for k in result["kernels"]:
+        clk = k.get("tile_clk", k.get("step_clk"))
+        print(f"{k['kernel']:<18} {k['D']:>4} {k['registers'] or '-':>5} {k['bound']:>7} {clk:>9.0f} "
+              f"{k['slot_efficiency']:>5.2f} {k['ms']:>7.3f}")
+    for t in result["totals"]:
+        print(f"D {t['D']}: fwd ({t['forward']}) {t['fwd_ms']:.3f} + bwd {t['bwd_ms']:.3f} = {t['fwd_bwd_ms']:.3f} ms "
+              f"against the target {t['target_ms']} ms ({100 * t['over_target']:+.0f}%); "
+              f"determinism cost {100 * t['determinism_cost']:+.1f}%")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
