@@ -6,7 +6,7 @@ timing build, sm_90) with nvcc, reads each kernel's per-tile SASS instruction co
 (default: the benchmark's B 8, T 2048, H*D 2048, GQA 4, causal, bf16, H100 SXM).
 
 A prediction, never a measurement: every rate below is an assumption, printed with the
-result and written to the JSON (--json FILE) that scripts/gpu_window.sh can put beside its
+result and written to the JSON (--json FILE) that scripts/gpu/gpu_window.sh can put beside its
 measured times. docs/flash_attention.md ("Performance model") explains the terms.
 
 usage: attention_model.py [--json FILE] [--sass-dir DIR] [--B 8 --T 2048 --HD 2048 --gqa 4]
