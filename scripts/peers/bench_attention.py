@@ -20,6 +20,11 @@ variant shows as lower TFLOP/s.
 
   python3 scripts/peers/bench_attention.py --device cuda --compile --kdtrain build/kdtrain --json > attn.json
 
+Rows are measured in order of value (measure(): kdtrain's baseline and SDPA first, the
+other kdtrain builds and variants next, the PyTorch formulations last), and --jsonl PATH
+writes each one the moment it is measured, so a run cut short keeps its timings;
+summarize() computes the ratios below from whichever rows exist.
+
 With --kdtrain, `kdtrain bench --attention-only` runs on the same shapes (H and the
 GQA ratio from --kdtrain-preset rescaled to each D) and the report adds
 attn_fwdbwd_vs_sdpa (per D: SDPA time / kdtrain baseline time, > 1 = kdtrain
@@ -87,79 +92,201 @@ def time_case(torch, fn, inputs, grads_of, warmup, iters, sync):
     return median_ms(once), median_ms(forward)
 
 
-def run(args):
-    import torch
-    dev = torch.device(args.device)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    T = args.seq_len
-    B = max(1, args.tokens // T)
-    results = []
+class TorchCases:
+    """The PyTorch side at each head dim: its inputs, made once per D, and the timing of
+    one case (a row, or an error row: e.g. out of memory for the eager T x T scores)."""
+
+    def __init__(self, args):
+        import torch
+        self.torch, self.args = torch, args
+        self.dev = torch.device(args.device)
+        if self.dev.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("torch sees no CUDA device")  # every row would fail: say it once
+        self.dtype = torch.bfloat16 if self.dev.type == "cuda" else torch.float32
+        self.sync = torch.cuda.synchronize if self.dev.type == "cuda" else (lambda: None)
+        self.inputs = {}
+
+    def shape(self, D):
+        T = self.args.seq_len
+        H = self.args.channels // D
+        return max(1, self.args.tokens // T), T, H, max(1, H // self.args.gqa)
+
+    def tensors(self, D):
+        if D not in self.inputs:
+            torch, (B, T, H, Hkv) = self.torch, self.shape(D)
+            g = torch.Generator(device="cpu").manual_seed(0)
+
+            def rnd(*shape, scale=1.0):
+                return (torch.randn(*shape, generator=g) * scale).to(self.dev, self.dtype).requires_grad_(True)
+
+            q, k, v = rnd(B, H, T, D), rnd(B, Hkv, T, D), rnd(B, Hkv, T, D)
+            extras = {"sinks": rnd(H, scale=0.02), "alpha_z": rnd(B, T, H),
+                      "alpha_ma": torch.full((H,), 0.5, device=self.dev), "gate_z": rnd(B, T, H * D)}
+            leaves = [q, k, v] + [t for t in extras.values() if t.requires_grad]
+            self.inputs[D] = ((q, k, v, extras), leaves)
+        return self.inputs[D]
+
+    def row(self, name, variant, eager, compiled, D):
+        torch = self.torch
+        B, T, H, Hkv = self.shape(D)
+        row = {"kind": "torch", "case": name + ("+compile" if compiled else ""), "variant": variant,
+               "D": D, "H": H, "Hkv": Hkv, "B": B, "T": T}
+        # SDPA restricted to its flash backend on cuda, as its users would.
+        ctx = torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION) \
+            if (self.dev.type == "cuda" and not eager) else _null()
+        try:
+            fn = make_attention(torch, variant, H, Hkv, D, eager, self.dev, T)
+            row["formulation"] = fn.formulation + (", torch.compile" if compiled else "")
+            if compiled:
+                fn = torch.compile(fn)
+            inputs, leaves = self.tensors(D)
+            with ctx:
+                ms, fwd_ms = time_case(torch, fn, inputs, leaves, self.args.warmup, self.args.iters, self.sync)
+            return dict(row, ms=ms, fwd_ms=fwd_ms, bwd_ms=ms - fwd_ms,
+                        tflops=fwd_bwd_flops(B, H, T, D) / (ms / 1e3) / 1e12)
+        except Exception as e:
+            if self.dev.type == "cuda":
+                torch.cuda.empty_cache()
+            return dict(row, error=f"{type(e).__name__}: {str(e)[:200]}")
+
+
+def torch_cases(args):
+    """(name, variant, eager, compiled) of every PyTorch row after "sdpa": each variant's
+    strong formulation (torch_attention.py), compiled too where compiling can change
+    something (work around the core: not a lone SDPA call), then with --cases all the
+    naive T x T forms ("<variant>-eager"), which are there for the record."""
+    variants = args.variants or VARIANTS
+    cases = []
+    for v in variants:
+        cases.append((v, v, False, False))
+        if args.compile and v != "baseline":
+            cases.append((v, v, False, True))
+    if args.cases == "all":
+        cases += [(f"{v}-eager", v, True, False) for v in variants]
+    return cases
+
+
+def measure(args, emit):
+    """Every row, in order of value, each handed to emit() as soon as it is measured (a
+    run cut short keeps what it measured): kdtrain's baseline and SDPA at each head dim
+    first (attn_fwdbwd_vs_sdpa), then the baseline of each --kdtrain-build (the atomics
+    build: attn_determinism_cost; the kernel choices), kdtrain's other variants
+    (variant_attn_slowdown), and last the PyTorch formulations of the variants."""
+    variants = args.variants or VARIANTS
+    builds = [parse_build(spec) for spec in args.kdtrain_build]
+    torch_side = None
+
+    def torch_row(name, variant, eager, compiled, D):
+        nonlocal torch_side
+        if torch_side is None:
+            try:
+                torch_side = TorchCases(args)
+            except (ImportError, RuntimeError) as e:
+                torch_side = e
+        if isinstance(torch_side, Exception):
+            return {"kind": "torch", "case": name, "variant": variant, "D": D,
+                    "error": f"{type(torch_side).__name__}: {torch_side}"}
+        return torch_side.row(name, variant, eager, compiled, D)
+
+    def kdtrain_row(binary, variant, D, build=None):
+        B, T = max(1, args.tokens // args.seq_len), args.seq_len
+        label, env, extra = build or (None, {}, [])
+        r = dict(kdtrain_attention(args, binary, variant, B, T, D, env, extra), kind="kdtrain")
+        return dict(r, build=label) if label else r
+
     for D in args.head_dims:
-        H = args.channels // D
-        Hkv = max(1, H // args.gqa)
-        g = torch.Generator(device="cpu").manual_seed(0)
-
-        def rnd(*shape, scale=1.0):
-            return (torch.randn(*shape, generator=g) * scale).to(dev, dtype).requires_grad_(True)
-
-        q, k, v = rnd(B, H, T, D), rnd(B, Hkv, T, D), rnd(B, Hkv, T, D)
-        extras = {"sinks": rnd(H, scale=0.02), "alpha_z": rnd(B, T, H),
-                  "alpha_ma": torch.full((H,), 0.5, device=dev), "gate_z": rnd(B, T, H * D)}
-        leaves = [q, k, v] + [t for t in extras.values() if t.requires_grad]
-        flops = fwd_bwd_flops(B, H, T, D)
-        # "sdpa": the reference (the baseline core alone); "<variant>": the strong
-        # formulation of torch_attention.py; "<variant>-eager": the naive T x T form.
-        variants = args.variants or VARIANTS
-        cases = [("sdpa", "baseline", False)] + [(v_, v_, False) for v_ in variants]
-        if args.cases == "all":
-            cases += [(f"{v_}-eager", v_, True) for v_ in variants]
-        for name, variant, eager in cases:
-            # --compile adds a compiled row where compiling can change something: the
-            # strong forms with elementwise work around the core (not a lone SDPA
-            # call, and not the naive forms, which are there for the record).
-            compilable = not eager and variant != "baseline"
-            for compiled in ([False, True] if args.compile and compilable else [False]):
-                label = name + ("+compile" if compiled else "")
-                row = {"case": label, "variant": variant, "D": D, "H": H, "Hkv": Hkv, "B": B, "T": T}
-                # SDPA restricted to its flash backend on cuda, as its users would.
-                ctx = torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION) \
-                    if (dev.type == "cuda" and not eager) else _null()
-                try:
-                    fn = make_attention(torch, variant, H, Hkv, D, eager, dev, T)
-                    row["formulation"] = fn.formulation + (", torch.compile" if compiled else "")
-                    if compiled:
-                        fn = torch.compile(fn)
-                    with ctx:
-                        ms, fwd_ms = time_case(torch, fn, (q, k, v, extras), leaves, args.warmup, args.iters, sync)
-                    results.append(dict(row, ms=ms, fwd_ms=fwd_ms, bwd_ms=ms - fwd_ms,
-                                        tflops=flops / (ms / 1e3) / 1e12))
-                except Exception as e:  # e.g. out of memory for the eager T x T scores
-                    results.append(dict(row, error=f"{type(e).__name__}: {str(e)[:200]}"))
-                    if dev.type == "cuda":
-                        torch.cuda.empty_cache()
-        ref = next(r["ms"] for r in results if r["case"] == "sdpa" and r["D"] == D and "ms" in r)
-        for r in results:
-            if r["D"] == D and "ms" in r:
-                r["slowdown_vs_sdpa"] = r["ms"] / ref
-    report = {"tool": "bench_attention", "torch": torch.__version__, "device": dev.type,
-              "dtype": str(dtype).replace("torch.", ""), "tokens": B * T,
-              "flop_convention": FLOP_CONVENTION, "results": results}
+        if args.kdtrain and "baseline" in variants:
+            emit(kdtrain_row(args.kdtrain, "baseline", D))
+        emit(torch_row("sdpa", "baseline", False, False, D))
+    for label, binary, env, extra in builds:
+        for D in args.head_dims:
+            emit(kdtrain_row(binary, "baseline", D, (label, env, extra)))
     if args.kdtrain:
-        report.update(run_kdtrain(args, B, T, results))
+        for D in args.head_dims:
+            for v in variants:
+                if v != "baseline":
+                    emit(kdtrain_row(args.kdtrain, v, D))
+    for D in args.head_dims:
+        for case in torch_cases(args):
+            emit(torch_row(*case, D))
+
+
+def summarize(rows):
+    """The ratios of the measured rows (any subset: a cut run gives the ratios its rows
+    allow), keyed by head dim as a string. Sets slowdown_vs_sdpa on the PyTorch rows."""
+    ok = [r for r in rows if "error" not in r]
+    torch_rows = [r for r in ok if r.get("kind", "torch") == "torch" and "ms" in r]
+    mine = [r for r in ok if "fwd_bwd_ms" in r and "build" not in r]
+    builds = [r for r in ok if "fwd_bwd_ms" in r and "build" in r]
+    sdpa = {r["D"]: r["ms"] for r in torch_rows if r["case"] == "sdpa"}
+    for r in torch_rows:
+        if r["D"] in sdpa:
+            r["slowdown_vs_sdpa"] = r["ms"] / sdpa[r["D"]]
+    out = {"attn_fwdbwd_vs_sdpa": {}, "variant_attn_slowdown": {}, "variant_speedup_vs_torch_best": {},
+           "attn_determinism_cost": {}}
+    for D in sorted({r["D"] for r in mine}):
+        ms = {r["attention"]: r["fwd_bwd_ms"] for r in mine if r["D"] == D}
+        base = ms.get("baseline")
+        if base and D in sdpa:
+            out["attn_fwdbwd_vs_sdpa"][str(D)] = sdpa[D] / base  # > 1: kdtrain faster
+        if base:
+            out["variant_attn_slowdown"][str(D)] = {v: t / base for v, t in ms.items()}
+        atomic = next((r["fwd_bwd_ms"] for r in builds if r["D"] == D and r["build"] == ATOMIC_BUILD), None)
+        if base and atomic:
+            out["attn_determinism_cost"][str(D)] = base / atomic - 1  # deterministic / atomics - 1
+        best = {}
+        for r in torch_rows:
+            if r["D"] == D and r["case"] != "sdpa":
+                best[r["variant"]] = min(best.get(r["variant"], float("inf")), r["ms"])
+        out["variant_speedup_vs_torch_best"][str(D)] = {v: best[v] / t for v, t in ms.items() if v in best}
+    return out
+
+
+def run(args, stream=None):
+    """The whole report; with `stream` (a file), each row is also written to it as one
+    JSON line the moment it is measured."""
+    rows = []
+
+    def emit(r):
+        rows.append(r)
+        if stream is not None:
+            stream.write(json.dumps(r) + "\n")
+            stream.flush()
+
+    measure(args, emit)
+    summary = summarize(rows)
+    report = {"tool": "bench_attention", "device": args.device, "tokens": max(1, args.tokens // args.seq_len) * args.seq_len,
+              "flop_convention": FLOP_CONVENTION,
+              "results": [r for r in rows if r["kind"] == "torch"]}
+    if any(r["kind"] == "torch" and "error" not in r for r in rows):
+        import torch
+        report.update(torch=torch.__version__, dtype="bfloat16" if args.device == "cuda" else "float32")
+    if args.kdtrain or args.kdtrain_build:
+        report["kdtrain"] = [r for r in rows if r["kind"] == "kdtrain" and "build" not in r]
+        report["kdtrain_builds"] = [r for r in rows if r["kind"] == "kdtrain" and "build" in r]
+        report.update(summary)
     return report
 
 
-def kdtrain_attention(args, binary, variant, B, T, D, env=None):
-    """One `kdtrain bench --attention-only` row (forward_ms, backward_ms, fwd_bwd_ms), or
-    an error row. `env`: extra environment variables (e.g. KDTRAIN_FLASH_FORWARD)."""
+# The label of the float-atomics timing build (KDTRAIN_ATTN_ATOMIC_DQ) among --kdtrain-build.
+ATOMIC_BUILD = "atomic-dq"
+
+
+def kdtrain_attention(args, binary, variant, B, T, D, env=None, extra=()):
+    """One `kdtrain bench --attention-only` row (forward_ms, backward_ms, fwd_bwd_ms and
+    the attention path with the kernels it took), or an error row. `env`: extra
+    environment variables (e.g. KDTRAIN_FLASH_FORWARD); `extra`: extra kdtrain arguments
+    (e.g. --set of a kernel choice)."""
     import os
     import subprocess
     cmd = [binary, "bench", "--attention-only", "--preset", args.kdtrain_preset,
            "--attention", variant, "--device", args.device, "--micro-batch", str(B),
            "--seq-len", str(T), "--head-dim", str(D), "--steps", str(args.iters),
-           "--warmup", str(args.warmup), "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
+           "--warmup", str(args.warmup), "--json", *extra]
+    run_env = dict(os.environ, **(env or {}))
+    if "KDTRAIN_LD_LIBRARY_PATH" in os.environ:  # the GPU scripts keep the pack's libraries from Python
+        run_env["LD_LIBRARY_PATH"] = os.environ["KDTRAIN_LD_LIBRARY_PATH"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=run_env)
     if p.returncode != 0:
         return {"variant": variant, "D": D, "error": (p.stdout + p.stderr)[-300:]}
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -169,46 +296,16 @@ def kdtrain_attention(args, binary, variant, B, T, D, env=None):
 
 
 def parse_build(spec):
-    """'LABEL=[VAR=VALUE ...] BINARY' -> (label, binary, {VAR: VALUE})."""
+    """'LABEL=[VAR=VALUE ...] BINARY [ARG ...]' -> (label, binary, {VAR: VALUE}, [ARG ...]):
+    the words before the first one without '=' set the environment, the words after the
+    binary are passed to kdtrain bench."""
     import shlex
     label, _, rest = spec.partition("=")
     words = shlex.split(rest)
-    if not label or not words or "=" in words[-1]:
-        raise SystemExit(f"bench_attention: --kdtrain-build wants LABEL=[VAR=VALUE ...] BINARY, got {spec!r}")
-    return label, words[-1], dict(w.split("=", 1) for w in words[:-1])
-
-
-def run_kdtrain(args, B, T, results):
-    """`kdtrain bench --attention-only` on the same shapes, and the ratios of issues 5 and 26:
-    every variant on the default build, the baseline on each --kdtrain-build (the atomics
-    timing build "atomic-dq" gives attn_determinism_cost)."""
-    rows, summary_vs_sdpa, slowdown, vs_torch, builds, cost = [], {}, {}, {}, [], {}
-    for D in args.head_dims:
-        for variant in (args.variants or VARIANTS):
-            rows.append(kdtrain_attention(args, args.kdtrain, variant, B, T, D))
-        mine = {r["attention"]: r["fwd_bwd_ms"] for r in rows if r.get("D") == D and "fwd_bwd_ms" in r}
-        for spec in args.kdtrain_build:
-            label, binary, env = parse_build(spec)
-            r = dict(kdtrain_attention(args, binary, "baseline", B, T, D, env), build=label)
-            builds.append(r)
-            if label == "atomic-dq" and "fwd_bwd_ms" in r and "baseline" in mine:
-                cost[str(D)] = mine["baseline"] / r["fwd_bwd_ms"] - 1  # deterministic / atomics - 1
-        sdpa = next((r["ms"] for r in results if r["case"] == "sdpa" and r["D"] == D and "ms" in r), None)
-        if "baseline" in mine and sdpa:
-            summary_vs_sdpa[str(D)] = sdpa / mine["baseline"]  # > 1: kdtrain faster
-        if "baseline" in mine:
-            slowdown[str(D)] = {v: mine[v] / mine["baseline"] for v in mine}
-        torch_best = {}
-        for r in results:
-            if r["D"] == D and "ms" in r and r["case"] != "sdpa":
-                torch_best[r["variant"]] = min(torch_best.get(r["variant"], 1e30), r["ms"])
-        vs_torch[str(D)] = {v: torch_best[v] / mine[v] for v in mine if v in torch_best}
-    return {"kdtrain": rows,
-            "kdtrain_builds": builds,                     # the baseline on each --kdtrain-build
-            "attn_determinism_cost": cost,                # per D: deterministic / atomics time - 1
-            "attn_fwdbwd_vs_sdpa": summary_vs_sdpa,       # per D: SDPA time / kdtrain baseline time
-            "variant_attn_slowdown": slowdown,            # per D, variant: kdtrain time / kdtrain baseline
-            "variant_speedup_vs_torch_best": vs_torch}    # per D, variant: best PyTorch time / kdtrain
+    at = next((i for i, w in enumerate(words) if "=" not in w), None)
+    if not label or at is None:
+        raise SystemExit(f"bench_attention: --kdtrain-build wants LABEL=[VAR=VALUE ...] BINARY [ARG ...], got {spec!r}")
+    return label, words[at], dict(w.split("=", 1) for w in words[:at]), words[at + 1:]
 
 
 class _null:
@@ -236,26 +333,33 @@ def main(argv=None):
     ap.add_argument("--kdtrain", default="", help="kdtrain binary: also run kdtrain bench --attention-only")
     ap.add_argument("--kdtrain-preset", default="llama3.2-1b",
                     help="preset whose H*D and GQA ratio kdtrain uses (llama3.2-1b: 2048, 4)")
-    ap.add_argument("--kdtrain-build", action="append", default=[], metavar="LABEL=[VAR=VALUE ...] BINARY",
-                    help="another kdtrain build (or the same with environment variables set) timed on the "
-                         "baseline; atomic-dq: the float-atomics timing build, for attn_determinism_cost; "
-                         "repeatable")
+    ap.add_argument("--kdtrain-build", action="append", default=[],
+                    metavar="LABEL=[VAR=VALUE ...] BINARY [ARG ...]",
+                    help="another kdtrain build, or the same with environment variables or arguments (a kernel "
+                         "choice: --set KEY=VALUE) timed on the baseline; atomic-dq: the float-atomics timing "
+                         "build, for attn_determinism_cost; repeatable")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=None,
                     help="variants to time (default: all)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--jsonl", metavar="PATH", default="",
+                    help="also write each row to PATH as one JSON line the moment it is measured")
     args = ap.parse_args(argv)
-    r = run(args)
+    if args.jsonl:
+        with open(args.jsonl, "w") as stream:
+            r = run(args, stream)
+    else:
+        r = run(args)
     if args.json:
         print(json.dumps(r))
         return
-    print(f"bench_attention: {r['device']} {r['dtype']}, {r['tokens']} tokens; {r['flop_convention']}")
+    print(f"bench_attention: {r['device']} {r.get('dtype', '')}, {r['tokens']} tokens; {r['flop_convention']}")
     def row(x, label, timing):
         """One printed result: its error in place of the timing when the case failed."""
         print(f"  D={x['D']:<4} {label} " + (x["error"] if "error" in x else timing(x)))
 
     for x in r["results"]:
         row(x, f"{x['case']:<28}", lambda x: f"{x['ms']:9.3f} ms {x['tflops']:8.3f} TFLOP/s "
-                                             f"x{x['slowdown_vs_sdpa']:.2f} vs sdpa   [{x['formulation']}]")
+                                             f"x{x.get('slowdown_vs_sdpa', float('nan')):.2f} vs sdpa   [{x['formulation']}]")
     for x in r.get("kdtrain", []):
         row(x, f"kdtrain {x['attention'] if 'attention' in x else x['variant']:<20}",
             lambda x: f"{x['fwd_bwd_ms']:9.3f} ms {x['tflops']:8.3f} TFLOP/s")

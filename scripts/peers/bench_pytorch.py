@@ -235,14 +235,18 @@ def run(args):
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     amp = device.type == "cuda" if args.dtype == "auto" else args.dtype == "bf16"
-    student = build(torch, cfg, args.attention, device).to(device)
+    # Built on the device itself: parameters are made and initialised there, not on the
+    # host and copied (a 1B model takes seconds on the CPU, a 3B teacher much longer).
+    with device:
+        student = build(torch, cfg, args.attention, device)
     student.prepare(args.seq_len)
     teacher = None
     if args.teacher:
         tcfg = PRESETS[args.teacher]
         if tcfg["vocab_size"] != cfg["vocab_size"]:
             sys.exit(f"--teacher {args.teacher}: vocab {tcfg['vocab_size']} != student {cfg['vocab_size']}")
-        teacher = build(torch, tcfg, "baseline", device).to(device).eval()
+        with device:
+            teacher = build(torch, tcfg, "baseline", device).eval()
         teacher.prepare(args.seq_len)
         for p in teacher.parameters():
             p.requires_grad_(False)

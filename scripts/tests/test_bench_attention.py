@@ -55,3 +55,66 @@ def test_with_kdtrain_attention_only():
         assert x["flops_fwd_bwd"] == bench_attention.fwd_bwd_flops(2, 4, 32, 16)
     assert set(r["attn_fwdbwd_vs_sdpa"]) == {"16"}
     assert r["variant_attn_slowdown"]["16"]["baseline"] == 1.0
+
+
+def test_build_specs():
+    assert bench_attention.parse_build("atomic-dq=/p/kdtrain_atomic_dq") == ("atomic-dq", "/p/kdtrain_atomic_dq", {}, [])
+    assert bench_attention.parse_build("KDTRAIN_FLASH_FORWARD:wgmma=KDTRAIN_FLASH_FORWARD=wgmma /p/kdtrain") == (
+        "KDTRAIN_FLASH_FORWARD:wgmma", "/p/kdtrain", {"KDTRAIN_FLASH_FORWARD": "wgmma"}, [])
+    assert bench_attention.parse_build("train.attention_backward:wgmma=/p/kdtrain --set train.attention_backward=wgmma") \
+        == ("train.attention_backward:wgmma", "/p/kdtrain", {}, ["--set", "train.attention_backward=wgmma"])
+    with pytest.raises(SystemExit):
+        bench_attention.parse_build("label=A=1")
+
+
+def test_ratios_of_any_subset_of_rows():
+    rows = [{"kind": "kdtrain", "attention": "baseline", "D": 64, "fwd_bwd_ms": 2.0},
+            {"kind": "torch", "case": "sdpa", "variant": "baseline", "D": 64, "ms": 2.5}]
+    r = bench_attention.summarize(rows)
+    assert r["attn_fwdbwd_vs_sdpa"] == {"64": 1.25} and r["attn_determinism_cost"] == {}
+    rows += [{"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "atomic-dq", "fwd_bwd_ms": 1.6},
+             {"kind": "kdtrain", "attention": "sink", "D": 64, "fwd_bwd_ms": 2.2},
+             {"kind": "torch", "case": "sink+compile", "variant": "sink", "D": 64, "ms": 4.4},
+             {"kind": "kdtrain", "variant": "gated", "D": 64, "error": "x"}]
+    r = bench_attention.summarize(rows)
+    assert r["attn_determinism_cost"] == {"64": pytest.approx(0.25)}
+    assert r["variant_attn_slowdown"] == {"64": {"baseline": 1.0, "sink": pytest.approx(1.1)}}
+    assert r["variant_speedup_vs_torch_best"] == {"64": {"sink": pytest.approx(2.0)}}
+    assert rows[1]["slowdown_vs_sdpa"] == 1.0 and rows[4]["slowdown_vs_sdpa"] == pytest.approx(1.76)
+
+
+def fake_kdtrain(tmp_path):
+    """A kdtrain that answers `bench --attention-only` at once (ms from the environment)."""
+    script = tmp_path / "kdtrain"
+    script.write_text("#!/usr/bin/env python3\n"
+                      "import json, os, sys\n"
+                      "a = sys.argv\n"
+                      "v, D = a[a.index('--attention') + 1], int(a[a.index('--head-dim') + 1])\n"
+                      "ms = float(os.environ.get('FAKE_MS', '1.0'))\n"
+                      "print(json.dumps({'attention': v, 'D': D, 'H': 64 // D, 'Hkv': 1, 'forward_ms': ms / 4,\n"
+                      "                  'backward_ms': 3 * ms / 4, 'fwd_bwd_ms': ms, 'args': a[1:]}))\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_rows_are_written_as_measured_in_order_of_value(tmp_path):
+    pytest.importorskip("torch")
+    kd = fake_kdtrain(tmp_path)
+    out = tmp_path / "rows.jsonl"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "peers" / "bench_attention.py"), "--device", "cpu",
+                        "--tokens", "64", "--seq-len", "32", "--head-dims", "16", "32", "--channels", "64",
+                        "--warmup", "0", "--iters", "1", "--cases", "strong", "--variants", "baseline", "gated",
+                        "--kdtrain", str(kd), "--kdtrain-build", f"atomic-dq=FAKE_MS=0.8 {kd}",
+                        "--kdtrain-build", f"choice:x={kd} --set a.b=x", "--jsonl", str(out), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    order = [(r["kind"], r.get("case") or r.get("build") or r["attention"], r["D"]) for r in rows]
+    assert order[:8] == [("kdtrain", "baseline", 16), ("torch", "sdpa", 16), ("kdtrain", "baseline", 32),
+                         ("torch", "sdpa", 32), ("kdtrain", "atomic-dq", 16), ("kdtrain", "atomic-dq", 32),
+                         ("kdtrain", "choice:x", 16), ("kdtrain", "choice:x", 32)]
+    assert order[8:10] == [("kdtrain", "gated", 16), ("kdtrain", "gated", 32)]
+    assert {o[0] for o in order[10:]} == {"torch"}
+    assert rows[6]["args"][-2:] == ["--set", "a.b=x"]
+    report = json.loads(p.stdout.strip().splitlines()[-1])
+    assert report["attn_determinism_cost"] == {"16": pytest.approx(0.25), "32": pytest.approx(0.25)}
