@@ -117,6 +117,20 @@ struct SparseKdChunkArgs {
   bool compute_grad = true;
 };
 
+// Each row's top K of a teacher's logits at temperature 1, for the teacher cache
+// (docs/distillation.md): only these (n, K) ids and log-probabilities and the (n)
+// tail leave the device. Ids by descending logit, equal logits by lower id first
+// (-0 equals +0); logp = z - logsumexp(z); log_tail = log of the probability mass
+// outside the K ids (-inf when there is none). A row holding NaN or +inf, or no
+// finite logit, has no distribution: its ids are -1, its logp and log_tail NaN.
+struct TopkArgs {
+  int64_t n = 0, V = 0, K = 0;
+  const void* logits = nullptr;  // (n, V) in act_dtype()
+  int32_t* ids = nullptr;        // (n, K), written
+  float* logp = nullptr;         // (n, K), written
+  float* log_tail = nullptr;     // (n), written
+};
+
 // A contiguous range [begin, end) of a parameter arena with its weight decay: the
 // unit of the multi-tensor AdamW.
 struct ParamSegment {
@@ -266,6 +280,7 @@ class Backend {
 
   virtual void loss_chunk(const LossChunkArgs& args) = 0;
   virtual void sparse_kd_loss_chunk(const SparseKdChunkArgs& args) = 0;
+  virtual void topk_log_probs(const TopkArgs& args) = 0;
 
   // Optimizer support.
   virtual double sum_squares(const float* x, int64_t n) = 0;  // deterministic

@@ -194,6 +194,15 @@ void sparse_kd_loss_chunk(const SparseKdChunkArgs& a) {
   if (a.tail == CacheTail::bucket) given(op, "log_tail", a.log_tail);
 }
 
+void topk_log_probs(const TopkArgs& a) {
+  const char* op = "topk_log_probs";
+  non_negative(op, "n", a.n);
+  positive(op, "V", a.V);
+  KD_CHECK(a.K >= 1 && a.K <= a.V, op, ": K = ", a.K, " must be in [1, V = ", a.V, "]");
+  if (a.n == 0) return;
+  all_given(op, {{"logits", a.logits}, {"ids", a.ids}, {"logp", a.logp}, {"log_tail", a.log_tail}});
+}
+
 void sparse_teacher_ids(const int32_t* ids, int64_t n, int64_t K, int64_t V) {
   std::vector<int64_t> seen(static_cast<size_t>(V), -1);
   for (int64_t r = 0; r < n; ++r)

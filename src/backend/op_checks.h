@@ -44,6 +44,7 @@ void sparse_kd_loss_chunk(const SparseKdChunkArgs& args);
 // Host ids (n, K) of a cached sparse teacher: each row's distinct and in [0, V);
 // the error names the row and the id.
 void sparse_teacher_ids(const int32_t* ids, int64_t n, int64_t K, int64_t V);
+void topk_log_probs(const TopkArgs& args);
 void sum_squares(const float* x, int64_t n);
 void adamw(const AdamWArgs& args);
 

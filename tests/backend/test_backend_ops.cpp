@@ -44,9 +44,11 @@ namespace {
 
 struct Bound {
   double nmse, max_rel, floor;
+  bool exact = false;  // integer outputs (ids): the bytes must equal the reference's
 };
 constexpr Bound kActBound{5e-4, 2e-2, 1e-6};
 constexpr Bound kF32Bound{1e-8, 1e-4, 1.0};
+constexpr Bound kExact{0, 0, 0, true};
 
 struct Output {
   std::vector<float> values;
@@ -76,6 +78,9 @@ class OpRun {
   float* out_f32(const std::string& name, size_t n, const std::vector<float>& init = {},
                  Bound bound = kF32Bound) {
     return output(name, n, DType::f32, init, bound)->f32();
+  }
+  int32_t* out_i32(const std::string& name, size_t n) {
+    return reinterpret_cast<int32_t*>(output(name, n, DType::f32, {}, kExact)->f32());
   }
   // An output returned by value (e.g. sum_squares).
   void scalar(const std::string& name, double value) {
@@ -284,6 +289,30 @@ void add_sparse_kd_cases(std::vector<OpCase>& cases) {
   }
 }
 
+// Teacher logits on a coarse grid (steps of 1/4 over about +-6), so rows hold
+// many equal values: ties go to the lower id on every backend. Finite rows only:
+// the harness refuses NaN and inf outputs (topk_log_probs' NaN rows and -inf
+// logits are tested in tests/test_topk.cpp).
+void add_topk_cases(std::vector<OpCase>& cases) {
+  for (const int64_t V : {33, 1025})
+    for (const int64_t K : {int64_t(1), int64_t(8), V - 1}) {
+      const int64_t n = 9;
+      cases.push_back({"topk_log_probs", "V=" + std::to_string(V) + " K=" + std::to_string(K), [=](OpRun& r) {
+                         std::vector<float> z = values(n * V, 61, 2.f);
+                         for (float& x : z) x = std::round(x * 4.f) / 4.f;
+                         TopkArgs a;
+                         a.n = n;
+                         a.V = V;
+                         a.K = K;
+                         a.logits = r.act(z);
+                         a.ids = r.out_i32("ids", n * K);
+                         a.logp = r.out_f32("logp", n * K);
+                         a.log_tail = r.out_f32("log_tail", n);
+                         r.be().topk_log_probs(a);
+                       }});
+    }
+}
+
 // An adamw_update case's outputs: the master weights from `seed`, the compute
 // copy and zero moments, at lr 1e-3.
 AdamWArgs adamw_outputs(OpRun& r, int64_t n, uint32_t seed) {
@@ -405,6 +434,7 @@ std::vector<OpCase> cases() {
                }});
   add_loss_cases(c);
   add_sparse_kd_cases(c);
+  add_topk_cases(c);
   c.push_back({"sum_squares", "n=100003", [=](OpRun& r) {
                  const int64_t m = 100003;
                  r.scalar("sum", r.be().sum_squares(r.f32(random_values(m, 37, 0.f, 1e-2f, false)), m));
@@ -458,6 +488,10 @@ std::set<std::string> backend_methods() {
 void compare(const std::string& what, const Output& got, const Output& ref) {
   INFO(what);
   CHECK(got.guard_intact);
+  if (ref.bound.exact) {
+    CHECK(got.bytes == ref.bytes);
+    return;
+  }
   check_close(what, got.values, ref.values, got.bound.nmse, got.bound.max_rel, got.bound.floor);
 }
 

@@ -133,6 +133,7 @@ class Bf16EmulationBackend final : public Backend {
     cpu_->loss_chunk(a);
     if (a.compute_grad) round(a.logits, a.n * a.V);
   }
+  void topk_log_probs(const TopkArgs& a) override { cpu_->topk_log_probs(a); }
   void sparse_kd_loss_chunk(const SparseKdChunkArgs& a) override {
     cpu_->sparse_kd_loss_chunk(a);
     if (a.compute_grad) round(a.logits, a.n * a.V);

@@ -195,6 +195,11 @@ class CpuBackend final : public Backend {
                               a.kd_weight, a.grad_scale, a.compute_grad);
   }
 
+  void topk_log_probs(const TopkArgs& a) override {
+    op_checks::topk_log_probs(a);
+    cpu::topk_log_probs(F(a.logits), a.n, a.V, a.K, a.ids, a.logp, a.log_tail);
+  }
+
   double sum_squares(const float* x, int64_t n) override {
     op_checks::sum_squares(x, n);
     return cpu::sum_squares(x, n);

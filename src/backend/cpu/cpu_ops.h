@@ -171,6 +171,13 @@ void sparse_kd_loss_chunk(T* logits, const int32_t* targets, const int32_t* ids,
                           int64_t K, CacheTail tail, KdLoss kd_loss, T temperature, T kd_weight,
                           T grad_scale, bool compute_grad);
 
+// ---- the teacher cache's top K (cpu_topk.cpp) ----
+// topk_log_probs of backend.h: per row the top K ids (ties: lower id), their
+// log-probabilities at temperature 1 and the log of the remaining mass.
+template <typename T>
+void topk_log_probs(const T* logits, int64_t n, int64_t V, int64_t K, int32_t* ids, float* logp,
+                    float* log_tail);
+
 // ---- optimizer (cpu_optim.cpp) ----
 // Sum of x^2 in double, in fixed blocks added in order: identical for any thread count.
 template <typename T>

@@ -15,6 +15,7 @@
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
 #include "kernels/sparse_kd_loss.cuh"
+#include "kernels/topk.cuh"
 #include "kernels/sigmoid_gate.cuh"
 #include "kernels/swiglu.cuh"
 
@@ -367,6 +368,19 @@ void CudaBackend::sparse_kd_loss_chunk(const SparseKdChunkArgs& a) {
   p.log_tail = a.log_tail;
   p.bucket = a.tail == CacheTail::bucket;
   cuda::sparse_kd_loss_chunk(p, stream_);
+}
+
+void CudaBackend::topk_log_probs(const TopkArgs& a) {
+  op_checks::topk_log_probs(a);
+  topk::TopkParams p;
+  p.n = a.n;
+  p.V = a.V;
+  p.K = a.K;
+  p.logits = static_cast<const uint16_t*>(a.logits);
+  p.ids = a.ids;
+  p.logp = a.logp;
+  p.log_tail = a.log_tail;
+  cuda::topk_log_probs(p, stream_);
 }
 
 double CudaBackend::sum_squares(const float* x, int64_t n) {

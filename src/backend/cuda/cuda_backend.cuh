@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
   void accumulate(void* dst, const void* src, int64_t n) override;
   void loss_chunk(const LossChunkArgs& args) override;
   void sparse_kd_loss_chunk(const SparseKdChunkArgs& args) override;
+  void topk_log_probs(const TopkArgs& args) override;
   double sum_squares(const float* x, int64_t n) override;
   void adamw_update(const AdamWArgs& args) override;
 
