@@ -1,10 +1,11 @@
-// Teacher-cache values: a well-formed header and a correct checksum around
-// fuzzed window records, so every input reaches the value checks of the reader
+// Teacher-cache values: a well-formed shard header, manifest and checksum around
+// fuzzed window records (ids packed in ceil(log2 V) bits, docs/distillation.md), so every input reaches the value checks of the reader
 // (io/teacher_cache_values.h) instead of stopping at the header or the
 // checksum. The first four bytes pick the value type, K, V and T; the rest are
 // the records. A finding, beyond a crash or an exception other than
 // kdtrain::Error: a cache that opens although a row holds a value no teacher
 // produces (checked here independently, with a looser mass bound).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -19,30 +20,22 @@ namespace {
 
 using namespace kdtrain::data;
 
-template <typename T>
-void put(std::vector<uint8_t>& b, size_t offset, T value) {
-  std::memcpy(b.data() + offset, &value, sizeof(T));
-}
-
-std::vector<uint8_t> cache_file(const CacheHeader& h, const uint8_t* records, size_t bytes) {
-  std::vector<uint8_t> b(static_cast<size_t>(kCacheHeaderBytes), 0);
-  std::memcpy(b.data(), "KDTCACHE", 8);
-  put<uint32_t>(b, 8, kCacheVersion);
-  put<uint32_t>(b, 12, static_cast<uint32_t>(h.value_type));
-  put<int64_t>(b, 16, h.K);
-  put<int64_t>(b, 24, h.V);
-  put<int64_t>(b, 32, h.seq_len);
-  put<int64_t>(b, 40, h.windows);
-  put<int64_t>(b, 64, h.record_bytes());
+// One shard holding every window: header, the fuzzed records (zero-padded), a
+// correct trailer; *checksum gets the checksum the manifest must list.
+std::vector<uint8_t> shard_file(const CacheHeader& h, const uint8_t* records, size_t bytes, uint64_t* checksum) {
+  ShardHeader sh;
+  sh.cache = h;
+  sh.shards = 1;
+  sh.windows = h.windows;
+  std::vector<uint8_t> b = encode_shard_header(sh);
   const size_t body = static_cast<size_t>(h.windows * h.record_bytes());
   b.resize(b.size() + body, 0);
   std::memcpy(b.data() + kCacheHeaderBytes, records, std::min(bytes, body));
   CacheChecksum sum;
   sum.update(b.data(), b.size());
-  const uint64_t value = sum.value();
+  *checksum = sum.value();
   b.resize(b.size() + kCacheTrailerBytes);
-  std::memcpy(b.data() + b.size() - kCacheTrailerBytes, &value, 8);
-  std::memcpy(b.data() + b.size() - 8, "KDTCEND", 8);
+  encode_trailer(*checksum, b.data() + b.size() - kCacheTrailerBytes);
   return b;
 }
 
@@ -73,10 +66,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   h.V = h.K + data[2] % 16;
   h.seq_len = 1 + data[3] % 4;
   h.windows = std::max<int64_t>(1, std::min<int64_t>(3, static_cast<int64_t>(size - 4) / h.record_bytes()));
-  const std::vector<uint8_t> file = cache_file(h, data + 4, size - 4);
+  uint64_t checksum = 0;
+  const std::vector<uint8_t> file = shard_file(h, data + 4, size - 4, &checksum);
   const std::filesystem::path dir = kdtrain::fuzz::scratch_dir() / "cache_values";
   std::filesystem::create_directories(dir);
-  kdtrain::fuzz::write_scratch("cache_values/teacher_cache.bin", file.data(), file.size());
+  CacheManifest manifest = plan_cache(h, h.windows);
+  manifest.shards[0].checksum = checksum;
+  write_cache_manifest(dir.string(), manifest);
+  kdtrain::fuzz::write_scratch("cache_values/" + cache_shard_file(0), file.data(), file.size());
   kdtrain::fuzz::expect_only_kdtrain_errors([&] {
     const TeacherCache cache(dir.string());
     for (int64_t w = 0; w < h.windows; ++w) {

@@ -99,10 +99,12 @@ def shard(magic, version, tokens, fmt):
 put("shard", "u16", shard(20240520, 1, [1, 2, 3, 65535, 7], "H"))
 put("shard", "u32", shard(20240801, 7, [1, 2, 100000], "I"))
 
-def cache(K, V, T, windows, value_type):
+def cache(K, V, T, windows, value_type):  # one shard of a version-2 cache (docs/distillation.md)
     vb = 2 if value_type == 0 else 4
-    record = (T * K * (4 + vb) + T * 4 + 7) // 8 * 8
-    header = b"KDTCACHE" + struct.pack("<II", 1, value_type) + struct.pack("<qqqqQQq", K, V, T, windows, 5, 6, record)
+    bits = max(1, (V - 1).bit_length())
+    record = ((T * K * bits + 63) // 64 * 8 + T * K * vb + T * 4 + 7) // 8 * 8
+    header = b"KDTCACHE" + struct.pack("<II", 2, value_type) + struct.pack("<qqqqQQq", K, V, T, windows, 5, 6, record)
+    header += struct.pack("<qqqqq", bits, 0, 1, 0, windows)
     header += b"\0" * (256 - len(header))
     body = header + b"\0" * (record * windows)
     h = 0xcbf29ce484222325
@@ -113,15 +115,17 @@ put("teacher_cache", "bf16", cache(2, 10, 3, 2, 0))
 put("teacher_cache", "f32", cache(1, 4, 2, 1, 1))
 # teacher_cache_values: four bytes choosing the value type, K, V, T (fuzz/fuzz_teacher_cache_values.cpp),
 # then window records that hold what a teacher writes: distinct ids, log-probabilities and a tail summing to 1.
-def record(ids, logp, tail, value_type):
-    body = struct.pack(f"<{len(ids)}I", *ids)
+def record(ids, logp, tail, value_type, V):  # ids packed in ceil(log2 V) bits, little-endian
+    bits = max(1, (V - 1).bit_length())
+    packed = sum(i << (k * bits) for k, i in enumerate(ids))
+    body = packed.to_bytes((len(ids) * bits + 63) // 64 * 8, "little")
     body += struct.pack(f"<{len(logp)}f", *logp) if value_type else struct.pack(f"<{len(logp)}H", *[
         struct.unpack("<I", struct.pack("<f", v))[0] >> 16 for v in logp])
     body += struct.pack(f"<{len(tail)}f", *tail)
     return body + b"\0" * (-len(body) % 8)
-put("teacher_cache_values", "one_id", bytes([0, 0, 0, 0]) + record([0], [0.0], [float("-inf")], 0))
+put("teacher_cache_values", "one_id", bytes([0, 0, 0, 0]) + record([0], [0.0], [float("-inf")], 0, 1))
 put("teacher_cache_values", "f32_k2", bytes([1, 1, 2, 0]) + record([0, 3], [math.log(0.5), math.log(0.25)],
-                                                                [math.log(0.25)], 1))
+                                                                [math.log(0.25)], 1, 4))
 
 put("trainer_state", "state", json.dumps({"step": 8, "skipped_steps": 1, "consecutive_skips": 0, "world_size": 2,
     "sampler": {"seed": 1, "epoch": 0, "index": 32, "num_windows": 100}, "data_fingerprint": "1234567890123",

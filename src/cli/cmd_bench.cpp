@@ -7,6 +7,7 @@
 #include "bench/collective_bench.h"
 #include "bench/scaling.h"
 #include "cli/commands.h"
+#include "cli/teacher_cache_bench.h"
 
 namespace kdtrain::cli {
 
@@ -20,6 +21,8 @@ struct BenchCliOptions {
   bench::Interconnect links;
   bool collectives = false;         // --collectives: MPI against the communication model
   std::string teacher_load;         // --teacher-load DIR: time the host part of loading it
+  bool cache_read = false;          // --teacher-cache-read: one core's cache decode rate
+  std::string cache_dir;            // --cache DIR for it ("" = synthetic)
 };
 }  // namespace
 
@@ -62,7 +65,18 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--teacher-load", o->teacher_load,
                   "DIR: time the host part of loading this teacher checkpoint (map, check, scan, "
                   "hash, staging copies) and print it as JSON; no training step");
+  cmd->add_flag("--teacher-cache-read", o->cache_read,
+                "time one core reading a teacher cache (--cache DIR, else a synthetic one with K = "
+                "--teacher-cache or 64): checksum and decode tokens/s, as JSON; no training step");
+  cmd->add_option("--cache", o->cache_dir, "with --teacher-cache-read: the cache directory");
   cmd->callback([o] {
+    if (o->cache_read) {
+      CacheReadBenchOptions c;
+      c.cache = o->cache_dir;
+      if (o->bench.teacher_cache > 0) c.top_k = o->bench.teacher_cache;
+      std::cout << run_cache_read_bench(c).dump() << std::endl;
+      return;
+    }
     if (!o->teacher_load.empty()) {
       std::cout << bench::run_teacher_load_bench(o->teacher_load).dump() << std::endl;
       return;

@@ -1,11 +1,13 @@
-// kdtrain verify CHECKPOINT_OR_RUN: checks a checkpoint (or every checkpoint of
-// a run) as a load would, on demand (train/checkpoint_verify.h). Exit 0 when
+// kdtrain verify CHECKPOINT_OR_RUN_OR_CACHE: checks a checkpoint (or every checkpoint
+// of a run) as a load would, on demand (train/checkpoint_verify.h), or every shard
+// of a teacher cache (cli/teacher_cache_verify.h). Exit 0 when
 // everything verifies, 1 otherwise, each problem named on stderr.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/teacher_cache_verify.h"
 #include "core/error.h"
 #include "train/checkpoint_verify.h"
 
@@ -27,6 +29,10 @@ void print_verified(const VerifiedCheckpoint& v) {
 
 int run_verify(const std::string& path) {
   namespace fs = std::filesystem;
+  if (is_teacher_cache_dir(path)) {
+    verify_teacher_cache(path);
+    return 0;
+  }
   if (!fs::is_directory(fs::path(path) / "checkpoints")) {
     print_verified(verify_checkpoint(path));
     return 0;
@@ -47,8 +53,8 @@ int run_verify(const std::string& path) {
 void register_verify(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto* command = app.add_subcommand(
-      "verify", "Check a checkpoint, or every checkpoint of a run directory: checksums, state, finite tensors");
-  command->add_option("path", *path, "checkpoint directory or run directory")->required()->transform(normal_path_option());
+      "verify", "Check a checkpoint, every checkpoint of a run directory, or a teacher cache: checksums, state, values");
+  command->add_option("path", *path, "checkpoint, run or teacher cache directory")->required()->transform(normal_path_option());
   command->callback([path] { run_verify(*path); });
 }
 

@@ -5,15 +5,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
-#include <limits>
-#include <nlohmann/json.hpp>
+#include <functional>
 #include <numeric>
 
 #include "backend/backend.h"
 #include "core/error.h"
 #include "data/shard_manifest.h"
-#include "io/file_util.h"
+#include "data/teacher_cache_v1.h"
+#include "data/teacher_cache_writer.h"
+#include "dist/communicator.h"
 #include "io/model_dir.h"
 #include "io/output_dir.h"
 #include "model/model.h"
@@ -21,76 +23,186 @@
 namespace kdtrain::cli {
 
 using data::CacheHeader;
-using data::CacheValueType;
+using data::CacheManifest;
 
-bool topk_log_probs(const float* z, int64_t V, int64_t K, int32_t* ids, float* logp,
-                    float* log_tail) {
-  double mx = -std::numeric_limits<double>::infinity();
-  bool finite = true;
-  for (int64_t j = 0; j < V; ++j) {
-    finite = finite && std::isfinite(z[j]);
-    mx = std::max(mx, static_cast<double>(z[j]));
-  }
-  if (!finite) return false;
-  double sum = 0.0;
-  for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(z[j]) - mx);
-  const double lse = mx + std::log(sum);
-  thread_local std::vector<int32_t> order;
-  order.resize(V);
-  std::iota(order.begin(), order.end(), 0);
-  auto before = [z](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); };
-  if (K < V) std::nth_element(order.begin(), order.begin() + K, order.end(), before);
-  std::sort(order.begin(), order.begin() + K, before);
-  double rest = 0.0;
-  for (int64_t j = K; j < V; ++j) rest += std::exp(static_cast<double>(z[order[j]]) - mx);
-  for (int64_t k = 0; k < K; ++k) {
-    ids[k] = order[k];
-    logp[k] = static_cast<float>(static_cast<double>(z[order[k]]) - lse);
-  }
-  *log_tail = rest > 0.0 ? static_cast<float>(std::log(rest) + mx - lse)
-                         : -std::numeric_limits<float>::infinity();
-  return true;
+namespace fs = std::filesystem;
+
+int64_t cache_shard_windows(const CacheHeader& h, int64_t requested) {
+  KD_CHECK(requested >= 0, "--shard-windows must be at least 1 (or 0 for about 1 GiB per shard), got ", requested);
+  if (requested > 0) return requested;
+  return std::max<int64_t>(1, (int64_t(1) << 30) / h.record_bytes());
 }
 
 namespace {
 
-constexpr const char* kCacheInfoFile = "cache.json";
-
-// <out>/cache.json: what the cache was made from, for people (the binary header
-// is what the trainer checks).
-void write_cache_info(const TeacherCacheOptions& o, const CacheHeader& h) {
-  nlohmann::json doc;
-  doc["format"] = "kdtrain.teacher_cache/1";
-  doc["file"] = data::kCacheFileName;
-  doc["teacher"] = o.teacher;
-  doc["data"] = o.data;
-  doc["seq_len"] = h.seq_len;
-  doc["top_k"] = h.K;
-  doc["vocab_size"] = h.V;
-  doc["windows"] = h.windows;
-  doc["value_dtype"] = h.value_type == CacheValueType::bf16 ? "bf16" : "f32";
-  doc["data_fingerprint"] = h.data_fingerprint;
-  doc["teacher_hash"] = h.teacher_hash;
-  doc["record_bytes"] = h.record_bytes();
-  const std::string text = doc.dump(2) + "\n";
-  io::AtomicFileWriter out((std::filesystem::path(o.out) / kCacheInfoFile).string());
-  out.write(text.data(), text.size());
-  out.commit();
+// What --out may already hold: this cache's manifest and shards, their
+// temporaries, and a version-1 cache's files (a cache rewritten in place).
+std::vector<std::string> own_files(const std::string& out, const CacheManifest& plan) {
+  std::vector<std::string> own = {data::kCacheManifestName, data::kCacheV1FileName, "cache.json"};
+  for (const data::CacheShardInfo& s : plan.shards) own.push_back(s.file);
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("shard_", 0) == 0 && name.find(".bin.tmp.") != std::string::npos) own.push_back(name);
+    if (name.rfind(std::string(data::kCacheManifestName) + ".tmp.", 0) == 0) own.push_back(name);
+  }
+  return own;
 }
+
+// Fills shard `s`'s windows: fill(first_window, count, ids, logp, log_tail) for
+// batches of up to `batch` windows, in order.
+using FillBatch = std::function<void(int64_t, int64_t, int32_t*, float*, float*)>;
+
+void write_shard(const std::string& out, const CacheManifest& plan, int64_t s, int64_t batch, const FillBatch& fill) {
+  const CacheHeader& h = plan.header;
+  const int64_t T = h.seq_len, K = h.K;
+  std::vector<int32_t> ids(batch * T * K);
+  std::vector<float> logp(batch * T * K), tail(batch * T);
+  data::remove_shard_temporaries(out, plan, s);
+  data::CacheShardWriter writer(out, plan, s);
+  const data::CacheShardInfo& info = plan.shards[s];
+  for (int64_t w0 = info.first_window; w0 < info.first_window + info.windows; w0 += batch) {
+    const int64_t b = std::min(batch, info.first_window + info.windows - w0);
+    fill(w0, b, ids.data(), logp.data(), tail.data());
+    for (int64_t i = 0; i < b; ++i)
+      writer.add_window(ids.data() + i * T * K, logp.data() + i * T * K, tail.data() + i * T);
+  }
+  writer.commit();
+}
+
+void print_written(const std::string& out, const CacheManifest& m) {
+  const CacheHeader& h = m.header;
+  double bytes = 0;
+  for (const data::CacheShardInfo& s : m.shards)
+    bytes += data::kCacheHeaderBytes + data::kCacheTrailerBytes + static_cast<double>(s.windows) * h.record_bytes();
+  std::printf("wrote %s: %lld windows x %lld tokens in %zu shards, top-%lld of %lld (%d-bit ids), %s, %.1f MiB\n",
+              out.c_str(), static_cast<long long>(h.windows), static_cast<long long>(h.seq_len), m.shards.size(),
+              static_cast<long long>(h.K), static_cast<long long>(h.V), h.id_bits(), data::to_string(h.value_type),
+              bytes / (1 << 20));
+}
+
+// Writes this rank's missing shards (shard s belongs to rank s % world), then,
+// on rank 0 once every rank is done, the manifest from the shards' trailers.
+void write_cache(dist::Communicator& comm, const std::string& out, CacheManifest& plan, int64_t batch,
+                 bool progress, const FillBatch& fill) {
+  const int64_t shards = static_cast<int64_t>(plan.shards.size());
+  const auto started = std::chrono::steady_clock::now();
+  int64_t done = 0, skipped = 0, mine = 0;
+  for (int64_t s = comm.rank(); s < shards; s += comm.world()) ++mine;
+  for (int64_t s = comm.rank(); s < shards; s += comm.world()) {
+    uint64_t checksum = 0;
+    if (data::shard_complete(out, plan, s, &checksum)) {
+      ++skipped;
+    } else {
+      write_shard(out, plan, s, batch, fill);
+    }
+    ++done;
+    if (progress) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      spdlog::info("teacher-cache rank {}/{}: {}/{} shards ({} already complete), {:.0f}s", comm.rank(),
+                   comm.world(), done, mine, skipped, elapsed);
+    }
+  }
+  comm.barrier();
+  if (comm.rank() != 0) return;
+  for (int64_t s = 0; s < shards; ++s)
+    KD_CHECK(data::shard_complete(out, plan, s, &plan.shards[s].checksum), "teacher cache ", out, ": shard ",
+             plan.shards[s].file, " is missing or incomplete after every rank finished");
+  data::write_cache_manifest(out, plan);
+  if (progress) print_written(out, plan);
+}
+
+// Checks --out on every rank (the same answer everywhere), then removes an
+// earlier manifest: the manifest exists only while every shard is complete.
+void prepare_out(dist::Communicator& comm, const std::string& out, const CacheManifest& plan, bool force) {
+  io::claim_output_dir(out, {"--out", own_files(out, plan), force});
+  comm.barrier();
+  if (comm.rank() == 0) {
+    fs::create_directories(out);
+    fs::remove(fs::path(out) / data::kCacheManifestName);
+  }
+  comm.barrier();
+}
+
+// The teacher's rows of windows [w0, w0 + b): forward, then the head logits a
+// chunk at a time through the backend's top K; only ids, log-probs and tails
+// come back to the host.
+class TeacherRows {
+ public:
+  TeacherRows(const TeacherCacheOptions& o, LoadedModel& teacher, data::TokenDataset& dataset)
+      : o_(o), dataset_(dataset), backend_(make_backend(o.device, o.threads)),
+        model_(teacher.model, teacher.attention, *backend_, false) {
+    model_.set_params(teacher.params);
+    teacher.params.clear();
+    teacher.params.shrink_to_fit();
+    const int64_t V = teacher.model.vocab_size, T = o.seq_len;
+    chunk_ = std::min(o.chunk_tokens, o.batch_size * T);
+    inputs_.resize(o.batch_size * T);
+    targets_.resize(o.batch_size * T);
+    topk_.V = V;
+    topk_.K = o.top_k;
+    logits_ = alloc(chunk_ * V * dtype_size(backend_->act_dtype()));
+    topk_.logits = logits_;
+    topk_.ids = static_cast<int32_t*>(alloc(chunk_ * o.top_k * sizeof(int32_t)));
+    topk_.logp = static_cast<float*>(alloc(chunk_ * o.top_k * sizeof(float)));
+    topk_.log_tail = static_cast<float*>(alloc(chunk_ * sizeof(float)));
+  }
+  ~TeacherRows() {
+    for (void* p : buffers_) backend_->release(p);
+  }
+  TeacherRows(const TeacherRows&) = delete;
+  TeacherRows& operator=(const TeacherRows&) = delete;
+
+  void fill(int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) {
+    const int64_t T = o_.seq_len, K = o_.top_k;
+    std::vector<int64_t> windows(b);
+    std::iota(windows.begin(), windows.end(), w0);
+    dataset_.fill_batch(windows, inputs_.data(), targets_.data());
+    model_.forward(inputs_.data(), b, T, false);
+    for (int64_t start = 0; start < b * T; start += chunk_) {
+      const int64_t n = std::min(chunk_, b * T - start);
+      model_.head_logits(logits_, start, n);
+      topk_.n = n;
+      backend_->topk_log_probs(topk_);
+      backend_->to_host(ids + start * K, topk_.ids, n * K * sizeof(int32_t));
+      backend_->to_host(logp + start * K, topk_.logp, n * K * sizeof(float));
+      backend_->to_host(tail + start, topk_.log_tail, n * sizeof(float));
+    }
+    const int64_t bad = std::count_if(tail, tail + b * T, [](float x) { return std::isnan(x); });
+    KD_CHECK(bad == 0, o_.teacher, ": the teacher produced NaN, +inf or all -inf logits on ", bad,
+             " positions of windows ", w0, "..", w0 + b - 1);
+  }
+
+ private:
+  void* alloc(size_t bytes) {
+    buffers_.push_back(backend_->alloc(bytes));
+    return buffers_.back();
+  }
+  const TeacherCacheOptions& o_;
+  data::TokenDataset& dataset_;
+  std::unique_ptr<Backend> backend_;
+  Model model_;
+  int64_t chunk_ = 0;
+  void* logits_ = nullptr;  // (chunk, V) head logits, read by the top K
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<void*> buffers_;
+  TopkArgs topk_;
+};
 
 }  // namespace
 
-CacheHeader build_teacher_cache(const TeacherCacheOptions& o) {
+CacheManifest build_teacher_cache(const TeacherCacheOptions& o) {
   KD_CHECK(o.seq_len >= 1, "--seq-len must be at least 1");
   KD_CHECK(o.batch_size >= 1, "--batch-size must be at least 1");
   KD_CHECK(o.chunk_tokens >= 1, "chunk_tokens must be at least 1");
-  io::claim_output_dir(o.out, {"--out", {data::kCacheFileName, kCacheInfoFile}, o.force});
+  const Device device = o.device == "cuda" ? Device::cuda : Device::cpu;
+  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(DistBackend::auto_select, device, 0.0);
   LoadedModel teacher = load_model_dir(o.teacher);
   const int64_t V = teacher.model.vocab_size, T = o.seq_len;
   KD_CHECK(teacher.model.max_position_embeddings >= T, "--teacher ", o.teacher, " has max_position_embeddings ",
-           teacher.model.max_position_embeddings, ", fewer than --seq-len ", T, "; the teacher cannot score windows that long");
-  KD_CHECK(o.top_k >= 1 && o.top_k <= V, "--top-k must be in [1, ", V, "] (the teacher's vocab), got ",
-           o.top_k);
+           teacher.model.max_position_embeddings, ", fewer than --seq-len ", T,
+           "; the teacher cannot score windows that long");
+  KD_CHECK(o.top_k >= 1 && o.top_k <= V, "--top-k must be in [1, ", V, "] (the teacher's vocab), got ", o.top_k);
   data::check_manifest_vocab(o.data, V, "--data");
   data::TokenDataset dataset(o.data, T, V);
   CacheHeader header;
@@ -101,71 +213,28 @@ CacheHeader build_teacher_cache(const TeacherCacheOptions& o) {
   header.windows = dataset.num_windows();
   header.data_fingerprint = dataset.fingerprint();
   header.teacher_hash = data::teacher_hash(teacher);
+  CacheManifest plan = data::plan_cache(header, cache_shard_windows(header, o.shard_windows));
+  plan.made_from = {{"teacher", o.teacher}, {"data", o.data}};
+  prepare_out(*comm, o.out, plan, o.force);
+  TeacherRows rows(o, teacher, dataset);
+  write_cache(*comm, o.out, plan, o.batch_size, o.progress,
+              [&](int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) { rows.fill(w0, b, ids, logp, tail); });
+  return plan;
+}
 
-  auto backend = make_backend(o.device, o.threads);
-  Model model(teacher.model, teacher.attention, *backend, false);
-  model.set_params(teacher.params);
-  teacher.params.clear();
-  teacher.params.shrink_to_fit();
-
-  const int64_t K = o.top_k, B = o.batch_size;
-  const int64_t chunk = std::min(o.chunk_tokens, B * T);
-  const size_t act = dtype_size(backend->act_dtype());
-  void* logits = backend->alloc(chunk * V * act);
-  float* logits_f32 = backend->act_dtype() == DType::f32
-                          ? nullptr
-                          : static_cast<float*>(backend->alloc(chunk * V * sizeof(float)));
-  std::vector<float> host(chunk * V);
-  std::vector<int32_t> inputs(B * T), targets(B * T), ids(B * T * K);
-  std::vector<float> logp(B * T * K), tail(B * T);
-  data::TeacherCacheWriter writer(o.out, header);
-  const auto started = std::chrono::steady_clock::now();
-  auto last = started;
-  try {
-    for (int64_t w0 = 0; w0 < header.windows; w0 += B) {
-      const int64_t b = std::min(B, header.windows - w0);
-      std::vector<int64_t> windows(b);
-      std::iota(windows.begin(), windows.end(), w0);
-      dataset.fill_batch(windows, inputs.data(), targets.data());
-      model.forward(inputs.data(), b, T, false);
-      for (int64_t start = 0; start < b * T; start += chunk) {
-        const int64_t n = std::min(chunk, b * T - start);
-        model.head_logits(logits, start, n);
-        if (logits_f32) {
-          backend->convert_to_f32(logits_f32, logits, n * V);
-          backend->to_host(host.data(), logits_f32, n * V * sizeof(float));
-        } else {
-          backend->to_host(host.data(), logits, n * V * sizeof(float));
-        }
-        int64_t bad = 0;
-#pragma omp parallel for schedule(static) reduction(+ : bad)
-        for (int64_t r = 0; r < n; ++r)
-          bad += !topk_log_probs(host.data() + r * V, V, K, ids.data() + (start + r) * K,
-                                 logp.data() + (start + r) * K, tail.data() + start + r);
-        KD_CHECK(bad == 0, o.teacher, ": the teacher produced non-finite logits on ", bad,
-                 " positions of windows ", w0, "..", w0 + b - 1);
-      }
-      for (int64_t i = 0; i < b; ++i)
-        writer.add_window(ids.data() + i * T * K, logp.data() + i * T * K, tail.data() + i * T);
-      const auto now = std::chrono::steady_clock::now();
-      const double elapsed = std::chrono::duration<double>(now - started).count();
-      if (o.progress && (std::chrono::duration<double>(now - last).count() > 5.0 ||
-                         w0 + b == header.windows)) {
-        last = now;
-        spdlog::info("teacher-cache: {}/{} windows, {:.0f} tokens/s, {:.0f}s", w0 + b,
-                     header.windows, (w0 + b) * T / std::max(elapsed, 1e-9), elapsed);
-      }
-    }
-    writer.commit();
-    write_cache_info(o, header);
-  } catch (...) {
-    backend->release(logits);
-    if (logits_f32) backend->release(logits_f32);
-    throw;
-  }
-  backend->release(logits);
-  if (logits_f32) backend->release(logits_f32);
-  return header;
+CacheManifest convert_teacher_cache(const std::string& from, const TeacherCacheOptions& o) {
+  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(DistBackend::auto_select, Device::cpu, 0.0);
+  const data::TeacherCacheV1 v1(from);
+  CacheManifest plan = data::plan_cache(v1.header(), cache_shard_windows(v1.header(), o.shard_windows));
+  plan.made_from = {{"converted_from", from}};
+  KD_CHECK(fs::weakly_canonical(from) != fs::weakly_canonical(o.out), "--convert ", from,
+           ": --out must be another directory (the version-1 file is read while the shards are written)");
+  prepare_out(*comm, o.out, plan, o.force);
+  const int64_t T = v1.header().seq_len, K = v1.header().K;
+  write_cache(*comm, o.out, plan, 1, o.progress, [&](int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) {
+    for (int64_t i = 0; i < b; ++i) v1.read_window(w0 + i, ids + i * T * K, logp + i * T * K, tail + i * T);
+  });
+  return plan;
 }
 
 }  // namespace kdtrain::cli

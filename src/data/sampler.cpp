@@ -73,6 +73,11 @@ std::vector<int64_t> Sampler::next_global_batch(int64_t global_batch) {
   return batch;
 }
 
+std::vector<int64_t> Sampler::peek_global_batch(int64_t global_batch) const {
+  if (global_batch <= 0 || index_ + global_batch > num_windows_) return {};
+  return std::vector<int64_t>(order_.begin() + index_, order_.begin() + index_ + global_batch);
+}
+
 nlohmann::json Sampler::to_json() const {
   return {{"seed", seed_}, {"epoch", epoch_}, {"index", index_}, {"num_windows", num_windows_}};
 }

@@ -1,243 +1,224 @@
-// The teacher cache file format (data/teacher_cache.h): header encoding, the
-// checksum, the reader and writer of teacher_cache.bin and the teacher hash it
-// records. The cached-teacher loss (model/) and the builder (cli/) live apart,
-// so the format links on its own (the fuzz target of its parser, fuzz/).
+// The teacher cache reader (data/teacher_cache.h): the manifest, opening the
+// shards, verifying them on first read, decoding and validating rows; and the
+// teacher hash a cache records. The byte layout is data/teacher_cache_format.cpp.
+#include "data/teacher_cache.h"
+
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
-#include "config/limits.h"
 #include "core/bf16.h"
 #include "core/error.h"
-#include "data/teacher_cache.h"
+#include "core/json_parse.h"
+#include "data/teacher_cache_v1.h"
 #include "io/checkpoint_format.h"
 #include "io/model_dir.h"
-#include "io/safetensors.h"
 #include "io/teacher_cache_values.h"
 
 namespace kdtrain::data {
 
+namespace fs = std::filesystem;
+
+std::string cache_shard_file(int64_t shard) {
+  char name[32];
+  std::snprintf(name, sizeof name, "shard_%05lld.bin", static_cast<long long>(shard));
+  return name;
+}
+
+// ---------------------------------------------------------------- manifest
+
+CacheManifest plan_cache(const CacheHeader& header, int64_t shard_windows) {
+  KD_CHECK(shard_windows >= 1, "teacher cache: windows per shard must be at least 1, got ", shard_windows);
+  CacheManifest m;
+  m.header = header;
+  m.shard_windows = shard_windows;
+  for (int64_t w = 0, s = 0; w < header.windows; w += shard_windows, ++s)
+    m.shards.push_back({cache_shard_file(s), w, std::min(shard_windows, header.windows - w), 0});
+  return m;
+}
+
 namespace {
 
-constexpr char kMagic[8] = {'K', 'D', 'T', 'C', 'A', 'C', 'H', 'E'};
-constexpr char kEndMagic[8] = {'K', 'D', 'T', 'C', 'E', 'N', 'D', '\0'};
-
-// Header field offsets (bytes); the rest of the 256 bytes is zero.
-struct HeaderOffsets {
-  static constexpr size_t magic = 0, version = 8, value_type = 12, K = 16, V = 24, seq_len = 32,
-                          windows = 40, data_fingerprint = 48, teacher_hash = 56,
-                          record_bytes = 64;
-};
-
 template <typename T>
-void put(uint8_t* base, size_t offset, T value) {
-  std::memcpy(base + offset, &value, sizeof(T));
-}
-template <typename T>
-T get(const uint8_t* base, size_t offset) {
-  T value;
-  std::memcpy(&value, base + offset, sizeof(T));
-  return value;
-}
-
-int64_t value_bytes(CacheValueType t) { return t == CacheValueType::bf16 ? 2 : 4; }
-
-std::vector<uint8_t> encode_header(const CacheHeader& h) {
-  std::vector<uint8_t> b(kCacheHeaderBytes, 0);
-  std::memcpy(b.data(), kMagic, 8);
-  put<uint32_t>(b.data(), HeaderOffsets::version, kCacheVersion);
-  put<uint32_t>(b.data(), HeaderOffsets::value_type, static_cast<uint32_t>(h.value_type));
-  put<int64_t>(b.data(), HeaderOffsets::K, h.K);
-  put<int64_t>(b.data(), HeaderOffsets::V, h.V);
-  put<int64_t>(b.data(), HeaderOffsets::seq_len, h.seq_len);
-  put<int64_t>(b.data(), HeaderOffsets::windows, h.windows);
-  put<uint64_t>(b.data(), HeaderOffsets::data_fingerprint, h.data_fingerprint);
-  put<uint64_t>(b.data(), HeaderOffsets::teacher_hash, h.teacher_hash);
-  put<int64_t>(b.data(), HeaderOffsets::record_bytes, h.record_bytes());
-  return b;
+T field(const nlohmann::json& doc, const char* key, const std::string& path) {
+  KD_CHECK(doc.contains(key), path, ": missing \"", key, "\"");
+  try {
+    return doc.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail(path, ": \"", key, "\" has the wrong type (", doc.at(key).dump(), ")");
+  }
 }
 
 }  // namespace
 
-int64_t CacheHeader::record_bytes() const {
-  const int64_t raw = seq_len * K * (4 + value_bytes(value_type)) + seq_len * 4;
-  return (raw + 7) / 8 * 8;
-}
-
-void CacheChecksum::update(const void* bytes, size_t n) {
-  const uint8_t* p = static_cast<const uint8_t*>(bytes);
-  for (size_t i = 0; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h_ = (h_ ^ w) * 0x100000001b3ULL;
+CacheManifest read_cache_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kCacheManifestName).string();
+  if (!fs::exists(path)) {
+    KD_CHECK(!fs::exists(fs::path(dir) / kCacheV1FileName), "teacher cache ", dir,
+             " is a version-1 cache (one teacher_cache.bin, 32-bit ids); convert it with "
+             "`kdtrain teacher-cache --convert ", dir, " --out NEW_DIR`");
+    fail("teacher cache ", dir, ": no ", kCacheManifestName,
+         " (write one with `kdtrain teacher-cache`; an interrupted write is resumed by rerunning its command)");
   }
-  bytes_ += n;
+  const nlohmann::json doc = parse_json(read_text_file(path), path);
+  KD_CHECK(doc.is_object(), path, ": not a JSON object");
+  KD_CHECK(field<std::string>(doc, "format", path) == kCacheFormat, path, ": format \"",
+           doc.at("format").get<std::string>(), "\" is not ", kCacheFormat);
+  CacheManifest m;
+  CacheHeader& h = m.header;
+  const std::string vt = field<std::string>(doc, "value_type", path);
+  KD_CHECK(vt == "bf16" || vt == "f32", path, ": value_type \"", vt, "\" is not bf16 or f32");
+  h.value_type = vt == "bf16" ? CacheValueType::bf16 : CacheValueType::f32;
+  h.K = field<int64_t>(doc, "top_k", path);
+  h.V = field<int64_t>(doc, "vocab_size", path);
+  h.seq_len = field<int64_t>(doc, "seq_len", path);
+  h.windows = field<int64_t>(doc, "windows", path);
+  h.data_fingerprint = field<uint64_t>(doc, "data_fingerprint", path);
+  h.teacher_hash = field<uint64_t>(doc, "teacher_hash", path);
+  m.shard_windows = field<int64_t>(doc, "shard_windows", path);
+  KD_CHECK(h.V >= 1 && h.K >= 1 && h.K <= h.V && h.seq_len >= 1 && h.windows >= 0 && m.shard_windows >= 1, path,
+           ": bad sizes (top_k ", h.K, ", vocab_size ", h.V, ", seq_len ", h.seq_len, ", windows ", h.windows,
+           ", shard_windows ", m.shard_windows, ")");
+  const CacheManifest plan = plan_cache(h, m.shard_windows);
+  const nlohmann::json& shards = doc.contains("shards") ? doc.at("shards") : nlohmann::json();
+  KD_CHECK(shards.is_array() && shards.size() == plan.shards.size(), path, ": \"shards\" must list ",
+           plan.shards.size(), " shards of ", m.shard_windows, " windows for ", h.windows, " windows");
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string where = path + " shards[" + std::to_string(s) + "]";
+    CacheShardInfo info{field<std::string>(shards[s], "file", where), field<int64_t>(shards[s], "first_window", where),
+                        field<int64_t>(shards[s], "windows", where), field<uint64_t>(shards[s], "checksum", where)};
+    const CacheShardInfo& want = plan.shards[s];
+    KD_CHECK(info.file == want.file && info.first_window == want.first_window && info.windows == want.windows, where,
+             ": shard ", info.file, " windows ", info.first_window, "+", info.windows, ", expected ", want.file,
+             " windows ", want.first_window, "+", want.windows);
+    m.shards.push_back(info);
+  }
+  if (doc.contains("made_from")) m.made_from = doc.at("made_from");
+  return m;
 }
 
-uint64_t CacheChecksum::value() const { return (h_ ^ bytes_) * 0x100000001b3ULL; }
+void write_cache_manifest(const std::string& dir, const CacheManifest& m) {
+  const CacheHeader& h = m.header;
+  nlohmann::json doc;
+  doc["format"] = kCacheFormat;
+  doc["value_type"] = to_string(h.value_type);
+  doc["top_k"] = h.K;
+  doc["vocab_size"] = h.V;
+  doc["seq_len"] = h.seq_len;
+  doc["windows"] = h.windows;
+  doc["data_fingerprint"] = h.data_fingerprint;
+  doc["teacher_hash"] = h.teacher_hash;
+  doc["id_bits"] = h.id_bits();
+  doc["record_bytes"] = h.record_bytes();
+  doc["shard_windows"] = m.shard_windows;
+  nlohmann::json shards = nlohmann::json::array();
+  for (const CacheShardInfo& s : m.shards)
+    shards.push_back({{"file", s.file}, {"first_window", s.first_window}, {"windows", s.windows},
+                      {"checksum", s.checksum}});
+  doc["shards"] = shards;
+  if (!m.made_from.is_null()) doc["made_from"] = m.made_from;
+  const std::string text = doc.dump(1) + "\n";
+  io::AtomicFileWriter out((fs::path(dir) / kCacheManifestName).string());
+  out.write(text.data(), text.size());
+  out.commit();
+}
 
 // ---------------------------------------------------------------- reader
 
-TeacherCache::TeacherCache(const std::string& dir) {
-  const std::string path = (std::filesystem::path(dir) / kCacheFileName).string();
-  KD_CHECK(std::filesystem::exists(path), "teacher cache ", dir, ": no ", kCacheFileName,
-           " (write one with `kdtrain teacher-cache`)");
-  file_ = io::MappedFile(path);
-  const uint8_t* b = file_.data();
-  const uint64_t size = file_.size();
-  KD_CHECK(size >= static_cast<uint64_t>(kCacheHeaderBytes + kCacheTrailerBytes), path,
-           ": teacher cache is ", size, " bytes, shorter than its header and trailer (truncated?)");
-  KD_CHECK(std::memcmp(b, kMagic, 8) == 0, path, ": not a kdtrain teacher cache (bad magic)");
-  const uint32_t version = get<uint32_t>(b, HeaderOffsets::version);
-  KD_CHECK(version == kCacheVersion, path, ": teacher cache version ", version,
-           " is not supported (expected ", kCacheVersion, ")");
-  const uint32_t vt = get<uint32_t>(b, HeaderOffsets::value_type);
-  KD_CHECK(vt <= 1, path, ": unknown value type ", vt);
-  header_.value_type = static_cast<CacheValueType>(vt);
-  header_.K = get<int64_t>(b, HeaderOffsets::K);
-  header_.V = get<int64_t>(b, HeaderOffsets::V);
-  header_.seq_len = get<int64_t>(b, HeaderOffsets::seq_len);
-  header_.windows = get<int64_t>(b, HeaderOffsets::windows);
-  header_.data_fingerprint = get<uint64_t>(b, HeaderOffsets::data_fingerprint);
-  header_.teacher_hash = get<uint64_t>(b, HeaderOffsets::teacher_hash);
-  // Bounded first, so the sizes derived below cannot overflow.
-  KD_CHECK(header_.V > 0 && header_.V <= SizeLimits::vocab_size && header_.K >= 1 && header_.K <= header_.V &&
-               header_.seq_len > 0 && header_.seq_len <= SizeLimits::seq_len && header_.windows >= 0,
-           path, ": corrupt header (K ", header_.K, ", V ", header_.V, ", seq_len ",
-           header_.seq_len, ", windows ", header_.windows, ")");
-  const int64_t record = get<int64_t>(b, HeaderOffsets::record_bytes);
-  KD_CHECK(record == header_.record_bytes(), path, ": corrupt header (record size ", record,
-           ", expected ", header_.record_bytes(), ")");
-  KD_CHECK(static_cast<uint64_t>(header_.windows) <=
-               (size - kCacheHeaderBytes - kCacheTrailerBytes) / static_cast<uint64_t>(record),
-           path, ": teacher cache is ", size, " bytes, too short for the ", header_.windows, " windows of ",
-           record, " bytes its header describes: file is truncated");
-  const uint64_t payload = static_cast<uint64_t>(kCacheHeaderBytes) +
-                           static_cast<uint64_t>(header_.windows) * static_cast<uint64_t>(record);
-  KD_CHECK(size == payload + kCacheTrailerBytes, path, ": teacher cache is ", size,
-           " bytes but its header describes ", payload + kCacheTrailerBytes, " (", header_.windows,
-           " windows of ", record, " bytes): ", size < payload + kCacheTrailerBytes
-               ? "file is truncated" : "trailing bytes");
-  KD_CHECK(std::memcmp(b + payload + 8, kEndMagic, 8) == 0, path, ": bad trailer magic");
-  CacheChecksum sum;
-  sum.update(b, payload);
-  const uint64_t stored = get<uint64_t>(b, payload);
-  KD_CHECK(sum.value() == stored, path, ": checksum mismatch (stored ", stored, ", computed ",
-           sum.value(), "): the cache is corrupt; rebuild it with `kdtrain teacher-cache`");
-  // The values, after the checksum (a damaged file is called damaged, not
-  // tampered) and before any run uses them: a bad row stops the run before
-  // its directory exists, naming the window.
-  const double rounding = header_.value_type == CacheValueType::bf16 ? io::kBf16LogProbRounding
-                                                                     : io::kF32LogProbRounding;
-  CachedRows rows;
-  for (int64_t w = 0; w < header_.windows; ++w) {
-    rows.ids.clear();
-    rows.logp.clear();
-    rows.log_tail.clear();
-    decode_window(w, rows);
-    io::check_teacher_cache_rows({rows.ids.data(), rows.logp.data(), rows.log_tail.data(), header_.seq_len, header_.K},
-                                 header_.V, rounding, path, w);
+TeacherCache::TeacherCache(const std::string& dir) : dir_(dir), manifest_(read_cache_manifest(dir)) {
+  const CacheHeader& h = manifest_.header;
+  verified_ = std::make_unique<bool[]>(manifest_.shards.size());
+  for (size_t s = 0; s < manifest_.shards.size(); ++s) {
+    const CacheShardInfo& info = manifest_.shards[s];
+    const std::string path = (fs::path(dir) / info.file).string();
+    KD_CHECK(fs::exists(path), describe(s), ": missing (an interrupted `kdtrain teacher-cache` is resumed by "
+             "rerunning its command)");
+    files_.emplace_back(path);
+    const io::MappedFile& f = files_.back();
+    KD_CHECK(f.size() >= static_cast<uint64_t>(kCacheHeaderBytes + kCacheTrailerBytes), describe(s), ": ",
+             f.size(), " bytes, shorter than a header and trailer (truncated)");
+    const ShardHeader sh = decode_shard_header(f.data(), path);
+    KD_CHECK(sh.cache.K == h.K && sh.cache.V == h.V && sh.cache.seq_len == h.seq_len &&
+                 sh.cache.value_type == h.value_type && sh.cache.windows == h.windows &&
+                 sh.cache.data_fingerprint == h.data_fingerprint && sh.cache.teacher_hash == h.teacher_hash,
+             describe(s), ": header (K ", sh.cache.K, ", V ", sh.cache.V, ", seq_len ", sh.cache.seq_len, ", ",
+             to_string(sh.cache.value_type), ", fingerprints) does not match ", kCacheManifestName,
+             " (K ", h.K, ", V ", h.V, ", seq_len ", h.seq_len, ", ", to_string(h.value_type),
+             "): a shard of another cache");
+    KD_CHECK(sh.shard == static_cast<int64_t>(s) && sh.first_window == info.first_window &&
+                 sh.windows == info.windows,
+             describe(s), ": its header says shard ", sh.shard, ", windows ", sh.first_window, "+", sh.windows);
+    KD_CHECK(f.size() == sh.file_bytes(), describe(s), ": ", f.size(), " bytes, expected ", sh.file_bytes(),
+             f.size() < sh.file_bytes() ? " (truncated)" : " (trailing bytes)");
+    const uint64_t stored = decode_trailer(f.data() + f.size() - kCacheTrailerBytes, path);
+    KD_CHECK(stored == info.checksum, describe(s), ": trailer checksum ", stored, " differs from ",
+             kCacheManifestName, "'s ", info.checksum, ": the shard was rewritten or belongs to another cache");
   }
 }
 
-void TeacherCache::require_match(const TokenDataset& data, int64_t vocab_size,
-                                 const std::string& key) const {
-  KD_CHECK(header_.V == vocab_size, key, ": ", path(), " holds teacher log-probs over ",
-           header_.V, " ids but the student's vocab_size is ", vocab_size);
-  KD_CHECK(header_.seq_len == data.seq_len(), key, ": ", path(), " was made with seq_len ",
-           header_.seq_len, " but train.seq_len is ", data.seq_len());
-  KD_CHECK(header_.windows == data.num_windows() && header_.data_fingerprint == data.fingerprint(),
-           key, ": ", path(), " was made from different data (", header_.windows,
-           " windows, fingerprint ", header_.data_fingerprint, "; data.train has ",
-           data.num_windows(), " windows, fingerprint ", data.fingerprint(),
+std::string TeacherCache::describe(int64_t s) const {
+  const CacheShardInfo& info = manifest_.shards[s];
+  return "teacher cache " + dir_ + ": shard " + info.file + " (windows " + std::to_string(info.first_window) + ".." +
+         std::to_string(info.first_window + info.windows - 1) + ")";
+}
+
+void TeacherCache::require_match(const TokenDataset& data, int64_t vocab_size, const std::string& key) const {
+  const CacheHeader& h = header();
+  KD_CHECK(h.V == vocab_size, key, ": ", dir_, " holds teacher log-probs over ", h.V,
+           " ids but the student's vocab_size is ", vocab_size);
+  KD_CHECK(h.seq_len == data.seq_len(), key, ": ", dir_, " was made with seq_len ", h.seq_len,
+           " but train.seq_len is ", data.seq_len());
+  KD_CHECK(h.windows == data.num_windows() && h.data_fingerprint == data.fingerprint(), key, ": ", dir_,
+           " was made from different data (", h.windows, " windows, fingerprint ", h.data_fingerprint,
+           "; data.train has ", data.num_windows(), " windows, fingerprint ", data.fingerprint(),
            "); rebuild it with `kdtrain teacher-cache` on these shards");
 }
 
-void TeacherCache::append_window(int64_t window, CachedRows& out) const {
-  KD_CHECK(window >= 0 && window < header_.windows, path(), ": window ", window,
-           " out of range [0, ", header_.windows, ")");
-  const size_t base = out.ids.size();
-  decode_window(window, out);
-  // Checked at open; checked again here because the ids index the vocabulary
-  // and the mapped file could have been rewritten in place since.
-  for (size_t i = base; i < out.ids.size(); ++i)
-    KD_CHECK(out.ids[i] >= 0 && out.ids[i] < header_.V, path(), ": window ", window,
-             " holds token id ", out.ids[i], " outside the vocabulary (", header_.V, ")");
+int64_t TeacherCache::shard_of(int64_t window) const {
+  KD_CHECK(window >= 0 && window < header().windows, "teacher cache ", dir_, ": window ", window,
+           " out of range [0, ", header().windows, ")");
+  return window / manifest_.shard_windows;
 }
 
-void TeacherCache::decode_window(int64_t window, CachedRows& out) const {
-  const int64_t T = header_.seq_len, K = header_.K;
-  const uint8_t* rec = file_.data() + kCacheHeaderBytes + window * header_.record_bytes();
+void TeacherCache::verify_shard(int64_t s, int64_t window) const {
+  std::lock_guard<std::mutex> lock(verify_mutex_);
+  if (verified_[s]) return;
+  const io::MappedFile& f = files_[s];
+  const uint64_t payload = f.size() - kCacheTrailerBytes;
+  CacheChecksum sum;
+  sum.update(f.data(), payload);
+  KD_CHECK(sum.value() == manifest_.shards[s].checksum, describe(s), ": checksum mismatch (stored ",
+           manifest_.shards[s].checksum, ", computed ", sum.value(), ") found when reading window ", window,
+           ": the shard is corrupt; delete it and rerun `kdtrain teacher-cache` to rewrite it");
+  verified_[s] = true;
+}
+
+void TeacherCache::append_window(int64_t window, CachedRows& out) const {
+  const int64_t s = shard_of(window);
+  verify_shard(s, window);
+  const CacheHeader& h = header();
+  const int64_t T = h.seq_len, K = h.K, local = window - manifest_.shards[s].first_window;
   out.K = K;
   const size_t base = out.ids.size(), tail_base = out.log_tail.size();
   out.ids.resize(base + T * K);
   out.logp.resize(base + T * K);
   out.log_tail.resize(tail_base + T);
-  std::memcpy(out.ids.data() + base, rec, T * K * 4);
-  const uint8_t* values = rec + T * K * 4;
-  if (header_.value_type == CacheValueType::bf16) {
-    for (int64_t i = 0; i < T * K; ++i)
-      out.logp[base + i] = io::bf16_to_float(get<uint16_t>(values, 2 * i));
-  } else {
-    std::memcpy(out.logp.data() + base, values, T * K * 4);
-  }
-  std::memcpy(out.log_tail.data() + tail_base, values + T * K * value_bytes(header_.value_type),
-              T * 4);
+  const uint8_t* record = files_[s].data() + kCacheHeaderBytes + local * h.record_bytes();
+  decode_record(h, record, out.ids.data() + base, out.logp.data() + base, out.log_tail.data() + tail_base);
+  check_values(h, out.ids.data() + base, out.logp.data() + base, out.log_tail.data() + tail_base, describe(s),
+               window);
 }
 
-// ---------------------------------------------------------------- writer
-
-struct TeacherCacheWriter::Impl {
-  std::string dir;
-  CacheHeader header;
-  io::AtomicFileWriter out;
-  CacheChecksum sum;
-  int64_t written = 0;
-  std::vector<uint8_t> record;
-  Impl(const std::string& d, const CacheHeader& h)
-      : dir(d), header(h), out((std::filesystem::path(d) / kCacheFileName).string()) {}
-};
-
-TeacherCacheWriter::TeacherCacheWriter(const std::string& dir, const CacheHeader& header) {
-  std::filesystem::create_directories(dir);
-  impl_ = std::make_unique<Impl>(dir, header);
-  const std::vector<uint8_t> h = encode_header(header);
-  impl_->out.write(h.data(), h.size());
-  impl_->sum.update(h.data(), h.size());
-  impl_->record.assign(header.record_bytes(), 0);
+void check_values(const CacheHeader& h, const int32_t* ids, const float* logp, const float* log_tail,
+                  const std::string& where, int64_t window) {
+  const double rounding = h.value_type == CacheValueType::bf16 ? io::kBf16LogProbRounding : io::kF32LogProbRounding;
+  io::check_teacher_cache_rows({ids, logp, log_tail, h.seq_len, h.K}, h.V, rounding, where, window);
 }
 
-TeacherCacheWriter::~TeacherCacheWriter() = default;
-
-void TeacherCacheWriter::add_window(const int32_t* ids, const float* logp, const float* log_tail) {
-  const CacheHeader& h = impl_->header;
-  KD_CHECK(impl_->written < h.windows, impl_->out.temp_path(), ": more windows than the header's ",
-           h.windows);
-  const int64_t TK = h.seq_len * h.K;
-  uint8_t* rec = impl_->record.data();
-  std::memcpy(rec, ids, TK * 4);
-  uint8_t* values = rec + TK * 4;
-  if (h.value_type == CacheValueType::bf16) {
-    for (int64_t i = 0; i < TK; ++i) put<uint16_t>(values, 2 * i, io::float_to_bf16(logp[i]));
-  } else {
-    std::memcpy(values, logp, TK * 4);
-  }
-  std::memcpy(values + TK * value_bytes(h.value_type), log_tail, h.seq_len * 4);
-  impl_->out.write(rec, impl_->record.size());
-  impl_->sum.update(rec, impl_->record.size());
-  ++impl_->written;
-}
-
-void TeacherCacheWriter::commit() {
-  KD_CHECK(impl_->written == impl_->header.windows, impl_->out.temp_path(), ": wrote ",
-           impl_->written, " windows, header says ", impl_->header.windows);
-  uint8_t trailer[kCacheTrailerBytes];
-  put<uint64_t>(trailer, 0, impl_->sum.value());
-  std::memcpy(trailer + 8, kEndMagic, 8);
-  impl_->out.write(trailer, sizeof(trailer));
-  impl_->out.commit();
-}
+// ---------------------------------------------------------------- teacher hash
 
 TeacherHasher::TeacherHasher(const ModelConfig& model, const AttentionConfig& attention) {
   std::string config = io::hf_config_json(model, attention).dump();

@@ -1,33 +1,30 @@
-// Teacher logit cache (docs/distillation.md): for every target
-// position of every window of a TokenDataset, the teacher's top-K token ids,
-// their log-probabilities at temperature 1 and the log of the remaining tail
-// mass, so training can distil without running the teacher.
+// Teacher logit cache (docs/distillation.md): for every target position of
+// every window of a TokenDataset, the teacher's top-K token ids, their
+// log-probabilities at temperature 1 and the log of the remaining tail mass, so
+// training can distil without running the teacher.
 //
-// File <dir>/teacher_cache.bin, little-endian:
-//   header (256 bytes)  magic "KDTCACHE", version, value dtype, K, V, seq_len,
-//                       windows, data fingerprint, teacher hash, record bytes
-//   records             one per window, in window order (aligned with the shards
-//                       through TokenDataset's window index), each:
-//                         ids      uint32 (T, K)   top-K ids, by descending log-prob
-//                         logp     bf16|f32 (T, K) log softmax of the raw logits
-//                         log_tail f32 (T)         log(1 - sum_K p), -inf when K = V
-//                         zero padding to a multiple of 8 bytes
-//   trailer (16 bytes)  checksum (64-bit, over header + records), magic "KDTCEND\0"
-// The checksum and then every value (io/teacher_cache_values.h) are verified
-// when the file is opened; any mismatch, a wrong size, a bad field or a value
-// no teacher produces is refused with an error naming the file (and the window).
+// A cache is a directory: manifest.json (what it was made from, K, V, value
+// type, and per shard its window range and checksum) and shard_NNNNN.bin files,
+// each a run of consecutive windows with its own header and checksum
+// (data/teacher_cache_format.h). Opening reads the manifest and each shard's
+// header, size and trailer: O(shards), never the records. A shard's checksum is
+// verified the first time a window of it is read (training reads in its
+// prefetch thread, data/teacher_cache_prefetch.h); every decoded row's values
+// are checked (io/teacher_cache_values.h). Every error names the shard and the window.
 //
-// This is the file format only. The loss against its rows is
-// model/cached_teacher_loss.h; `kdtrain teacher-cache` writes it
-// (cli/teacher_cache_builder.h).
+// The loss against these rows is model/cached_teacher_loss.h; `kdtrain
+// teacher-cache` writes caches (cli/teacher_cache_builder.h).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
 #include "data/dataset.h"
+#include "data/teacher_cache_format.h"
 #include "io/file_util.h"
 #include "model/cached_teacher_loss.h"
 
@@ -37,66 +34,67 @@ struct LoadedModel;
 
 namespace kdtrain::data {
 
-constexpr char kCacheFileName[] = "teacher_cache.bin";
-constexpr uint32_t kCacheVersion = 1;
-constexpr int64_t kCacheHeaderBytes = 256;
-constexpr int64_t kCacheTrailerBytes = 16;
+constexpr char kCacheManifestName[] = "manifest.json";
+constexpr char kCacheFormat[] = "kdtrain.teacher_cache/2";
 
-enum class CacheValueType : uint32_t { bf16 = 0, f32 = 1 };
+std::string cache_shard_file(int64_t shard);  // "shard_00042.bin"
 
-struct CacheHeader {
-  CacheValueType value_type = CacheValueType::bf16;
-  int64_t K = 0, V = 0, seq_len = 0, windows = 0;
-  uint64_t data_fingerprint = 0;  // TokenDataset::fingerprint() of the data it was made from
-  uint64_t teacher_hash = 0;      // hash of the teacher's config.json and weights
-  int64_t record_bytes() const;   // bytes per window record (padded to 8)
+struct CacheShardInfo {
+  std::string file;  // relative to the cache directory
+  int64_t first_window = 0, windows = 0;
+  uint64_t checksum = 0;
 };
 
-// Streaming 64-bit checksum: FNV-1a over little-endian 64-bit words (inputs are
-// multiples of 8 bytes), finished with the byte count.
-class CacheChecksum {
- public:
-  void update(const void* bytes, size_t n);  // n % 8 == 0
-  uint64_t value() const;
-
- private:
-  uint64_t h_ = 0xcbf29ce484222325ULL;
-  uint64_t bytes_ = 0;
+struct CacheManifest {
+  CacheHeader header;
+  int64_t shard_windows = 0;            // windows per shard (the last may hold fewer)
+  std::vector<CacheShardInfo> shards;   // in window order, tiling [0, windows)
+  nlohmann::json made_from;             // teacher, data patterns: for people
 };
+
+// Shards of `shard_windows` windows tiling [0, header.windows); checksums 0.
+CacheManifest plan_cache(const CacheHeader& header, int64_t shard_windows);
+// Reads and checks <dir>/manifest.json (fields, shard ranges tiling the windows),
+// naming the file and the field. A version-1 cache is refused naming
+// `kdtrain teacher-cache --convert`.
+CacheManifest read_cache_manifest(const std::string& dir);
+void write_cache_manifest(const std::string& dir, const CacheManifest& manifest);  // atomic
+
+// One window's decoded rows through io::check_teacher_cache_rows (the one
+// place the values are checked) at the value type's rounding; errors name
+// `where` and the window.
+void check_values(const CacheHeader& h, const int32_t* ids, const float* logp, const float* log_tail,
+                  const std::string& where, int64_t window);
 
 class TeacherCache {
  public:
-  explicit TeacherCache(const std::string& dir);  // maps, checksums, checks every value
-  const CacheHeader& header() const { return header_; }
-  const std::string& path() const { return file_.path(); }
+  explicit TeacherCache(const std::string& dir);  // O(shards): manifest, shard headers, sizes, trailers
+  const CacheHeader& header() const { return manifest_.header; }
+  const CacheManifest& manifest() const { return manifest_; }
+  const std::string& path() const { return dir_; }
 
-  // Refuses (naming `key` and the file) a cache made for other data, another
+  // Refuses (naming `key` and the cache) a cache made for other data, another
   // seq_len or another vocabulary size.
   void require_match(const TokenDataset& data, int64_t vocab_size, const std::string& key) const;
 
-  // Appends window `window`'s T rows to out (ids, logp, log_tail).
+  // Appends window `window`'s T rows to out (ids, logp, log_tail), decoded and
+  // their values checked (io::check_teacher_cache_rows); the first read of a
+  // shard verifies its checksum. Thread-safe.
   void append_window(int64_t window, CachedRows& out) const;
 
- private:
-  void decode_window(int64_t window, CachedRows& out) const;  // appends, unchecked
-  io::MappedFile file_;
-  CacheHeader header_;
-};
-
-// Writes teacher_cache.bin atomically; records come from a callback in window order.
-class TeacherCacheWriter {
- public:
-  TeacherCacheWriter(const std::string& dir, const CacheHeader& header);
-  ~TeacherCacheWriter();
-  TeacherCacheWriter(const TeacherCacheWriter&) = delete;
-  TeacherCacheWriter& operator=(const TeacherCacheWriter&) = delete;
-  // ids (T, K), logp (T, K) fp32 (rounded to the header's value type), log_tail (T).
-  void add_window(const int32_t* ids, const float* logp, const float* log_tail);
-  void commit();
+  int64_t shard_of(int64_t window) const;
+  // The shard's checksum over its header and records (every byte); throws naming
+  // the shard on a mismatch. Done once per shard.
+  void verify_shard(int64_t shard, int64_t window) const;
+  // "<dir>: shard <file> (windows a..b)", for errors.
+  std::string describe(int64_t shard) const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::string dir_;
+  CacheManifest manifest_;
+  std::vector<io::MappedFile> files_;
+  mutable std::mutex verify_mutex_;
+  mutable std::unique_ptr<bool[]> verified_;
 };
 
 // The teacher's fingerprint as a cache records it (CacheHeader::teacher_hash): a

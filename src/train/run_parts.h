@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "data/teacher_cache.h"
+#include "data/teacher_cache_prefetch.h"
 #include "dist/communicator.h"
 #include "dist/grad_reducer.h"
 #include "model/loss.h"
@@ -40,6 +41,7 @@ struct RunParts {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> student, teacher;      // teacher: kd.teacher, else null
   std::unique_ptr<data::TeacherCache> cache;    // kd.teacher_cache, else null
+  std::unique_ptr<data::CachePrefetcher> cache_reader;  // reads the cache's rows ahead of the step
   std::unique_ptr<FusedLoss> loss;
   std::unique_ptr<data::TokenDataset> train_data, val_data;  // val_data: null without data.val
   std::unique_ptr<data::Sampler> sampler;

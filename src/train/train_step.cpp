@@ -83,9 +83,11 @@ LossSums TrainStep::micro_batches(int64_t step, const std::vector<int64_t>& wind
     if (parts_.teacher) parts_.teacher->forward(inputs.data(), b, T, false);
     student.forward(inputs.data(), b, T, true);
     LossSums s;
-    if (parts_.cache) {  // the cached teacher rows of this micro-batch's windows
-      CachedRows rows;
-      for (int64_t w : ids) parts_.cache->append_window(w, rows);
+    if (parts_.cache) {  // this micro-batch's cached rows, read while the previous one computed
+      const CachedRows rows = parts_.cache_reader->take(ids);
+      parts_.cache_reader->request(data::next_micro_windows(*parts_.sampler, windows, micro, b,
+                                                            parts_.config.train.global_batch, parts_.comm.rank(),
+                                                            parts_.comm.world()));
       s = run_cached_loss(*parts_.loss, student, rows, parts_.config.kd.cache_tail, targets.data(),
                           parts_.loss_settings(), grad_scale, true);
     } else {

@@ -27,7 +27,7 @@
 #include "kernels/topk_kernel.cuh"
 #include "model/init.h"
 #include "model/model.h"
-#include "model_fixtures.h"
+#include "support/model_fixtures.h"
 
 using namespace kdtrain;
 

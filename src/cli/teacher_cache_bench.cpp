@@ -1,0 +1,120 @@
+#include "cli/teacher_cache_bench.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/teacher_cache.h"
+#include "data/teacher_cache_writer.h"
+
+namespace kdtrain::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU seconds of the calling thread: on a shared machine the wall time also
+// counts the time other processes held the core.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Rows shaped like a teacher's: K distinct ids, log-probs descending holding 90%
+// of the mass, the rest in the tail.
+void synthetic_window(const data::CacheHeader& h, SplitMix64& rng, std::vector<int32_t>& ids,
+                      std::vector<float>& logp, std::vector<float>& tail) {
+  const int64_t T = h.seq_len, K = h.K;
+  std::vector<double> w(K);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      ids[t * K + k] = static_cast<int32_t>((rng.next() % static_cast<uint64_t>(h.V / K)) * K + k);
+      w[k] = std::exp(-4.0 * rng.uniform());
+    }
+    std::sort(w.begin(), w.end(), std::greater<double>());
+    const double total = std::accumulate(w.begin(), w.end(), 0.0);
+    for (int64_t k = 0; k < K; ++k) logp[t * K + k] = static_cast<float>(std::log(0.9 * w[k] / total));
+    tail[t] = static_cast<float>(std::log(0.1));
+  }
+}
+
+std::string write_synthetic(const CacheReadBenchOptions& o) {
+  const std::string dir = (fs::temp_directory_path() / ("kdtrain_cache_bench." + std::to_string(getpid()))).string();
+  fs::create_directories(dir);
+  data::CacheHeader h;
+  h.K = o.top_k;
+  h.V = o.vocab_size;
+  h.seq_len = o.seq_len;
+  h.windows = o.windows;
+  data::CacheManifest plan = data::plan_cache(h, o.windows);
+  SplitMix64 rng(1);
+  std::vector<int32_t> ids(h.seq_len * h.K);
+  std::vector<float> logp(h.seq_len * h.K), tail(h.seq_len);
+  data::CacheShardWriter writer(dir, plan, 0);
+  for (int64_t w = 0; w < h.windows; ++w) {
+    synthetic_window(h, rng, ids, logp, tail);
+    writer.add_window(ids.data(), logp.data(), tail.data());
+  }
+  plan.shards[0].checksum = writer.commit();
+  data::write_cache_manifest(dir, plan);
+  return dir;
+}
+
+}  // namespace
+
+nlohmann::json run_cache_read_bench(const CacheReadBenchOptions& o) {
+  KD_CHECK(o.repeats >= 1 && o.windows >= 1, "bench --teacher-cache-read: repeats and windows must be at least 1");
+  const std::string dir = o.cache.empty() ? write_synthetic(o) : o.cache;
+  nlohmann::json r;
+  try {
+    auto t0 = std::chrono::steady_clock::now();
+    const data::TeacherCache cache(dir);
+    r["open_s"] = seconds_since(t0);
+    const data::CacheManifest& m = cache.manifest();
+    const data::CacheHeader& h = m.header;
+    const double verify_cpu0 = thread_cpu_seconds();
+    for (size_t s = 0; s < m.shards.size(); ++s) cache.verify_shard(static_cast<int64_t>(s), m.shards[s].first_window);
+    const double verify_s = thread_cpu_seconds() - verify_cpu0;
+    const double bytes = static_cast<double>(h.windows) * h.record_bytes(), tokens = double(h.windows) * h.seq_len;
+    t0 = std::chrono::steady_clock::now();
+    const double cpu0 = thread_cpu_seconds();
+    for (int rep = 0; rep < o.repeats; ++rep)
+      for (int64_t w = 0; w < h.windows; ++w) {
+        CachedRows rows;
+        cache.append_window(w, rows);
+      }
+    const double decode_s = seconds_since(t0) / o.repeats;
+    const double decode_cpu_s = (thread_cpu_seconds() - cpu0) / o.repeats;
+    r["cache"] = o.cache.empty() ? "synthetic" : dir;
+    r["top_k"] = h.K;
+    r["vocab_size"] = h.V;
+    r["id_bits"] = h.id_bits();
+    r["value_type"] = data::to_string(h.value_type);
+    r["bytes_per_token"] = h.record_bytes() / static_cast<double>(h.seq_len);
+    r["tokens"] = tokens;
+    r["checksum_gb_per_cpu_s"] = bytes / verify_s / 1e9;  // once per shard, first read
+    r["checksum_tokens_per_cpu_s"] = tokens / verify_s;
+    r["decode_tokens_per_s_wall"] = tokens / decode_s;
+    r["decode_tokens_per_cpu_s"] = tokens / decode_cpu_s;  // one core's rate
+  } catch (...) {
+    if (o.cache.empty()) fs::remove_all(dir);
+    throw;
+  }
+  if (o.cache.empty()) fs::remove_all(dir);
+  return r;
+}
+
+}  // namespace kdtrain::cli

@@ -1,0 +1,96 @@
+// `kdtrain teacher-cache` written by many ranks and resumed (cli/teacher_cache_builder.h):
+// the same command run as one process and under mpirun with 1, 2 and 3 CPU
+// ranks gives byte-identical shards and manifests, and a run killed with
+// SIGKILL in the middle of a shard, rerun with the same command (on another
+// rank count), skips the complete shards, rewrites the rest and ends
+// byte-identical too.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "support/mpi_util.h"
+#include "support/process_util.h"
+#include "support/teacher_cache_fixture.h"
+
+using namespace kdtrain;
+using namespace kdtrain::testing;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every file of a cache directory, by name.
+std::map<std::string, std::string> cache_files(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files[e.path().filename().string()] = read_file(e.path().string());
+  return files;
+}
+
+struct RankFixture {
+  CacheFixture f{64 * 600 + 1};  // 600 windows of 64 tokens
+  std::vector<std::string> command(const std::string& out) const {
+    return {KDTRAIN_BINARY, "teacher-cache", "--teacher", f.teacher_dir, "--data", f.shard, "--seq-len", "64",
+            "--top-k", "5", "--batch-size", "8", "--shard-windows", "100", "--threads", "1", "--out", out};
+  }
+  std::string out(const std::string& name) const { return f.dir.file(name); }
+};
+
+}  // namespace
+
+TEST_CASE("teacher-cache: 1, 2 and 3 ranks write the same bytes as one process", "[teacher_cache][mpi]") {
+  REQUIRE_MPIRUN();
+  RankFixture r;
+  std::string log;
+  REQUIRE(run(r.command(r.out("single")), &log, r.out("single.log")) == 0);
+  INFO(log);
+  const std::map<std::string, std::string> single = cache_files(r.out("single"));
+  REQUIRE(single.size() == 7);  // 6 shards and the manifest
+  for (int ranks : {1, 2, 3}) {
+    const std::string out = r.out("ranks" + std::to_string(ranks));
+    REQUIRE(run(under_mpi(ranks, r.command(out)), &log, out + ".log") == 0);
+    INFO(ranks << " ranks: " << log);
+    CHECK(cache_files(out) == single);
+  }
+}
+
+TEST_CASE("teacher-cache: killed mid-shard, the same command resumes and ends byte-identical",
+          "[teacher_cache][mpi]") {
+  RankFixture r;
+  std::string log;
+  REQUIRE(run(r.command(r.out("whole")), &log, r.out("whole.log")) == 0);
+  const std::map<std::string, std::string> whole = cache_files(r.out("whole"));
+
+  const std::string out = r.out("killed");
+  const Process p = spawn(r.command(out), out + ".log");
+  REQUIRE(p.pid > 0);
+  // Wait for the second shard's temporary to hold a header and a window, then kill.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  bool mid_shard = false;
+  while (!mid_shard && std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(out, ec))
+      if (e.path().filename().string().rfind("shard_00001.bin.tmp.", 0) == 0 && fs::file_size(e.path(), ec) > 4096)
+        mid_shard = true;
+    if (!mid_shard) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  kill(p.pid, SIGKILL);
+  REQUIRE(wait_for(p) == 128 + SIGKILL);
+  INFO(read_file(out + ".log"));
+  REQUIRE(mid_shard);  // else the run was too fast to interrupt: the test proved nothing
+  CHECK(fs::exists(out + "/shard_00000.bin"));
+  CHECK_FALSE(fs::exists(out + "/shard_00001.bin"));
+  CHECK_FALSE(fs::exists(out + "/manifest.json"));
+  CHECK_THROWS_WITH(data::TeacherCache(out), Contains("no manifest.json"));
+
+  // Resumed under mpirun with 2 ranks when there is one, else as one process.
+  const bool mpi = !find_mpirun().empty();
+  REQUIRE(run(mpi ? under_mpi(2, r.command(out)) : r.command(out), &log, out + ".resume.log") == 0);
+  INFO(log);
+  CHECK(log.find("(1 already complete)") != std::string::npos);  // shard 0, on rank 0
+  CHECK(cache_files(out) == whole);  // no temporaries left, every byte the same
+}
