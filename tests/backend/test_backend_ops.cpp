@@ -292,7 +292,7 @@ void add_sparse_kd_cases(std::vector<OpCase>& cases) {
 // Teacher logits on a coarse grid (steps of 1/4 over about +-6), so rows hold
 // many equal values: ties go to the lower id on every backend. Finite rows only:
 // the harness refuses NaN and inf outputs (topk_log_probs' NaN rows and -inf
-// logits are tested in tests/test_topk.cpp).
+// logits are tested in tests/backend/test_topk.cpp).
 void add_topk_cases(std::vector<OpCase>& cases) {
   for (const int64_t V : {33, 1025})
     for (const int64_t K : {int64_t(1), int64_t(8), V - 1}) {
