@@ -167,18 +167,14 @@ void encode_record(const CacheHeader& h, const int32_t* ids, const float* logp, 
 void decode_record(const CacheHeader& h, const uint8_t* record, int32_t* ids, float* logp, float* log_tail) {
   const int64_t TK = h.seq_len * h.K, bits = h.id_bits();
   const uint64_t mask = (uint64_t(1) << bits) - 1;
-  const int64_t words = packed_id_bytes(h) / 8;
+  // An id (at most 24 bits) starts within a byte, so one 8-byte load at its byte
+  // holds it; the load stays inside the record, whose values and tails follow the
+  // word-padded ids.
   for (int64_t i = 0; i < TK; ++i) {
-    const uint64_t bit = static_cast<uint64_t>(i * bits), word = bit / 64, shift = bit % 64;
-    uint64_t lo;
-    std::memcpy(&lo, record + 8 * word, 8);
-    uint64_t v = lo >> shift;
-    if (shift + bits > 64 && static_cast<int64_t>(word) + 1 < words) {
-      uint64_t hi;
-      std::memcpy(&hi, record + 8 * (word + 1), 8);
-      v |= hi << (64 - shift);
-    }
-    ids[i] = static_cast<int32_t>(v & mask);
+    const uint64_t bit = static_cast<uint64_t>(i * bits);
+    uint64_t v;
+    std::memcpy(&v, record + bit / 8, 8);
+    ids[i] = static_cast<int32_t>((v >> (bit % 8)) & mask);
   }
   const uint8_t* values = record + packed_id_bytes(h);
   if (h.value_type == CacheValueType::bf16) {

@@ -28,12 +28,13 @@ double mass_tolerance(double spread, double rounding) { return 2.0 * rounding * 
 // so the duplicate check is O(K) per row: the reader decodes every token it trains on.
 void check_row(const TeacherRows& r, int64_t t, int64_t V, double rounding, const std::string& file,
                int64_t window, std::vector<uint64_t>& seen) {
-  const int32_t* ids = r.ids + t * r.K;
-  const float* logp = r.logp + t * r.K;
+  const int64_t K = r.K;  // a local: the stores to `seen` could alias the field
+  const int32_t* ids = r.ids + t * K;
+  const float* logp = r.logp + t * K;
   bool bad = false;  // one branch-free pass; the slow one below names the value
-  for (int64_t k = 0; k < r.K; ++k)
+  for (int64_t k = 0; k < K; ++k)
     bad |= (ids[k] < 0) | (ids[k] >= V) | !(logp[k] <= static_cast<float>(kLogProbSlack)) | (logp[k] == -INFINITY);
-  for (int64_t k = 0; bad && k < r.K; ++k) {
+  for (int64_t k = 0; bad && k < K; ++k) {
     if (ids[k] < 0 || ids[k] >= V)
       refuse(file, window, t, "token id " + std::to_string(ids[k]) + " is outside the vocabulary [0, " +
                                   std::to_string(V) + ")");
@@ -42,27 +43,36 @@ void check_row(const TeacherRows& r, int64_t t, int64_t V, double rounding, cons
                                   std::to_string(logp[k]) + ", not a finite value <= 0");
   }
   int64_t twice = -1;
-  for (int64_t k = 0; k < r.K; ++k) {
-    uint64_t& word = seen[static_cast<size_t>(ids[k]) / 64];
+  uint64_t* bits = seen.data();
+  for (int64_t k = 0; k < K; ++k) {
+    uint64_t& word = bits[static_cast<size_t>(ids[k]) / 64];
     const uint64_t bit = uint64_t(1) << (ids[k] % 64);
     if (word & bit) twice = ids[k];
     word |= bit;
   }
-  for (int64_t k = 0; k < r.K; ++k) seen[static_cast<size_t>(ids[k]) / 64] = 0;
+  for (int64_t k = 0; k < K; ++k) bits[static_cast<size_t>(ids[k]) / 64] = 0;
   if (twice >= 0) refuse(file, window, t, "token id " + std::to_string(twice) + " is listed twice");
   const float tail = r.log_tail[t];
   if (std::isnan(tail) || tail > kLogProbSlack)
     refuse(file, window, t, "the log tail mass is " + std::to_string(tail) + ", not <= 0 or -inf");
   // fp32 exp (2 ulp) and sums of K + 1 terms: errors near 1e-6, far inside the
   // tolerance's 2e-4 floor.
-  float mass[2] = {std::exp(tail), 0.f}, spread[2] = {0.f, 0.f};  // exp(-inf) = 0: no tail
-  for (int64_t k = 0; k < r.K; ++k) {  // two chains: the adds do not wait on each other
-    const float p = std::exp(logp[k]);
-    mass[k & 1] += p;
-    spread[k & 1] -= p * logp[k];
+  float mass0 = std::exp(tail), mass1 = 0.f, spread0 = 0.f, spread1 = 0.f;  // exp(-inf) = 0: no tail
+  int64_t k = 0;
+  for (; k + 1 < K; k += 2) {  // two chains: the adds do not wait on each other
+    const float p0 = std::exp(logp[k]), p1 = std::exp(logp[k + 1]);
+    mass0 += p0;
+    mass1 += p1;
+    spread0 -= p0 * logp[k];
+    spread1 -= p1 * logp[k + 1];
   }
-  const double total = static_cast<double>(mass[0]) + mass[1];
-  if (std::fabs(total - 1.0) > mass_tolerance(static_cast<double>(spread[0]) + spread[1], rounding))
+  if (k < K) {
+    const float p = std::exp(logp[k]);
+    mass0 += p;
+    spread0 -= p * logp[k];
+  }
+  const double total = static_cast<double>(mass0) + mass1, spread = static_cast<double>(spread0) + spread1;
+  if (std::fabs(total - 1.0) > mass_tolerance(spread, rounding))
     refuse(file, window, t, "the top-" + std::to_string(r.K) + " probabilities and the tail mass sum to " +
                                 std::to_string(total) + ", not 1");
 }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -329,4 +330,37 @@ TEST_CASE("teacher cache: a version-1 cache is refused naming --convert, and con
     CHECK(std::memcmp(rows.log_tail.data(), windows[w].tail.data(), rows.log_tail.size() * 4) == 0);
   }
   CHECK_NOTHROW(cli::verify_teacher_cache(v2));
+}
+
+// io::check_teacher_cache_rows, the one value check every reader and the writer
+// run: each kind of bad value is refused naming the window and the position, and
+// rows a teacher writes pass (bf16-rounded and exact).
+TEST_CASE("teacher cache: the value checks refuse each bad value", "[teacher_cache][cache_format]") {
+  data::CacheHeader h;
+  h.K = 4;
+  h.V = 100;
+  h.seq_len = 3;
+  const Rows good = valid_rows(h, 21);
+  auto check = [&](const Rows& r) { data::check_values(h, r.ids.data(), r.logp.data(), r.tail.data(), "where", 7); };
+  CHECK_NOTHROW(check(good));
+  Rows rounded = good;
+  for (float& l : rounded.logp) l = bf16_bits_to_float(float_to_bf16_bits(l));
+  CHECK_NOTHROW(check(rounded));
+  const std::vector<std::pair<std::function<void(Rows&)>, std::string>> bad = {
+      {[](Rows& r) { r.ids[5] = r.ids[4]; }, "listed twice"},
+      {[](Rows& r) { r.ids[6] = 100; }, "outside the vocabulary"},
+      {[](Rows& r) { r.ids[6] = -1; }, "outside the vocabulary"},
+      {[](Rows& r) { r.logp[7] = NAN; }, "not a finite value"},
+      {[](Rows& r) { r.logp[7] = INFINITY; }, "not a finite value"},
+      {[](Rows& r) { r.logp[7] = -INFINITY; }, "not a finite value"},
+      {[](Rows& r) { r.logp[4] = 0.5f; }, "not a finite value"},
+      {[](Rows& r) { r.tail[1] = NAN; }, "log tail mass"},
+      {[](Rows& r) { r.tail[1] = 0.f; }, "sum to"},
+  };
+  for (const auto& [spoil, message] : bad) {
+    Rows r = good;
+    spoil(r);
+    INFO(message);
+    CHECK_THROWS_WITH(check(r), Contains("where") && Contains("window 7, position 1") && Contains(message));
+  }
 }
