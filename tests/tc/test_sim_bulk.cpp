@@ -3,8 +3,8 @@
 // cp.reduce.async.bulk with bulk-group completion: the global writes land no earlier than
 // the wait_group that retires them (not at wait_group.read), the source must be proxy-fenced
 // by its writers, must not change before the reads retire, and every group must be retired
-// before the thread exits. In the concurrent-blocks mode a semaphore released before the
-// bulk wait lets the next contributor's reduction land first, which changes the sum.
+// before the thread exits, and no two bulk writes to the same bytes may be in flight
+// together (in the concurrent-blocks mode: a semaphore released before the bulk wait).
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <stdexcept>
@@ -153,15 +153,16 @@ TEST_CASE("sim bulk copies: misuse the hardware forbids is an error", "[sim][bul
              Catch::Contains("not 16-byte aligned"));
 }
 
-TEST_CASE("sim bulk copies: a release before the bulk wait reorders contributors of blocks running together",
+TEST_CASE("sim bulk copies: a release before the bulk wait is caught between blocks running together",
           "[sim][bulk][concurrent]") {
   // Block 0 stores its tile (1, 2, ...), block 1 adds its own (1000, 1001, ...) after
   // acquiring the semaphore block 0 releases. Block 0 passes three barriers first, so block
-  // 1 is already waiting when the release comes and runs at once.
+  // 1 is already waiting when the release comes and runs at once: released before block
+  // 0's bulk wait, block 1's reduction is issued while block 0's store is in flight.
   for (bool release_first : {false, true}) {
     std::vector<float> acc(kFloats, -7.f);
     int sem = 0, ticket = 0;
-    sim::launch(block_of(sim::Schedule::forward, 2, 2), [&](unsigned char* smem) {
+    const std::string error = error_of(block_of(sim::Schedule::forward, 2, 2), [&](unsigned char* smem) {
       int* t = reinterpret_cast<int*>(smem) + kFloats - 1;  // the ticket, past the staged data
       if (tc::thread_idx().x == 0) *t = tc::atomic_add(&ticket, 1);
       tc::sync_block();
@@ -188,8 +189,32 @@ TEST_CASE("sim bulk copies: a release before the bulk wait reorders contributors
       }
     });
     INFO("release before the bulk wait: " << release_first);
+    if (release_first) {
+      CHECK_THAT(error, Catch::Contains("overlaps a bulk write still in flight"));
+      continue;
+    }
+    CHECK(error.empty());
     bool sums = true;
     for (int k = 0; k < kFloats - 4; ++k) sums = sums && acc[k] == 1001.f + 2 * k;
-    CHECK(sums == !release_first);
+    CHECK(sums);
   }
+}
+
+TEST_CASE("sim bulk copies: two bulk writes to the same bytes need a wait between them", "[sim][bulk]") {
+  std::vector<float> out(kFloats, 0.f);
+  auto twice = [&](bool wait_between) {
+    return error_of(block_of(sim::Schedule::forward), [&](unsigned char* smem) {
+      stage(smem, 0.f);
+      if (tc::thread_idx().x != 0) return;
+      const auto* src = reinterpret_cast<const float*>(smem);
+      tc::bulk_store(out.data(), src, 64);
+      tc::bulk_commit();
+      if (wait_between) tc::bulk_wait<0>();
+      tc::bulk_reduce_add_f32(out.data() + 8, src, 64);  // bytes 32..95: overlaps 32..63
+      tc::bulk_commit();
+      tc::bulk_wait<0>();
+    });
+  };
+  CHECK(twice(true).empty());
+  CHECK_THAT(twice(false), Catch::Contains("overlaps a bulk write still in flight"));
 }

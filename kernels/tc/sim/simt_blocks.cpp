@@ -301,6 +301,7 @@ LaunchStats launch(const LaunchConfig& cfg, const std::function<void(unsigned ch
   if (nthreads == 0 || nthreads > 1024) throw std::runtime_error("sim: block size must be 1..1024 threads");
   if (cfg.resident_blocks == 0) throw std::runtime_error("sim: resident_blocks must be at least 1");
   LaunchStats stats;
+  begin_bulk_launch();
   thread_local StackArena arena;
   const size_t slots_n = cfg.resident_blocks;
   arena.ensure(nthreads * slots_n, cfg.stack_bytes);

@@ -20,6 +20,7 @@ struct BulkCopy {
   const unsigned char* src;
   std::vector<unsigned char> data;  // the source as captured at issue
   BulkOp op;
+  uint64_t id;  // its entry in the launch's in-flight writes
   bool read_retired = false;
 };
 
@@ -38,6 +39,32 @@ struct BulkState {
 
 namespace {
 
+// Global bytes that issued bulk operations of any block of the launch will write and no
+// full wait_group has completed yet: another bulk operation to any of them is unordered
+// with it (a data race; for two reductions, an order that depends on timing).
+struct InFlight {
+  const unsigned char *lo, *hi;
+  uint64_t id;
+};
+thread_local std::vector<InFlight> g_in_flight;
+thread_local uint64_t g_next_id = 0;
+
+void check_unordered(const unsigned char* lo, const unsigned char* hi) {
+  for (const InFlight& w : g_in_flight)
+    if (lo < w.hi && w.lo < hi)
+      fail("bulk copy: its global destination overlaps a bulk write still in flight (issued, not yet retired by a "
+           "cp.async.bulk.wait_group): the two are unordered, e.g. a semaphore released before the bulk wait");
+}
+
+void forget(const BulkCopy& c) {
+  for (size_t k = 0; k < g_in_flight.size(); ++k)
+    if (g_in_flight[k].id == c.id) {
+      g_in_flight[k] = g_in_flight.back();
+      g_in_flight.pop_back();
+      return;
+    }
+}
+
 ThreadBulk& thread_bulk(BlockRun& r) {
   if (!r.bulk) r.bulk = std::make_shared<BulkState>();
   if (r.bulk->threads.size() < r.fibers->size()) r.bulk->threads.resize(r.fibers->size());
@@ -50,6 +77,7 @@ void retire_read(const BulkCopy& c) {
 }
 
 void perform_writes(const BulkCopy& c) {
+  forget(c);
   if (c.op == BulkOp::store) {
     std::memcpy(c.dst, c.data.data(), c.data.size());
     return;
@@ -64,6 +92,8 @@ void perform_writes(const BulkCopy& c) {
 }
 
 }  // namespace
+
+void begin_bulk_launch() { g_in_flight.clear(); }
 
 void reset_bulk(BlockRun& r) { r.bulk.reset(); }
 
@@ -106,8 +136,12 @@ void bulk_shared_to_global(void* gmem, const void* smem, uint32_t bytes, BulkOp 
         << " are read by the async proxy without a fence.proxy.async by that thread";
       fail(s.str());
     }
+  auto* dst = static_cast<unsigned char*>(gmem);
+  check_unordered(dst, dst + bytes);
   ThreadBulk& t = thread_bulk(r);
-  t.open.push_back(BulkCopy{static_cast<unsigned char*>(gmem), src, std::vector<unsigned char>(src, src + bytes), op});
+  const uint64_t id = g_next_id++;
+  t.open.push_back(BulkCopy{dst, src, std::vector<unsigned char>(src, src + bytes), op, id});
+  g_in_flight.push_back(InFlight{dst, dst + bytes, id});
 }
 
 void bulk_commit() {

@@ -16,6 +16,10 @@
 //   element for add_f32) are performed when a full wait_group retires the group, the
 //   latest time the ISA allows, so a semaphore released before that wait lets the next
 //   contributor's operation land first (the concurrent-blocks mode then shows it).
+// - Issuing a bulk operation whose global destination overlaps one still in flight (issued
+//   by any thread of any resident block, not yet retired by a full wait_group) is an
+//   error: the two writes are unordered. Between blocks this is what a semaphore released
+//   before the bulk wait allows.
 // - A thread that exits with bulk groups not retired by a full wait_group is an error.
 // - Not modelled: subnormal handling of .add.f32 (flush to zero or not is not stated here).
 #pragma once

@@ -141,5 +141,7 @@ void finish_named_barriers(BlockRun& r);
 // Start of a block: no bulk copies. End: throws if a thread left bulk groups unretired.
 void reset_bulk(BlockRun& r);
 void finish_bulk(BlockRun& r);
+// Start of a launch: no bulk writes in flight in any block.
+void begin_bulk_launch();
 
 }  // namespace kdtrain::sim::detail
