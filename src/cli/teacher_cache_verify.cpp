@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "data/teacher_cache.h"
 #include "data/teacher_cache_v1.h"
 
@@ -12,7 +13,10 @@ namespace kdtrain::cli {
 
 bool is_teacher_cache_dir(const std::string& dir) {
   namespace fs = std::filesystem;
-  return fs::exists(fs::path(dir) / data::kCacheManifestName) || fs::exists(fs::path(dir) / data::kCacheV1FileName);
+  if (fs::exists(fs::path(dir) / data::kCacheV1FileName)) return true;
+  // Token shards have a manifest.json too (data/shard_manifest.h): a cache's names its format.
+  const fs::path manifest = fs::path(dir) / data::kCacheManifestName;
+  return fs::is_regular_file(manifest) && read_text_file(manifest.string()).find(data::kCacheFormat) != std::string::npos;
 }
 
 void verify_teacher_cache(const std::string& dir) {

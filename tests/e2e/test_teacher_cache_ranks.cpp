@@ -93,4 +93,6 @@ TEST_CASE("teacher-cache: killed mid-shard, the same command resumes and ends by
   INFO(log);
   CHECK(log.find("(1 already complete)") != std::string::npos);  // shard 0, on rank 0
   CHECK(cache_files(out) == whole);  // no temporaries left, every byte the same
+  REQUIRE(run({KDTRAIN_BINARY, "verify", out}, &log, out + ".verify.log") == 0);
+  CHECK(log.find("6 shards, 600 windows x 64 tokens, top-5 of 61, bf16") != std::string::npos);
 }
