@@ -87,7 +87,7 @@ void write_cache(dist::Communicator& comm, const std::string& out, CacheManifest
                  bool progress, const FillBatch& fill) {
   const int64_t shards = static_cast<int64_t>(plan.shards.size());
   const auto started = std::chrono::steady_clock::now();
-  int64_t done = 0, skipped = 0, mine = 0;
+  int64_t done = 0, skipped = 0, mine = 0, written_windows = 0;
   for (int64_t s = comm.rank(); s < shards; s += comm.world()) ++mine;
   for (int64_t s = comm.rank(); s < shards; s += comm.world()) {
     uint64_t checksum = 0;
@@ -95,12 +95,14 @@ void write_cache(dist::Communicator& comm, const std::string& out, CacheManifest
       ++skipped;
     } else {
       write_shard(out, plan, s, batch, fill);
+      written_windows += plan.shards[s].windows;
     }
     ++done;
     if (progress) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      spdlog::info("teacher-cache rank {}/{}: {}/{} shards ({} already complete), {:.0f}s", comm.rank(),
-                   comm.world(), done, mine, skipped, elapsed);
+      spdlog::info("teacher-cache rank {}/{}: {}/{} shards ({} already complete), {:.0f} tokens/s, {:.0f}s",
+                   comm.rank(), comm.world(), done, mine, skipped,
+                   static_cast<double>(written_windows * plan.header.seq_len) / std::max(elapsed, 1e-9), elapsed);
     }
   }
   comm.barrier();
