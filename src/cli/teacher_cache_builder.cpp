@@ -191,14 +191,22 @@ class TeacherRows {
   TopkArgs topk_;
 };
 
-}  // namespace
+// Runs `body` on every rank; one rank's error ends the whole job (the others
+// would wait in a barrier for ever), naming the rank.
+template <typename Body>
+CacheManifest on_every_rank(dist::Communicator& comm, const Body& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    if (comm.world() == 1) throw;
+    std::fprintf(stderr, "kdtrain: rank %d of %d: error: %s\n", comm.rank(), comm.world(), e.what());
+    std::fflush(stderr);
+    comm.abort(1);
+    throw;  // not reached: abort ends the process
+  }
+}
 
-CacheManifest build_teacher_cache(const TeacherCacheOptions& o) {
-  KD_CHECK(o.seq_len >= 1, "--seq-len must be at least 1");
-  KD_CHECK(o.batch_size >= 1, "--batch-size must be at least 1");
-  KD_CHECK(o.chunk_tokens >= 1, "chunk_tokens must be at least 1");
-  const Device device = o.device == "cuda" ? Device::cuda : Device::cpu;
-  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(DistBackend::auto_select, device, 0.0);
+CacheManifest build_on_rank(dist::Communicator& comm, const TeacherCacheOptions& o) {
   LoadedModel teacher = load_model_dir(o.teacher);
   const int64_t V = teacher.model.vocab_size, T = o.seq_len;
   KD_CHECK(teacher.model.max_position_embeddings >= T, "--teacher ", o.teacher, " has max_position_embeddings ",
@@ -217,26 +225,42 @@ CacheManifest build_teacher_cache(const TeacherCacheOptions& o) {
   header.teacher_hash = data::teacher_hash(teacher);
   CacheManifest plan = data::plan_cache(header, cache_shard_windows(header, o.shard_windows));
   plan.made_from = {{"teacher", o.teacher}, {"data", o.data}};
-  prepare_out(*comm, o.out, plan, o.force);
+  prepare_out(comm, o.out, plan, o.force);
   TeacherRows rows(o, teacher, dataset);
-  write_cache(*comm, o.out, plan, o.batch_size, o.progress,
+  write_cache(comm, o.out, plan, o.batch_size, o.progress,
               [&](int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) { rows.fill(w0, b, ids, logp, tail); });
   return plan;
 }
 
-CacheManifest convert_teacher_cache(const std::string& from, const TeacherCacheOptions& o) {
-  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(DistBackend::auto_select, Device::cpu, 0.0);
+CacheManifest convert_on_rank(dist::Communicator& comm, const std::string& from, const TeacherCacheOptions& o) {
   const data::TeacherCacheV1 v1(from);
   CacheManifest plan = data::plan_cache(v1.header(), cache_shard_windows(v1.header(), o.shard_windows));
   plan.made_from = {{"converted_from", from}};
   KD_CHECK(fs::weakly_canonical(from) != fs::weakly_canonical(o.out), "--convert ", from,
            ": --out must be another directory (the version-1 file is read while the shards are written)");
-  prepare_out(*comm, o.out, plan, o.force);
+  prepare_out(comm, o.out, plan, o.force);
   const int64_t T = v1.header().seq_len, K = v1.header().K;
-  write_cache(*comm, o.out, plan, 1, o.progress, [&](int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) {
+  write_cache(comm, o.out, plan, 1, o.progress, [&](int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) {
     for (int64_t i = 0; i < b; ++i) v1.read_window(w0 + i, ids + i * T * K, logp + i * T * K, tail + i * T);
   });
   return plan;
+}
+
+}  // namespace
+
+CacheManifest build_teacher_cache(const TeacherCacheOptions& o) {
+  KD_CHECK(o.seq_len >= 1, "--seq-len must be at least 1");
+  KD_CHECK(o.batch_size >= 1, "--batch-size must be at least 1");
+  KD_CHECK(o.chunk_tokens >= 1, "chunk_tokens must be at least 1");
+  const Device device = o.device == "cuda" ? Device::cuda : Device::cpu;
+  // No collective timeout: a rank waits at the final barrier while the others write.
+  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(DistBackend::auto_select, device, 0.0);
+  return on_every_rank(*comm, [&] { return build_on_rank(*comm, o); });
+}
+
+CacheManifest convert_teacher_cache(const std::string& from, const TeacherCacheOptions& o) {
+  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(DistBackend::auto_select, Device::cpu, 0.0);
+  return on_every_rank(*comm, [&] { return convert_on_rank(*comm, from, o); });
 }
 
 }  // namespace kdtrain::cli
