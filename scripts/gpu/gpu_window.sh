@@ -5,8 +5,8 @@
 #   (a) tests: the tensor-core wrapper probes on the GPU against the emulator ([cuda][tc]),
 #       the flash kernels' CUDA tests ([flash]~[sim]), [cuda][attention], the real shapes;
 #   (b) attention forward and backward timed separately at D 64 and 128: kdtrain (every
-#       variant; the sm_90a wgmma forward at D 128 where built), its mma.sync forward
-#       (KDTRAIN_FLASH_FORWARD=mma_sync), the atomics timing build (attn_determinism_cost)
+#       variant; the sm_90a wgmma forward where built), its mma.sync forward
+#       (--attention-forward=mma_sync), the atomics timing build (attn_determinism_cost)
 #       and any other packed build, against SDPA and FlexAttention (bench_attention.py);
 #   (c) the llama3.2-1b step at T 2048, micro-batch 8, five variants, against
 #       torch.compile (bench_pytorch.py); then, time allowing, with a teacher;
@@ -105,11 +105,11 @@ tests_a() {
 }
 # (b) attention alone: the strong PyTorch forms (SDPA, FlexAttention for the sink) against
 # kdtrain, forward and backward apart. kdtrain's rows take the forward kernel it chooses
-# (the sm_90a wgmma forward at D 128 where built); "mma-sync" forces the mma.sync forward
-# on the baseline (KDTRAIN_FLASH_FORWARD); then the atomics build and any other packed
+# (the sm_90a wgmma forward where built); "mma-sync" forces the mma.sync forward
+# on the baseline (kdtrain bench --attention-forward); then the atomics build and any other packed
 # build (bin/kdtrain_<label>).
 attention_b() {
-  local builds=(--kdtrain-build "mma-sync=KDTRAIN_FLASH_FORWARD=mma_sync $KDTRAIN") bin
+  local builds=(--kdtrain-build "mma-sync=$KDTRAIN --attention-forward=mma_sync") bin
   [[ -n "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "atomic-dq=$KDTRAIN_ATOMIC_DQ")
   for bin in "$(dirname "$KDTRAIN")"/kdtrain_*; do
     [[ -x "$bin" && "$bin" != *_tests && "$bin" != "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "${bin##*/kdtrain_}=$bin")

@@ -275,7 +275,7 @@ ATOMIC_BUILD = "atomic-dq"
 def kdtrain_attention(args, binary, variant, B, T, D, env=None, extra=()):
     """One `kdtrain bench --attention-only` row (forward_ms, backward_ms, fwd_bwd_ms and
     the attention path with the kernels it took), or an error row. `env`: extra
-    environment variables (e.g. KDTRAIN_FLASH_FORWARD); `extra`: extra kdtrain arguments
+    environment variables; `extra`: extra kdtrain arguments
     (e.g. --set of a kernel choice)."""
     import os
     import subprocess

@@ -296,9 +296,17 @@ class Backend {
 };
 
 // Throws when the backend is not built or no device exists. The string form
-// parses a --device flag ("cpu" or "cuda").
-std::unique_ptr<Backend> make_backend(Device device, int64_t threads = 0);
+// parses a --device flag ("cpu" or "cuda"). `attention_forward` (train.attention_forward)
+// is resolved by the CUDA backend once, here: a kernel it cannot run is an error now,
+// not at the first forward; the CPU backend ignores it.
+std::unique_ptr<Backend> make_backend(Device device, int64_t threads = 0,
+                                      AttentionForward attention_forward = AttentionForward::auto_select);
 std::unique_ptr<Backend> make_backend(const std::string& device, int64_t threads = 0);
 bool cuda_available();
+
+// Why the training path of `device` cannot run attention of this shape, or "" when it
+// can. Checked before anything is built; the rule's one home is the CUDA backend's
+// (backend/cuda/attention_path.h: training on CUDA runs the fused kernels only).
+std::string training_path_refusal(Device device, const AttentionShape& shape);
 
 }  // namespace kdtrain

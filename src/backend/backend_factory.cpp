@@ -9,7 +9,7 @@ namespace kdtrain {
 
 std::unique_ptr<Backend> make_cpu_backend(int64_t threads);  // backend/cpu/cpu_backend.cpp
 #ifdef KDTRAIN_HAVE_CUDA_BACKEND
-std::unique_ptr<Backend> make_cuda_backend();  // src/backend/cuda/cuda_backend.cu
+std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward);  // src/backend/cuda/cuda_backend.cu
 #endif
 
 bool cuda_available() {
@@ -20,12 +20,12 @@ bool cuda_available() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(Device device, int64_t threads) {
+std::unique_ptr<Backend> make_backend(Device device, int64_t threads, AttentionForward attention_forward) {
   if (device == Device::cpu) return make_cpu_backend(threads);
 #ifdef KDTRAIN_HAVE_CUDA
   KD_CHECK(cuda::device_present(), "train.device=cuda: no CUDA device is visible");
 #ifdef KDTRAIN_HAVE_CUDA_BACKEND
-  return make_cuda_backend();
+  return make_cuda_backend(attention_forward);
 #else
   fail("train.device=cuda: the CUDA training backend is not part of this build yet; "
        "only the CUDA kernels compiled so far are (use train.device=cpu)");

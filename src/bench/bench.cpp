@@ -195,7 +195,7 @@ nlohmann::json run_bench(const BenchOptions& o) {
   KD_CHECK(T <= c.model.max_position_embeddings, "--seq-len ", T,
            " exceeds model.max_position_embeddings ", c.model.max_position_embeddings);
 
-  std::unique_ptr<Backend> backend = make_backend(device, c.train.threads);
+  std::unique_ptr<Backend> backend = make_backend(device, c.train.threads, c.train.attention_forward);
   Model student(c.model, c.attention, *backend, true);
   student.set_recompute(recompute_plan(c.train));
   student.set_params(init_params(student.layout(), c.model, c.attention, o.seed));
@@ -461,7 +461,7 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   const AttentionVariant v = c.attention.variant;
   const AttentionFeatures f = features_of(c.attention);
 
-  std::unique_ptr<Backend> backend = make_backend(device, c.train.threads);
+  std::unique_ptr<Backend> backend = make_backend(device, c.train.threads, c.train.attention_forward);
   Backend& be = *backend;
   std::mt19937_64 rng(o.seed);
   const int64_t N = B * T;

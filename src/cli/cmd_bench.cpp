@@ -23,6 +23,7 @@ struct BenchCliOptions {
   std::string teacher_load;         // --teacher-load DIR: time the host part of loading it
   bool cache_read = false;          // --teacher-cache-read: one core's cache decode rate
   std::string cache_dir;            // --cache DIR for it ("" = synthetic)
+  std::string attention_forward;    // --attention-forward: train.attention_forward
 };
 }  // namespace
 
@@ -62,6 +63,9 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--collectives", o->collectives,
                 "under mpirun -np W: time MPI's gradient reduction and all-gather against the "
                 "scaling model's prediction from the measured link (--steps repetitions)");
+  cmd->add_option("--attention-forward", o->attention_forward,
+                  "the CUDA attention forward's kernel, auto, mma_sync or wgmma (train.attention_forward), "
+                  "e.g. to time both kernels");
   cmd->add_option("--teacher-load", o->teacher_load,
                   "DIR: time the host part of loading this teacher checkpoint (map, check, scan, "
                   "hash, staging copies) and print it as JSON; no training step");
@@ -93,6 +97,7 @@ void register_bench(CLI::App& app) {
     b.preset = o->common.preset;
     b.attention = o->common.attention;
     b.overrides = o->common.overrides;
+    if (!o->attention_forward.empty()) b.overrides.push_back("train.attention_forward=" + o->attention_forward);
     if (!o->project_worlds.empty()) {
       const nlohmann::json j = bench::run_projection(b, o->measured, o->links, o->project_worlds);
       std::cout << (o->json ? j.dump() + "\n" : bench::format_projection(j));

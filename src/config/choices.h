@@ -26,6 +26,9 @@ enum class ReduceDtype { fp32, bf16 };             // gradient all-reduce precis
 // Activations the backward recomputes instead of keeping (model/activations.h),
 // each choice dropping more than the one before it.
 enum class Recompute { none, swiglu, norms, mlp };
+// The fused attention forward's kernel on CUDA, resolved once when the backend is built
+// (backend/cuda/attention_path.h): the rule, or one kernel forced.
+enum class AttentionForward { auto_select, mma_sync, wgmma };
 
 template <typename E>
 struct ChoiceName {
@@ -124,6 +127,13 @@ struct Choices<Recompute> {
                                                    {Recompute::swiglu, "swiglu"},
                                                    {Recompute::norms, "norms"},
                                                    {Recompute::mlp, "mlp"}};
+};
+template <>
+struct Choices<AttentionForward> {
+  static constexpr const char* what = "train.attention_forward";
+  static constexpr ChoiceName<AttentionForward> rows[] = {{AttentionForward::auto_select, "auto"},
+                                                          {AttentionForward::mma_sync, "mma_sync"},
+                                                          {AttentionForward::wgmma, "wgmma"}};
 };
 
 namespace choice_detail {

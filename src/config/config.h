@@ -103,6 +103,7 @@ struct TrainConfig {
   int64_t threads = 0;  // CPU threads, 0 = all cores
   Recompute recompute = Recompute::norms;  // model/activations.h
   int64_t recompute_layers = 0;            // layers 0..K-1 recomputed whole in the backward
+  AttentionForward attention_forward = AttentionForward::auto_select;  // CUDA only
 };
 
 struct CheckpointConfig {

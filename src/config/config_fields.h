@@ -141,6 +141,9 @@ void visit(V& v, TrainConfig& t) {
            "norms (+ both RMSNorm outputs), mlp (+ the gate/up product); results are bit-identical");
   v.integer("recompute_layers", t.recompute_layers, 0,
             "layers 0..K-1 keep only their input and rerun their whole forward in the backward");
+  v.choice("attention_forward", t.attention_forward,
+           "the CUDA attention forward's kernel: auto (wgmma where built, on compute capability 9.0), "
+           "mma_sync, or wgmma (an error where it cannot run)");
 }
 
 template <typename V>

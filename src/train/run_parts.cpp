@@ -7,22 +7,20 @@
 #include "data/shard_manifest.h"
 #include "io/checksums.h"
 #include "io/model_dir.h"
-#include "kernels/attention/flash_tiles.h"
 #include "model/cached_teacher_loss.h"
 #include "train/teacher_load.h"
 
 namespace kdtrain {
 
 void check_training_path(const Config& config) {
-  if (config.train.device != Device::cuda) return;
   const ModelConfig& m = config.model;
-  KD_CHECK(flash::flash_supports_head_dim(m.head_dim), "model.head_dim = ", m.head_dim,
-           ": training on CUDA runs the fused attention kernels, which take head dims 64 and 128 "
-           "(train.device=cpu takes any)");
-  KD_CHECK(config.train.micro_batch <= flash::kFlashMaxGridDim && m.num_attention_heads <= flash::kFlashMaxGridDim,
-           "train.micro_batch (", config.train.micro_batch, ") and model.num_attention_heads (",
-           m.num_attention_heads, ") must be at most ", flash::kFlashMaxGridDim,
-           " on CUDA: the fused attention kernels take them as grid dimensions");
+  const TrainConfig& t = config.train;
+  const std::string why = training_path_refusal(
+      t.device, AttentionShape{t.micro_batch, t.seq_len, m.num_attention_heads, m.num_key_value_heads, m.head_dim});
+  KD_CHECK(why.empty(), "model.head_dim = ", m.head_dim, ", model.num_attention_heads (", m.num_attention_heads,
+           ") and train.micro_batch (", t.micro_batch, ") on train.device=", choice_name(t.device), ": ", why,
+           " (training on CUDA runs the fused attention kernels, which take head dims 64 and 128 and batch and "
+           "heads up to 65535; train.device=cpu takes any)");
 }
 
 void RunParts::build() {
@@ -32,7 +30,7 @@ void RunParts::build() {
   int64_t threads = t.threads;
   if (threads == 0 && comm.local_world() > 1)
     threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / comm.local_world());
-  backend = make_backend(t.device, threads);
+  backend = make_backend(t.device, threads, t.attention_forward);
   student = std::make_unique<Model>(config.model, config.attention, *backend, true);
   student->set_recompute(recompute_plan(t));
   loss = std::make_unique<FusedLoss>(*backend);

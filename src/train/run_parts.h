@@ -21,8 +21,8 @@
 namespace kdtrain {
 
 // What the training path of train.device can run, checked before anything is
-// built: on CUDA the attention runs the fused kernels only (kernels/attention/
-// flash_tiles.h), so model.head_dim must be 64 or 128 and train.micro_batch and
+// built (training_path_refusal, backend.h): on CUDA the attention runs the fused
+// kernels only, so model.head_dim must be 64 or 128 and train.micro_batch and
 // model.num_attention_heads at most 65535; the row kernels are not a training path.
 void check_training_path(const Config& config);
 

@@ -72,20 +72,24 @@ constexpr bool kSm90aForwardBuilt = true;  // CMake KDTRAIN_CUDA_SM90A
 constexpr bool kSm90aForwardBuilt = false;
 #endif
 
-FlashForwardKernel flash_forward_kernel(const flash::AttentionParams& p) {
+FlashForwardKernel flash_forward_kernel_here(AttentionForward request) {
+  // The variable that chose the kernel per call before train.attention_forward: a script
+  // still setting it would time a kernel it did not ask for.
+  KD_CHECK(std::getenv("KDTRAIN_FLASH_FORWARD") == nullptr,
+           "KDTRAIN_FLASH_FORWARD is no longer read: set train.attention_forward (--set "
+           "train.attention_forward=mma_sync|wgmma|auto, or kdtrain bench --attention-forward) and unset it");
   int device = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return choose_flash_forward_kernel(p.D, major, minor, kSm90aForwardBuilt, std::getenv("KDTRAIN_FLASH_FORWARD"));
+  return choose_flash_forward_kernel(request, major, minor, kSm90aForwardBuilt);
 }
 
 void attention_run(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path,
-                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                   FlashForwardKernel forward, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (path == AttentionPath::flash) {
     if (pass == AttentionPass::forward)
-      flash_attention_forward(p, workspace, workspace_bytes, stream,
-                              flash_forward_kernel(p) == FlashForwardKernel::wgmma_sm90a);
+      flash_attention_forward(p, workspace, workspace_bytes, stream, forward == FlashForwardKernel::wgmma_sm90a);
     else
       flash_attention_backward(p, workspace, workspace_bytes, stream);
   } else {

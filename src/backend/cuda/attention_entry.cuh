@@ -27,11 +27,12 @@ AttentionPathChoice attention_path(const flash::AttentionParams& p);
 size_t attention_workspace_bytes(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path);
 
 // The fused forward's kernel on the current device (choose_flash_forward_kernel with
-// its compute capability, this build and $KDTRAIN_FLASH_FORWARD).
-FlashForwardKernel flash_forward_kernel(const flash::AttentionParams& p);
+// its compute capability and this build), asked once when the backend is built.
+FlashForwardKernel flash_forward_kernel_here(AttentionForward request);
 
-// Launches `pass` on `path`; `workspace` holds attention_workspace_bytes() bytes.
+// Launches `pass` on `path` (a fused forward on `forward`); `workspace` holds
+// attention_workspace_bytes() bytes.
 void attention_run(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path,
-                   void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                   FlashForwardKernel forward, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace kdtrain::cuda

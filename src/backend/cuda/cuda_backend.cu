@@ -29,7 +29,8 @@ const bf16* BF(const void* p) { return static_cast<const bf16*>(p); }
 
 }  // namespace
 
-CudaBackend::CudaBackend() {
+CudaBackend::CudaBackend(AttentionForward attention_forward)
+    : forward_kernel_(cuda::flash_forward_kernel_here(attention_forward)) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   blas_ = cuda::blas_create(kBlasWorkspaceBytes);
   memory_.on_alloc(blas_.workspace, blas_.workspace_bytes);
@@ -265,10 +266,10 @@ void CudaBackend::run_attention(const flash::AttentionParams& p, cuda::Attention
            " Hkv=", shape.Hkv, " D=", shape.D, ": no CUDA implementation: ", choice.reason);
   const size_t bytes = cuda::attention_workspace_bytes(p, pass, choice.path);
   void* workspace = bytes > 0 ? scratch(bytes) : nullptr;
-  cuda::attention_run(p, pass, choice.path, workspace, bytes, stream_);
+  cuda::attention_run(p, pass, choice.path, forward_kernel_, workspace, bytes, stream_);
   std::string reason = choice.reason;
   if (choice.path == cuda::AttentionPath::flash && pass == cuda::AttentionPass::forward)
-    reason += std::string("; forward kernel ") + cuda::to_string(cuda::flash_forward_kernel(p));
+    reason += std::string("; forward kernel ") + cuda::to_string(forward_kernel_);
   paths_.record(shape, features, pass == cuda::AttentionPass::backward, cuda::to_string(choice.path), reason);
 }
 void CudaBackend::attention_forward(const AttentionForwardArgs& a) {
@@ -440,6 +441,8 @@ void CudaBackend::adamw_update(const AdamWArgs& a) {
                               a.segments[a.num_segments - 1].end, stream_);
 }
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward) {
+  return std::make_unique<CudaBackend>(attention_forward);
+}
 
 }  // namespace kdtrain

@@ -31,7 +31,7 @@ namespace kdtrain {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend();
+  explicit CudaBackend(AttentionForward attention_forward = AttentionForward::auto_select);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -129,8 +129,9 @@ class CudaBackend final : public Backend {
   MemoryTracker memory_;
   int64_t device_used_peak_ = 0, device_total_ = 0;  // cudaMemGetInfo samples
   AttentionPathLog paths_;
+  cuda::FlashForwardKernel forward_kernel_;  // train.attention_forward, resolved once
 };
 
-std::unique_ptr<Backend> make_cuda_backend();
+std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward);
 
 }  // namespace kdtrain
