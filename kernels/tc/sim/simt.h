@@ -27,14 +27,22 @@
 //   exp2/log2 are std::exp2/log2 (hardware: .approx); bf16 rounding is round to nearest
 //   even, bit-identical to __float2bfloat16_rn. Emulated runs are bit-reproducible.
 // - wgmma (simt_wgmma.cpp; kernels/tc/wgmma.cuh): fence / mma_async / commit_group /
-//   wait_group are collectives of a warpgroup (4 consecutive warps from a warp index
-//   divisible by 4). An mma_async is deferred like cp.async: its shared-memory operands
-//   are read, and its accumulators written, at the wait_group that retires its group;
-//   until then the accumulator registers hold NaN, so reading them early shows. An
-//   mma_async needs a wgmma.fence since the warpgroup's last wait_group (or its start),
-//   and shared memory landed by cp.async must be ordered for the async proxy by the
-//   landing thread's fence.proxy.async before a wgmma reads it. Descriptors must be
+//   wait_group are collectives of one warp (.sync), executed in the same sequence by the
+//   4 warps of a warpgroup (consecutive warps from a warp index divisible by 4; .aligned:
+//   a warp that departs from the sequence its siblings ran is an error). Each warp issues
+//   and retires its own part of a product (its 16 rows of D), so a warp runs past its
+//   wait_group while its siblings' parts are in flight. An mma_async's operands are read
+//   at issue (shared memory, A registers) and must be unchanged when the wait_group that
+//   retires the part runs; its accumulators are written there, and until then hold NaN
+//   (reading them early shows; writing them is an error). An mma_async needs a
+//   wgmma.fence since the warp's last wait_group (or its start). Descriptors must be
 //   uniform over the warpgroup, with base offset 0 (kernels/tc/wgmma_desc.h).
+// - The async proxy (simt_async_proxy.cpp): shared memory read through it (wgmma
+//   operands, bulk copies' sources) must have been followed by fence.proxy.async since it
+//   was last written: cp.async landings by the landing thread, per 16-byte chunk; plain
+//   stores by any thread (the emulator compares the bytes with shared memory as of the
+//   last fence of any thread, so it catches a missing fence, but not a fence executed by
+//   another thread than the writer).
 // - Named barriers (simt_barrier.cpp; kernels/tc/named_barrier.cuh): bar.sync / bar.arrive
 //   on ids 1..15 with a thread count; sync waits until that many threads have arrived
 //   (arrive counts without waiting), then the barrier starts over. Different counts in
@@ -76,8 +84,10 @@ struct LaunchConfig {
   // 1: blocks run one after another, and a semaphore wait that does not hold at once is
   // reported as a deadlock. N > 1: N blocks are resident together (started in grid order
   // as slots free up, like SMs), interleaved at block barriers, and every semaphore release
-  // (tc::store_release) hands control to the block waiting on it, else to another block:
-  // what a block writes after its release is then read stale by the next contributor.
+  // (tc::store_release) hands control to the block waiting on it, else to another block
+  // (the one furthest behind; ties: the latest started, so blocks reach their waits before
+  // their predecessors release): what a block writes after its release is then read stale
+  // by the next contributor, and so is a read not ordered after the thread that waited.
   unsigned resident_blocks = 1;
 };
 

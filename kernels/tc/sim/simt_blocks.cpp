@@ -93,7 +93,7 @@ void begin_block(BlockExec& x, Index3 block, const StackArena& arena, size_t fir
     f.named_barrier = 0;
     start_fiber(r, f);
   }
-  std::fill(r.unfenced_owner.begin(), r.unfenced_owner.end(), 0u);
+  reset_async_proxy(r);
   std::fill(r.named.begin(), r.named.end(), BlockRun::NamedBarrier{});
   r.released_elsewhere = false;
   reset_warpgroups(r);
@@ -221,9 +221,11 @@ void run_sequential(BlockExec& x, const LaunchConfig& cfg, const StackArena& are
 // order as slots free up. The scheduler leaves a block when all its live threads wait at
 // a block barrier, when they are all blocked, and right after any semaphore release: it
 // then runs the block a thread waits in on that semaphore, if one does, else the block
-// that has passed the fewest barriers (ties: the earliest started). So a waiting block
-// sees exactly what the releasing block wrote before its release, and a write placed
-// after the release is read stale.
+// that has passed the fewest barriers (ties: the latest started, so a later block runs
+// as far ahead of its predecessors as it can and reaches its waits before they release).
+// So a waiting block sees exactly what the releasing block wrote before its release, a
+// write placed after the release is read stale, and so is a read that is not ordered
+// after the wait (e.g. other lanes reading before the waiting lane's barrier).
 void run_concurrent(std::vector<BlockExec>& slots, const LaunchConfig& cfg, Concurrency& conc, LaunchStats& stats) {
   const uint64_t total = uint64_t{cfg.grid.x} * cfg.grid.y * cfg.grid.z;
   uint64_t next_block = 0;
@@ -242,7 +244,7 @@ void run_concurrent(std::vector<BlockExec>& slots, const LaunchConfig& cfg, Conc
     BlockExec* best = nullptr;
     for (BlockExec& x : slots) {
       if (!x.active || x.blocked_at == conc.events) continue;
-      if (best == nullptr || x.barriers < best->barriers || (x.barriers == best->barriers && x.started < best->started))
+      if (best == nullptr || x.barriers < best->barriers || (x.barriers == best->barriers && x.started > best->started))
         best = &x;
     }
     return best;
@@ -275,7 +277,7 @@ void run_concurrent(std::vector<BlockExec>& slots, const LaunchConfig& cfg, Conc
         for (BlockExec& x : slots)
           if (x.active && &x != cur && x.blocked_at != conc.events &&
               (waiter == nullptr || x.barriers < waiter->barriers ||
-               (x.barriers == waiter->barriers && x.started < waiter->started)))
+               (x.barriers == waiter->barriers && x.started > waiter->started)))
             waiter = &x;
       }
     }

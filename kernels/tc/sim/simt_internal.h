@@ -78,6 +78,9 @@ struct BlockRun {
   // Per 16-byte chunk of shared memory: 1 + the thread whose cp.async landed it there
   // and has not yet executed fence.proxy.async; 0 when the async proxy may read it.
   std::vector<uint32_t> unfenced_owner;
+  // Shared memory as of the last fence.proxy.async (simt_async_proxy.cpp): a byte the
+  // async proxy reads must equal it.
+  std::vector<unsigned char> async_view;
   // Named barriers 1..15 (index 0 unused: sync_block).
   struct NamedBarrier {
     int expected = 0, arrived = 0;
@@ -129,8 +132,14 @@ void wait_as(FiberState state);
 [[noreturn]] void fail(const std::string& what);
 // Throws unless [p, p + bytes) lies in the current block's shared memory.
 void check_shared(const void* p, size_t bytes, const char* what);
-// A 16-byte cp.async landing by `f` at `dst` (for the proxy-fence check of wgmma).
+// The async proxy (simt_async_proxy.cpp): a 16-byte cp.async landing by `f` at `dst`;
+// the start of a block (nothing written, everything visible); and the check of an
+// async-proxy read of [addr, addr + bytes) (a wgmma operand, a bulk copy's source):
+// throws, naming `reader`, unless every byte was fenced by fence.proxy.async since it
+// was last written (by cp.async or a plain store).
 void note_cp_async_landing(BlockRun& r, Fiber& f, const unsigned char* dst);
+void reset_async_proxy(BlockRun& r);
+void check_async_proxy_read(BlockRun& r, uint32_t addr, uint32_t bytes, const char* reader);
 // Start of a block: no wgmma state. End of a block: throws if a warpgroup left wgmma
 // groups unretired (their accumulators would never be written).
 void reset_warpgroups(BlockRun& r);

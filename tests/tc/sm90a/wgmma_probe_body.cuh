@@ -30,10 +30,13 @@ TC_DEVICE void wgmma_probe_body(const WgmmaProbeArgs& p, unsigned char* smem) {
   const uint64_t base = tc::shared_address(smem) >> 4;  // added to the start address fields
   float d[N / 2];
   for (int i = 0; i < N / 2; ++i) d[i] = p.c[t * (N / 2) + i];
+  // A registers stay live until the wait that retires the product reading them.
+  uint32_t a[4] = {0, 0, 0, 0};
+  if constexpr (kRegs)
+    for (int j = 0; j < 4; ++j) a[j] = p.a[4 * t + j];
   tc::wgmma_fence_operand(d);
   tc::wgmma_fence();
   if constexpr (kRegs) {
-    const uint32_t a[4] = {p.a[4 * t], p.a[4 * t + 1], p.a[4 * t + 2], p.a[4 * t + 3]};
     tc::wgmma_rs<N, kTransB>(d, a, p.b_desc + base, p.accumulate);
   } else {
     tc::wgmma_ss<N, kTransA, kTransB>(d, p.a_desc + base, p.b_desc + base, p.accumulate);
@@ -41,6 +44,7 @@ TC_DEVICE void wgmma_probe_body(const WgmmaProbeArgs& p, unsigned char* smem) {
   tc::wgmma_commit();
   tc::wgmma_wait<0>();
   tc::wgmma_fence_operand(d);
+  tc::wgmma_fence_operand(a);
   for (int i = 0; i < N / 2; ++i) p.d[t * (N / 2) + i] = d[i];
 }
 
