@@ -130,8 +130,9 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
 
   for (int kt = 0; kt < rows.n_kt; ++kt) {
     const int j0 = kt * Bc;
-    load_next_kv<Load, D, Bc, L::kThreads>(p, rows, T, kt, sK, sV, tid);
-    tc::sync_block();  // tile kt has landed, everyone's copies
+    issue_next_kv<Load, D, Bc, L::kThreads>(p, rows, T, kt, sK, sV, tid);
+    tc::cp_async_wait<1>();  // this thread's copies of tile kt (tile kt + 1 stays in flight)
+    tc::sync_block();        // ... and everyone's
     const uint16_t* K = sK(kt & 1);
     const uint16_t* V = sV(kt & 1);
     bool active[kMT];  // m-tile has a visible key in this tile (warp-uniform)
@@ -167,10 +168,7 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
       if (!active[mt]) continue;
       const int row_top = i0 + mrow[mt];
       const bool diag = j0 + Bc - 1 > row_top;  // some key of the tile is after some row
-      TC_UNROLL
-      for (int hh = 0; hh < 2; ++hh)
-        online_softmax_row<kNT, kDT>(s[mt], acc[mt], hh, diag, j0, row_top + qrow + 8 * hh, qcol, scale_log2,
-                                     m[mt][hh], l[mt][hh]);
+      online_softmax_rows<kNT, kDT>(s[mt], acc[mt], diag, j0, row_top, qrow, qcol, scale_log2, m[mt], l[mt]);
     }
 
     // O += P V: P's A fragment for keys [16k, 16k+16) is the C fragments of n-blocks 2k, 2k+1.

@@ -14,8 +14,8 @@
 //   the A fragment of k-step k), O (64 x D) += P V: Bc/16 wgmma k-steps, V MN-major.
 // Q, K and V tiles live in the 128-byte-swizzled layout of tc::WgmmaTile, K/V in a
 // 2-stage cp.async ring (tile kt+1 in flight while tile kt computes); every landing
-// thread fences its copies for the async proxy before the barrier. No warp
-// specialisation: every thread loads, then each warpgroup issues its own wgmma. The two
+// thread fences its copies for the async proxy before it issues the next tile's and
+// before the barrier. No warp specialisation: every thread loads, then each warpgroup issues its own wgmma. The two
 // warpgroups take turns issuing S (FlashAttention-3's ping-pong, through two named
 // barriers), so one's softmax runs while the other's S occupies the tensor cores.
 // Block order, K/V copy order, online softmax, statistics and epilogue (sink, affine):
@@ -123,9 +123,13 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
 
   for (int kt = 0; kt < rows.n_kt; ++kt) {
     const int j0 = kt * Bc;
-    load_next_kv<Load, D, Bc, L::kThreads>(p, rows, T, kt, sK, sV, tid);
-    tc::fence_proxy_async();  // this thread's copies of tile kt (and Q) are visible to wgmma
-    tc::sync_block();         // ... and everyone's
+    // This thread's copies of tile kt (and Q) landed and fenced for the async proxy before
+    // tile kt + 1's copies are issued, so the fence (MEMBAR.ALL.CTA) has no copy in flight
+    // to wait for; tile kt + 1 then loads while tile kt computes.
+    tc::cp_async_wait<0>();
+    tc::fence_proxy_async();
+    issue_next_kv<Load, D, Bc, L::kThreads>(p, rows, T, kt, sK, sV, tid);
+    tc::sync_block();  // everyone's copies of tile kt landed and fenced
     {
       const uint32_t k_base = tc::shared_address(sK(kt & 1)), v_base = tc::shared_address(sV(kt & 1));
       float s[Bc / 2];
@@ -140,10 +144,11 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
       tc::wgmma_fence_operand(s);
 
       // Online softmax on rows qrow, qrow + 8 of the warp (accumulator j: 2hh + e of n-block j/4).
-      const bool diag = j0 + Bc - 1 > row_top;  // some key of the tile is after some row of the warp
-      TC_UNROLL
-      for (int hh = 0; hh < 2; ++hh)
-        online_softmax_row<kNT, kDT>(s, o, hh, diag, j0, row_top + qrow + 8 * hh, qcol, scale_log2, m[hh], l[hh]);
+      // Some key of the tile is after some row of the warp only in the block's last tile
+      // (Bc = Br, the layout's static_assert): a block-uniform branch, so ptxas keeps no
+      // divergent copy of the softmax.
+      const bool diag = kt + 1 == rows.n_kt;
+      online_softmax_rows<kNT, kDT>(s, o, diag, j0, row_top, qrow, qcol, scale_log2, m, l);
 
       // O += P V: P's A fragment of k-step k is the accumulators of n-blocks 2k, 2k+1.
       uint32_t pf[kKP][4];

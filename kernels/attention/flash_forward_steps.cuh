@@ -82,11 +82,11 @@ TC_DEVICE void load_first_tiles(const AttentionParams& p, const ForwardRows& r, 
 
 // Then, per key tile kt: tile kt + 1, if any, into stage (kt + 1) & 1 (sK(s), sV(s): the
 // kernel's stage addresses) as one group (empty past the last tile, so the count stays
-// right), and a wait for this thread's copies of tile kt; the caller's block barrier
-// makes them everyone's.
+// right). The caller waits for this thread's copies of tile kt (before or after this
+// issue) and its block barrier makes them everyone's.
 template <typename Load, int D, int Bc, int kThreads, typename StageK, typename StageV>
-TC_DEVICE void load_next_kv(const AttentionParams& p, const ForwardRows& r, int T, int kt, const StageK& sK,
-                            const StageV& sV, int tid) {
+TC_DEVICE void issue_next_kv(const AttentionParams& p, const ForwardRows& r, int T, int kt, const StageK& sK,
+                             const StageV& sV, int tid) {
   const int j0 = kt * Bc, ld = r.ld;
   if (kt + 1 < r.n_kt) {
     const int64_t next = static_cast<int64_t>(j0 + Bc) * p.qkv_token;
@@ -94,23 +94,23 @@ TC_DEVICE void load_next_kv(const AttentionParams& p, const ForwardRows& r, int 
     Load::template tile<D, Bc, kThreads>(sV((kt + 1) & 1), r.v + next, ld, T - j0 - Bc, tid);
   }
   tc::cp_async_commit();
-  tc::cp_async_wait<1>();
 }
 
 // Online softmax of row `row` (half hh of the fragment) over key tile j0 of kNT n-blocks,
-// in the exp2 domain: masks keys after the row where the tile crosses the diagonal
-// (`diag`), turns s into P (unnormalised, relative to the new max), updates m and l and
-// rescales the row's output accumulator o (kDT n-blocks).
-template <int kNT, int kDT, typename S, typename O>
-TC_DEVICE void online_softmax_row(S& s, O& o, int hh, bool diag, int j0, int row, int qcol, float scale_log2,
-                                  float& m, float& l) {
+// in the exp2 domain: masks keys after the row (kMask: the tile crosses the diagonal; an
+// instantiation of its own, so tiles below the diagonal run no mask instructions), turns
+// s into P (unnormalised, relative to the new max), updates m and l and rescales the
+// row's output accumulator o (kDT n-blocks).
+template <bool kMask, int kNT, int kDT, typename S, typename O>
+TC_DEVICE void online_softmax_row(S& s, O& o, int hh, int j0, int row, int qcol, float scale_log2, float& m,
+                                  float& l) {
   float mx = -INFINITY;
   TC_UNROLL
   for (int n = 0; n < kNT; ++n) {
     TC_UNROLL
     for (int e = 0; e < 2; ++e) {
       float& x = frag(s, n, 2 * hh + e);
-      if (diag && j0 + n * 8 + 2 * qcol + e > row) x = -INFINITY;
+      if (kMask && j0 + n * 8 + 2 * qcol + e > row) x = -INFINITY;
       mx = fmaxf(mx, x);
     }
   }
@@ -134,6 +134,23 @@ TC_DEVICE void online_softmax_row(S& s, O& o, int hh, bool diag, int j0, int row
   for (int d = 0; d < kDT; ++d) {
     frag(o, d, 2 * hh) *= corr;
     frag(o, d, 2 * hh + 1) *= corr;
+  }
+}
+
+// Both rows of a warp's 16-row fragment (rows row_top + qrow and + 8) through
+// online_softmax_row: the masked instantiation only where the tile crosses the diagonal
+// of those rows (`diag`, warp-uniform), the unmasked one on every tile below it.
+template <int kNT, int kDT, typename S, typename O>
+TC_DEVICE void online_softmax_rows(S& s, O& o, bool diag, int j0, int row_top, int qrow, int qcol, float scale_log2,
+                                   float (&m)[2], float (&l)[2]) {
+  if (diag) {
+    TC_UNROLL
+    for (int hh = 0; hh < 2; ++hh)
+      online_softmax_row<true, kNT, kDT>(s, o, hh, j0, row_top + qrow + 8 * hh, qcol, scale_log2, m[hh], l[hh]);
+  } else {
+    TC_UNROLL
+    for (int hh = 0; hh < 2; ++hh)
+      online_softmax_row<false, kNT, kDT>(s, o, hh, j0, row_top + qrow + 8 * hh, qcol, scale_log2, m[hh], l[hh]);
   }
 }
 
