@@ -1,8 +1,11 @@
 """The wgmma descriptors and swizzled layouts of kernels/tc/wgmma_desc.h and
-kernels/tc/wgmma.cuh against CuTe's (tests/tc/cute/wgmma_desc_vs_cute.cpp), a second,
-independent source: the headers of the nvidia-cutlass package pinned in requirements.txt.
-Skips, saying why, where the package, the CUDA C++ standard library headers it needs
-(cuda/std, shipped with the CUDA toolkit) or a host C++ compiler are absent."""
+kernels/tc/wgmma.cuh, and the emulator's register fragments (kernels/tc/wgmma_fragments.h),
+against CuTe's (tests/tc/cute/wgmma_desc_vs_cute.cpp), a second, independent source: the
+headers of the nvidia-cutlass package pinned in requirements.txt.
+Where the package, the CUDA C++ standard library headers it needs (cuda/std, shipped with
+the CUDA toolkit) or a host C++ compiler are absent it skips, saying why, except on CI
+(CI=true, as .ci/run runs) or with KDTRAIN_REQUIRE_CUTE=1, where it fails: there
+scripts/setup.sh has installed them, so a skip would hide a check that silently stopped."""
 import os
 import shutil
 import subprocess
@@ -32,16 +35,28 @@ def cccl_include():
     return None
 
 
+def cute_required():
+    return os.environ.get("KDTRAIN_REQUIRE_CUTE") == "1" or os.environ.get("CI", "").lower() == "true"
+
+
+def unavailable(why):
+    """Skip where the check is optional, fail where it must run."""
+    if cute_required():
+        pytest.fail(f"the CuTe cross-check cannot run on this machine, which requires it (CI or "
+                    f"KDTRAIN_REQUIRE_CUTE=1): {why}")
+    pytest.skip(why)
+
+
 def test_wgmma_descriptors_match_cute(tmp_path):
     cute = cutlass_include()
     if cute is None:
-        pytest.skip("nvidia-cutlass (CuTe headers) not installed: pip install -r requirements.txt")
+        unavailable("nvidia-cutlass (CuTe headers) not installed: pip install -r requirements.txt")
     cccl = cccl_include()
     if cccl is None:
-        pytest.skip("cuda/std headers (CUDA toolkit) not found: set CUDA_HOME")
+        unavailable("cuda/std headers (CUDA toolkit) not found: set CUDA_HOME")
     cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
     if cxx is None:
-        pytest.skip("no host C++ compiler")
+        unavailable("no host C++ compiler")
     exe = tmp_path / "wgmma_desc_vs_cute"
     cmd = [cxx, "-std=c++17", "-O1", "-w", f"-I{cute}", f"-I{REPO}", f"-I{cccl}", f"-I{cccl.parent}",
            str(REPO / "tests" / "cute" / "wgmma_desc_vs_cute.cpp"), "-o", str(exe)]
@@ -54,3 +69,19 @@ def test_wgmma_descriptors_match_cute(tmp_path):
     print(report)
     assert run.returncode == 0, report
     assert "mismatches: 0" in report
+    # The register fragments were compared too (a binary built from an older source would not).
+    assert "register A fragment vs ALayout_64x16" in report and "CLayout_64x128" in report
+
+
+def test_missing_cute_fails_where_it_is_required(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("KDTRAIN_REQUIRE_CUTE", "1")
+    with pytest.raises(pytest.fail.Exception, match="requires it"):
+        unavailable("nvidia-cutlass (CuTe headers) not installed")
+    monkeypatch.delenv("KDTRAIN_REQUIRE_CUTE")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception):
+        unavailable("no host C++ compiler")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        unavailable("no host C++ compiler")

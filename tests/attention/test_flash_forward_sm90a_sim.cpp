@@ -100,6 +100,19 @@ TEST_CASE("emulated sm_90a forward kernel keeps its running max on scaled logits
     }
 }
 
+TEST_CASE("emulated sm_90a forward kernel rounds P to nearest: no bias where v is constant",
+          "[flash][sim][attention][sm90a]") {
+  // forward_reference_check.h: a kernel truncating P passes the per-element bound but
+  // not this one.
+  for (int64_t D : {128, 64}) {
+    INFO("D=" << D);
+    const AttnInputs pb = constant_v_inputs(1000, D, 57 + D);
+    const EmulatedForward fwd = run(pb, sim::Schedule::forward);
+    compare_forward_to_reference(pb, fwd.out, fwd.lse);
+    check_p_rounding_unbiased(pb, fwd.out);
+  }
+}
+
 TEST_CASE("emulated sm_90a forward kernel matches the reference at T 2048", "[flash][sim][attention][sm90a]") {
   for (AttentionVariant v : kVariants) check_problem(AttnInputs(1, 2048, 2, 1, 128, v, 4100 + static_cast<int>(v)), false);
 }

@@ -1,4 +1,5 @@
-// Probe kernels of every wrapper in kernels/tc/primitives.cuh and kernels/tc/sync.cuh,
+// Probe kernels of every wrapper in kernels/tc/primitives.cuh, kernels/tc/sync.cuh and
+// kernels/tc/named_barrier.cuh,
 // written once against those wrappers. nvcc builds them for the GPU
 // (tests/tc/cuda/tc_probes.cu); the host runs the same source in the SIMT emulator, whose
 // semantics come from the PTX ISA (tests/tc/test_sim_simt.cpp). The GPU's outputs must equal
@@ -12,6 +13,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/tc/named_barrier.cuh"
 #include "kernels/tc/primitives.cuh"
 #include "kernels/tc/sync.cuh"
 
@@ -21,9 +23,10 @@ constexpr int kProbeThreads = 64;  // two warps: the index probe sees warp 1 too
 constexpr int kProbeWords = 1024;
 constexpr int kProbeSmemBytes = 4096;
 
-enum class Probe { scalars, approx, shuffles, mma, ldmatrix, cp_async, sync, indices };
-constexpr Probe kProbes[] = {Probe::scalars, Probe::approx,  Probe::shuffles, Probe::mma,
-                             Probe::ldmatrix, Probe::cp_async, Probe::sync,    Probe::indices};
+enum class Probe { scalars, approx, shuffles, mma, ldmatrix, cp_async, sync, indices, named_barrier, atomic_f32 };
+constexpr Probe kProbes[] = {Probe::scalars,  Probe::approx, Probe::shuffles,      Probe::mma,
+                             Probe::ldmatrix, Probe::cp_async, Probe::sync,        Probe::indices,
+                             Probe::named_barrier, Probe::atomic_f32};
 constexpr const char* probe_name(Probe p) {
   switch (p) {
     case Probe::scalars: return "bits, bf16 rounding and packing";
@@ -34,6 +37,8 @@ constexpr const char* probe_name(Probe p) {
     case Probe::cp_async: return "cp.async with zero-fill, commit, wait; copy16";
     case Probe::sync: return "atomic_add, release/acquire, cg loads and stores";
     case Probe::indices: return "thread, warp, lane and block indices";
+    case Probe::named_barrier: return "named barriers: bar.arrive and bar.sync between two warps";
+    case Probe::atomic_f32: return "atomic_add_f32 (small integers: exact in any order)";
   }
   return "?";
 }
@@ -140,6 +145,35 @@ TC_DEVICE void probe_sync(const uint32_t* in, uint32_t* out, int lane, int* coun
   out[192 + lane] = static_cast<uint32_t>(tc::load_acquire(counter + 1));
 }
 
+// Both warps. Warp 1 writes 32 words to shared memory and arrives at barrier 1 (bar.arrive,
+// no wait); warp 0 waits there (bar.sync 64) and reads them, then writes 32 of its own;
+// both meet at barrier 2 and warp 1 reads those. A wrapper with the wrong barrier id,
+// count or instruction hangs or reads unwritten words.
+TC_DEVICE void probe_named_barrier(const uint32_t* in, uint32_t* out, int lane, int warp, unsigned char* smem) {
+  auto* s = reinterpret_cast<uint32_t*>(smem);
+  if (warp == 1) {
+    s[lane] = in[lane] ^ 0x5a5a5a5au;
+    tc::named_barrier_arrive(1, kProbeThreads);
+  } else {
+    tc::named_barrier_sync(1, kProbeThreads);
+    out[lane] = s[(lane * 7) % 32];
+    s[32 + lane] = in[32 + lane] + 1u;
+  }
+  tc::named_barrier_sync(2, kProbeThreads);
+  if (warp == 1) out[32 + lane] = s[32 + (lane * 5) % 32];
+}
+
+// Lanes 0..3 zero four fp32 sums in `out`; every lane then adds its small-integer value
+// in[lane] to sum lane % 4 and in[32 + lane] to sum 4 + lane % 8 (exact in any order).
+TC_DEVICE void probe_atomic_f32(const uint32_t* in, uint32_t* out, int lane) {
+  float* sums = reinterpret_cast<float*>(out);
+  if (lane < 12) tc::store_cg(sums + lane, 0.f);
+  tc::fence_gpu();
+  tc::sync_warp();
+  tc::atomic_add_f32(sums + lane % 4, tc::bits_to_float(in[lane]));
+  tc::atomic_add_f32(sums + 4 + lane % 8, tc::bits_to_float(in[32 + lane]));
+}
+
 TC_DEVICE void probe_indices(uint32_t* out) {
   const int t = static_cast<int>(tc::thread_idx().x);
   out[t] = static_cast<uint32_t>(tc::lane_id() | (tc::warp_id() << 8) | (tc::block_dim().x << 16));
@@ -150,6 +184,7 @@ TC_DEVICE void probe_indices(uint32_t* out) {
 TC_DEVICE void run_probe(Probe p, const uint32_t* in, uint32_t* out, int* counter, unsigned char* smem) {
   const int lane = tc::lane_id();
   if (p == Probe::indices) return probe_indices(out);
+  if (p == Probe::named_barrier) return probe_named_barrier(in, out, lane, tc::warp_id(), smem);
   if (tc::warp_id() != 0) return;  // the other probes are one-warp probes
   switch (p) {
     case Probe::scalars: return probe_scalars(in, out, lane);
@@ -159,6 +194,7 @@ TC_DEVICE void run_probe(Probe p, const uint32_t* in, uint32_t* out, int* counte
     case Probe::ldmatrix: return probe_ldmatrix(in, out, lane, smem);
     case Probe::cp_async: return probe_cp_async(in, out, lane, smem);
     case Probe::sync: return probe_sync(in, out, lane, counter);
+    case Probe::atomic_f32: return probe_atomic_f32(in, out, lane);
     default: return;
   }
 }

@@ -1,4 +1,4 @@
-// Every wrapper of kernels/tc/primitives.cuh and kernels/tc/sync.cuh, run on the GPU by
+// Every wrapper of kernels/tc/primitives.cuh, sync.cuh and named_barrier.cuh, run on the GPU by
 // the probes of tc_probes.h (nvcc-built, tests/tc/cuda/tc_probes.cu) and in the SIMT
 // emulator on the same inputs: the outputs must agree bit for bit. The emulator encodes
 // the PTX ISA's semantics (tests/tc/test_sim_simt.cpp checks it against hand-computed
@@ -53,6 +53,10 @@ std::vector<uint32_t> probe_inputs(Probe p, uint64_t seed) {
       if (k % 4 == 0) in[k] = bits(1.f + std::ldexp(1.f, -8)) + k;  // near a bf16 tie
       if (k % 4 == 1) in[k] = bits(-3.f) | 0x8000u;                   // exactly a tie
     }
+  if (p == Probe::atomic_f32) {  // integers: every sum exact, whatever order the atomics take
+    std::uniform_int_distribution<int> small(-64, 64);
+    for (int k = 0; k < 64; ++k) in[k] = bits(static_cast<float>(small(rng)));
+  }
   if (p == Probe::mma) {
     std::uniform_int_distribution<int> small(-8, 8);
     for (int k = 0; k < 192; ++k) in[k] = bf16_of_int(small(rng)) | (uint32_t{bf16_of_int(small(rng))} << 16);
@@ -123,6 +127,22 @@ TEST_CASE("the primitive probes report every word they claim, in the emulator", 
   const auto idx = run_emulated(Probe::indices, in);
   for (int t = 0; t < tcprobe::kProbeThreads; ++t)
     CHECK(idx[t] == static_cast<uint32_t>((t % 32) | ((t / 32) << 8) | (tcprobe::kProbeThreads << 16)));
+  const std::vector<uint32_t> nb_in = probe_inputs(Probe::named_barrier, 4);
+  const auto nb = run_emulated(Probe::named_barrier, nb_in);
+  for (int lane = 0; lane < 32; ++lane) {
+    CHECK(nb[lane] == (nb_in[(lane * 7) % 32] ^ 0x5a5a5a5au));
+    CHECK(nb[32 + lane] == nb_in[32 + (lane * 5) % 32] + 1u);
+  }
+  const std::vector<uint32_t> af_in = probe_inputs(Probe::atomic_f32, 5);
+  const auto af = run_emulated(Probe::atomic_f32, af_in);
+  for (int k = 0; k < 12; ++k) {
+    double want = 0;
+    for (int lane = 0; lane < 32; ++lane) {
+      if (k < 4 && lane % 4 == k) want += value(af_in[lane]);
+      if (k >= 4 && lane % 8 == k - 4) want += value(af_in[32 + lane]);
+    }
+    CHECK(value(af[k]) == want);
+  }
   const auto syn = run_emulated(Probe::sync, probe_inputs(Probe::sync, 2));
   for (int lane = 0; lane < 32; ++lane) {
     CHECK(syn[lane] == static_cast<uint32_t>(lane));

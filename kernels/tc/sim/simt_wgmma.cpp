@@ -1,14 +1,10 @@
 // SIMT emulator: wgmma (PTX ISA 9.7.15). Model: simt.h; descriptors and layouts:
 // kernels/tc/wgmma_desc.h; fence.proxy.async: simt_async_proxy.cpp.
 //
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 (9.7.15.5.2), warpgroup thread
-// t = 32w + 4g + q (warp w of the group, lane 4g + q):
-//   D (64 x N, f32): d[i], i < N/2: row 16w + g + 8((i%4)/2), col 8(i/4) + 2q + (i%2).
-//   A from registers (64 x 16 bf16): a[j] holds two elements, low half first, element
-//     e = 2j + h at row 16w + g + 8(j%2), col 2q + h + 8(j/2) (the mma.m16n8k16 A
-//     fragment of the warp's 16 rows).
-//   A (64 x 16) and B (16 x N) from shared memory through descriptors; imm-trans-a/b = 0
-//     means K-major, 1 MN-major.
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 (9.7.15.5.2): the D and register-A
+// fragments are kernels/tc/wgmma_fragments.h's (a[j] holds elements 2j and 2j + 1, low
+// half first); A (64 x 16) and B (16 x N) from shared memory through descriptors,
+// imm-trans-a/b = 0 meaning K-major, 1 MN-major.
 // D = A B + (scale-d ? D : 0), the 16 exact bf16 products summed in fp32 in k order onto
 // the accumulator, as the emulator's mma.sync. imm-scale-a/b are +1 (the wrappers in
 // kernels/tc/wgmma.cuh use no other); only .bf16 inputs with .f32 accumulators exist here.
@@ -31,6 +27,7 @@
 
 #include "kernels/tc/sim/simt_internal.h"
 #include "kernels/tc/wgmma_desc.h"
+#include "kernels/tc/wgmma_fragments.h"
 
 namespace kdtrain::sim {
 namespace detail {
@@ -265,28 +262,23 @@ void execute(BlockRun& r, WarpWgmma& w, int wi, const WarpPart& p) {
   const char* when = "between the mma_async and the wgmma.wait_group that retires it";
   check_unchanged(r, p.shared->b, "B", when);
   if (!p.ops.a_from_regs) check_unchanged(r, p.shared->a, "A", when);
-  float A[16][16];
+  float A[16][16];  // the warp's rows 16 wi .. 16 wi + 15
   for (int l = 0; l < 32; ++l) {
-    const int gid = l / 4, q = l % 4;
-    for (int j = 0; j < 4; ++j)
-      for (int h = 0; h < 2; ++h) {
-        const int row = gid + 8 * (j % 2), col = 2 * q + h + 8 * (j / 2);
-        if (p.ops.a_from_regs) {
-          if (std::memcmp(p.a_regs[l], p.a_bits[l], sizeof p.a_bits[l]) != 0)
-            fail("wgmma.mma_async: its A registers changed " + std::string(when) + " (lane " + std::to_string(l) + ")");
-          const uint32_t reg = p.a_bits[l][j];
-          A[row][col] = bf16_at(static_cast<uint16_t>(h ? reg >> 16 : reg & 0xffffu));
-        } else {
-          A[row][col] = bf16_at(p.shared->a.bits[static_cast<size_t>(16 * wi + row) * 16 + col]);
-        }
-      }
+    if (p.ops.a_from_regs && std::memcmp(p.a_regs[l], p.a_bits[l], sizeof p.a_bits[l]) != 0)
+      fail("wgmma.mma_async: its A registers changed " + std::string(when) + " (lane " + std::to_string(l) + ")");
+    for (int e = 0; e < 8; ++e) {
+      const tc::WgmmaCoord c = tc::wgmma_a_coord(32 * wi + l, e);
+      const uint32_t reg = p.a_bits[l][e / 2];
+      A[c.row - 16 * wi][c.col] = p.ops.a_from_regs ? bf16_at(static_cast<uint16_t>(e % 2 ? reg >> 16 : reg & 0xffffu))
+                                                     : bf16_at(p.shared->a.bits[static_cast<size_t>(c.row) * 16 + c.col]);
+    }
   }
   const int n = p.ops.n, half = n / 2;
   WarpAccum& acc = w.accums[p.accum];
   for (int l = 0; l < 32; ++l) {
-    const int gid = l / 4, q = l % 4;
     for (int i = 0; i < half; ++i) {
-      const int row = gid + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * q + (i % 2);
+      const tc::WgmmaCoord c = tc::wgmma_d_coord(32 * wi + l, i);
+      const int row = c.row - 16 * wi, col = c.col;
       float& v = acc.value[static_cast<size_t>(l) * half + i];
       float sum = p.ops.accumulate ? v : 0.f;
       for (int k = 0; k < 16; ++k) sum += A[row][k] * bf16_at(p.shared->b.bits[static_cast<size_t>(col) * 16 + k]);

@@ -10,6 +10,9 @@
 //     swizzled layout puts it;
 //   - for the attention kernels' tiles (kernels/tc/wgmma.cuh WgmmaTile), our
 //     descriptors must equal CuTe's bit for bit and WgmmaTile::offset CuTe's layout.
+// And the register fragments the emulator uses (kernels/tc/wgmma_fragments.h): for every
+// thread and value, the accumulator position must be CuTe's CLayout_64xN's (N = 64, 128,
+// 256) and the register-A position its ALayout_64x16's.
 // Prints one line per check and "mismatches: N"; exits 1 if N > 0.
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +21,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/tc/wgmma.cuh"
+#include "kernels/tc/wgmma_fragments.h"
 
 using namespace cute;
 using bf16 = cute::bfloat16_t;
@@ -81,6 +85,28 @@ void check_tile(const char* name, Layout layout, bool mn_major) {
 
 uint64_t none(int, int) { return 0; }
 
+// A CuTe (thread, value) -> (m, n) layout of an M-row operand (column-major index
+// m + M n) against `ours(t, v)`, element by element.
+template <int M, int kValues, class Layout, class Ours>
+void check_fragment(const char* name, Layout layout, Ours ours) {
+  int bad = 0;
+  for (int t = 0; t < 128; ++t)
+    for (int v = 0; v < kValues; ++v) {
+      const int idx = layout(t, v);
+      const kdtrain::tc::WgmmaCoord c = ours(t, v);
+      bad += c.row != idx % M || c.col != idx / M;
+    }
+  std::printf("%-44s element mismatches %d\n", name, bad);
+  g_mismatches += bad;
+}
+
+template <int N>
+void check_accumulator() {
+  char name[64];
+  std::snprintf(name, sizeof name, "accumulator fragment vs CLayout_64x%d", N);
+  check_fragment<64, N / 2>(name, SM90::GMMA::CLayout_64xN<N>{}, kdtrain::tc::wgmma_d_coord);
+}
+
 }  // namespace
 
 int main() {
@@ -109,6 +135,12 @@ int main() {
   check<GMMA::Major::MN, 128>("MN-major 32B, 128 x 32", tile_to_shape(GMMA::Layout_MN_SW32_Atom<bf16>{}, Shape<_128, _32>{}), none);
   check<GMMA::Major::MN, 128>("MN-major 64B, 128 x 32", tile_to_shape(GMMA::Layout_MN_SW64_Atom<bf16>{}, Shape<_128, _32>{}), none);
   check<GMMA::Major::MN, 128>("MN-major 128B, 128 x 32", tile_to_shape(GMMA::Layout_MN_SW128_Atom<bf16>{}, Shape<_128, _32>{}), none);
+  // The register fragments: accumulators of every N the kernels use (and the largest),
+  // A from registers (bf16: two elements per register, CuTe's value index is ours).
+  check_accumulator<64>();
+  check_accumulator<128>();
+  check_accumulator<256>();
+  check_fragment<64, 8>("register A fragment vs ALayout_64x16", SM90::GMMA::ALayout_64x16{}, kdtrain::tc::wgmma_a_coord);
   std::printf("mismatches: %d\n", g_mismatches);
   return g_mismatches == 0 ? 0 : 1;
 }
