@@ -1,7 +1,7 @@
 // Register fragments of wgmma m64nNk16 with bf16 inputs and fp32 accumulators (PTX ISA
 // 9.7.15.5.1), for the warpgroup's thread t = 32w + 4g + q (warp w, lane 4g + q). The
 // emulator (kernels/tc/sim/simt_wgmma.cpp) places operands and results by these;
-// tests/cute/wgmma_desc_vs_cute.cpp checks them element by element against CuTe's
+// tests/tc/cute/wgmma_desc_vs_cute.cpp checks them element by element against CuTe's
 // CLayout_64xN and ALayout_64x16. Plain C++17.
 #pragma once
 

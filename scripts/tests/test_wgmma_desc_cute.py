@@ -59,7 +59,7 @@ def test_wgmma_descriptors_match_cute(tmp_path):
         unavailable("no host C++ compiler")
     exe = tmp_path / "wgmma_desc_vs_cute"
     cmd = [cxx, "-std=c++17", "-O1", "-w", f"-I{cute}", f"-I{REPO}", f"-I{cccl}", f"-I{cccl.parent}",
-           str(REPO / "tests" / "cute" / "wgmma_desc_vs_cute.cpp"), "-o", str(exe)]
+           str(REPO / "tests" / "tc" / "cute" / "wgmma_desc_vs_cute.cpp"), "-o", str(exe)]
     build = subprocess.run(cmd, capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True)

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/tc/wgmma.cuh"
-#include "wgmma_test_util.h"
+#include "support/wgmma_test_util.h"
 
 using namespace kdtrain;
 using namespace kdtrain::wgmmatest;
