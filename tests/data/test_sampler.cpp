@@ -74,3 +74,19 @@ TEST_CASE("sampler: state round trip resumes the same sequence", "[sampler]") {
   REQUIRE_THROWS_WITH(other_size.from_json(state), Contains("windows"));
   REQUIRE_THROWS_WITH(b.from_json({{"seed", 99}}), Contains("epoch"));
 }
+
+// The teacher cache's prefetch asks the sampler for the next step's windows
+// without drawing them (data/teacher_cache_prefetch.h): the peek is the next
+// draw while it lies inside the epoch, and nothing when it would start another.
+TEST_CASE("sampler: peek_global_batch is the next draw, or empty across an epoch", "[sampler][teacher_cache]") {
+  kdtrain::data::Sampler sampler(10, 5);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<int64_t> peeked = sampler.peek_global_batch(3);
+    REQUIRE(peeked.size() == 3);
+    CHECK(sampler.next_global_batch(3) == peeked);
+  }
+  CHECK(sampler.peek_global_batch(3).empty());  // index 9 of 10: the next batch crosses into epoch 1
+  CHECK(sampler.next_global_batch(3).size() == 3);
+  const std::vector<int64_t> peeked = sampler.peek_global_batch(3);  // inside epoch 1 again
+  CHECK(sampler.next_global_batch(3) == peeked);
+}
