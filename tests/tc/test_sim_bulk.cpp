@@ -117,6 +117,17 @@ TEST_CASE("sim bulk copies: misuse the hardware forbids is an error", "[sim][bul
                         }
                       }),
              Catch::Contains("without a fence.proxy.async by that thread") && Catch::Contains("thread 17"));
+  // A plain (untracked) store after the fences, read by the bulk copy.
+  CHECK_THAT(error_of(c,
+                      [&](unsigned char* smem) {
+                        stage(smem, 0.f);
+                        if (tc::thread_idx().x == 0) {
+                          reinterpret_cast<float*>(smem)[3] = 9.f;
+                          issue_all(smem);
+                          tc::bulk_wait<0>();
+                        }
+                      }),
+             Catch::Contains("plain store"));
   // The source rewritten before wait_group.read retired the reads.
   CHECK_THAT(error_of(c,
                       [&](unsigned char* smem) {

@@ -136,6 +136,8 @@ void bulk_shared_to_global(void* gmem, const void* smem, uint32_t bytes, BulkOp 
         << " are read by the async proxy without a fence.proxy.async by that thread";
       fail(s.str());
     }
+  // Untracked plain stores too: the source must equal what the last fence published.
+  check_async_proxy_read(r, static_cast<uint32_t>(src - r.smem), bytes, "bulk copy");
   auto* dst = static_cast<unsigned char*>(gmem);
   check_unordered(dst, dst + bytes);
   ThreadBulk& t = thread_bulk(r);

@@ -9,7 +9,8 @@
 // - Source: read through the async proxy. Every 16-byte chunk of it written by a tracked
 //   generic store (note_shared_store: tc::store_shared4 / store_shared) or landed by
 //   cp.async must have been followed by fence.proxy.async in the writing thread before the
-//   issue, else the issue is an error. The source is captured at issue and compared when
+//   issue, else the issue is an error; untracked plain stores are caught by the async
+//   proxy's image of shared memory (simt_async_proxy.cpp: a fence by any thread publishes). The source is captured at issue and compared when
 //   the group's reads retire (wait_group.read or wait_group): a change in between is an
 //   error (hardware may read it at any time until then).
 // - Destination: the global writes (store, or one fp32 round-to-nearest addition per
