@@ -1,5 +1,7 @@
-// kdtrain bench: times training steps of one micro-batch on random tokens and
-// reports throughput, per-phase times, MFU and memory (docs/performance.md).
+// kdtrain bench: times the training step itself (train/train_step.h: its
+// learning-rate schedule, non-finite guard and the variant's end of step) on one
+// micro-batch of random tokens, and reports throughput, per-phase times, MFU,
+// and the memory plan beside the measured arenas (docs/performance.md).
 //
 // FLOP convention (the same in scripts/peers/bench_pytorch.py, checked by a test):
 //   matmul params N  = every trainable parameter except the input embedding
@@ -39,6 +41,16 @@ struct BenchOptions {
   bool attention_only = false;
   int64_t head_dim = 0;       // 0 = the preset's; else H = H0*D0/D, Hkv keeps the GQA ratio
 };
+
+// What every bench resolves first: the command line's config, B and T (the
+// flags over train.*), and the device (the flag over train.device); checks the
+// step counts.
+struct BenchShape {
+  Config config;
+  int64_t B = 0, T = 0;
+  Device device = Device::cpu;
+};
+BenchShape resolve_bench(const BenchOptions& options);
 
 // Causal attention FLOPs of one forward+backward (bench_attention.py's convention):
 // forward 4*B*H*T^2*D/2 (causal half), forward+backward 3.5 x forward.

@@ -10,8 +10,7 @@
 #include "data/shard.h"
 #include "io/checkpoint_format.h"
 #include "io/safetensors.h"
-#include "model/loss.h"
-#include "model/model.h"
+#include "model/micro_step.h"
 
 namespace kdtrain::cli {
 
@@ -29,7 +28,7 @@ void run_dump(const DumpFlags& f) {
   io::ModelCheckpoint header;  // config only; weights load straight into the arena
   io::read_hf_config(f.checkpoint + "/config.json", &header.model, &header.attention);
   auto backend = make_backend(f.device, 0);
-  Model model(header.model, header.attention, *backend, f.grads);
+  Model model(header.model, header.attention, *backend, f.grads ? ModelUse::train : ModelUse::frozen);
   std::vector<float> params(model.layout().total);
   io::load_model_weights(f.checkpoint, model.layout(), params.data());
   model.set_params(params);
@@ -46,14 +45,13 @@ void run_dump(const DumpFlags& f) {
 
   std::vector<float> logits(N * V);
   if (f.grads) model.zero_grads();
-  model.forward(tokens.data(), B, T, false);
   FusedLoss loss(*backend);
-  LossSettings settings;
-  const LossSums sums = loss.run(
-      model, nullptr, tokens.data() + 1, settings, 1.f / static_cast<float>(N), f.grads,
-      [&](int64_t start, int64_t n, const float* chunk) {
-        std::copy(chunk, chunk + n * V, logits.begin() + start * V);
-      });
+  MicroPass pass = f.grads ? MicroPass::training(1.f / static_cast<float>(N)) : MicroPass::eval();
+  pass.logits = [&](int64_t start, int64_t n, const float* chunk) {
+    std::copy(chunk, chunk + n * V, logits.begin() + start * V);
+  };
+  const LossSums sums =
+      run_micro_batch({tokens.data(), tokens.data() + 1, B, T}, model, MicroTeacher{}, loss, LossSettings{}, pass);
   const float mean_loss = static_cast<float>(sums.ce / N);
 
   io::SafetensorsWriter writer;
@@ -61,7 +59,6 @@ void run_dump(const DumpFlags& f) {
   writer.add_f32("loss", {}, &mean_loss);
   std::vector<float> grads;
   if (f.grads) {
-    model.backward();
     grads = model.get_grads();
     for (const ParamSpec& spec : model.layout().specs)
       if (spec.trainable()) writer.add_f32("grad." + spec.name, spec.shape, grads.data() + spec.offset);

@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "io/file_util.h"
-#include "model/loss.h"
 #include "io/model_dir.h"
+#include "model/micro_step.h"
 
 namespace kdtrain::eval {
 
@@ -53,8 +53,8 @@ PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dat
         result.bytes += (*token_bytes)[t];
       }
     }
-    model.forward(inputs.data(), B, T, false);
-    const LossSums sums = loss.run(model, nullptr, targets.data(), settings, 1.f, false);
+    const LossSums sums =
+        run_micro_batch({inputs.data(), targets.data(), B, T}, model, MicroTeacher{}, loss, settings, MicroPass::eval());
     KD_CHECK(std::isfinite(sums.ce), "eval: non-finite cross-entropy in windows ", first, "..",
              first + B - 1);
     result.ce_sum += sums.ce;
@@ -78,7 +78,7 @@ std::string resolve_model_dir(const std::string& path) {
 std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& backend) {
   const std::string dir = resolve_model_dir(path);
   LoadedModel loaded = load_model_dir(dir);
-  auto model = std::make_unique<Model>(loaded.model, loaded.attention, backend, false);
+  auto model = std::make_unique<Model>(loaded.model, loaded.attention, backend, ModelUse::frozen);
   model->set_params(loaded.params);
   return model;
 }

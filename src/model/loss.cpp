@@ -8,6 +8,15 @@
 
 namespace kdtrain {
 
+LossSettings loss_settings(const KdConfig& kd) {
+  LossSettings s;
+  s.kd_loss = kd.loss;
+  s.temperature = static_cast<float>(kd.temperature);
+  s.kd_weight = static_cast<float>(kd.weight);
+  s.chunk_tokens = kd.chunk_tokens;
+  return s;
+}
+
 int64_t loss_chunk_tokens(int64_t requested, int64_t N, int64_t V, int64_t act_bytes,
                           int64_t buffers, int64_t free_bytes) {
   const int64_t rows_cap = std::max<int64_t>(1, N);

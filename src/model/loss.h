@@ -18,6 +18,10 @@ struct LossSettings {
   int64_t chunk_tokens = 0;    // rows per chunk; 0 = auto (loss_chunk_tokens)
 };
 
+// The settings of a run's distillation loss (kd.loss, kd.temperature, kd.weight,
+// kd.chunk_tokens): what training, validation and `kdtrain bench` run.
+LossSettings loss_settings(const KdConfig& kd);
+
 // Rows of logits per loss chunk, decided here for every caller (the loss, `kdtrain
 // info`, `kdtrain bench`): `requested` when > 0. Auto (0): kHostChunk rows where
 // the backend's memory is host memory (free_bytes < 0); on a device the most of

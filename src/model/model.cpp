@@ -52,7 +52,7 @@ Model::Model(const ModelConfig& model, const AttentionConfig& attention, Backend
     weights_ = fp32_compute ? master_ : arena("the compute copy of the parameters", compute_bytes);
   }
   if (use_ == ModelUse::train) grads_ = static_cast<float*>(arena("the gradient arena", n * sizeof(float)));
-  variant_ = std::make_unique<VariantState>(model_, attention_, layout_, backend_, master_);
+  variant_ = std::make_unique<VariantState>(model_, features_, attention_.alpha_momentum, layout_, backend_, master_);
 }
 
 Model::~Model() {

@@ -6,9 +6,9 @@
 
 namespace kdtrain {
 
-VariantState::VariantState(const ModelConfig& model, const AttentionConfig& attention, const ParamLayout& layout,
-                           Backend& backend, float* master)
-    : backend_(backend), layout_(layout), features_(features_of(attention)),
+VariantState::VariantState(const ModelConfig& model, AttentionFeatures features, double alpha_momentum,
+                           const ParamLayout& layout, Backend& backend, float* master)
+    : backend_(backend), layout_(layout), features_(features), rho_(alpha_momentum),
       L_(model.num_hidden_layers), H_(model.num_attention_heads), master_(master) {
   const size_t LH = static_cast<size_t>(L_ * H_);
   if (!master_) side_ = static_cast<float*>(backend_.alloc(2 * LH * sizeof(float)));
@@ -86,7 +86,7 @@ std::vector<double> VariantState::take_alpha_sums(int64_t* tokens_counted) {
   return std::vector<double>(sums.begin(), sums.end());
 }
 
-std::vector<double> VariantState::end_step(dist::Communicator& comm, bool applied, double rho) {
+std::vector<double> VariantState::end_step(dist::Communicator& comm, bool applied) {
   int64_t tokens = 0;
   std::vector<double> sums = take_alpha_sums(&tokens);
   if (sums.empty()) return {};
@@ -100,7 +100,7 @@ std::vector<double> VariantState::end_step(dist::Communicator& comm, bool applie
   std::vector<double> mean(sums.size());
   for (size_t i = 0; i < sums.size(); ++i) {
     mean[i] = sums[i] / static_cast<double>(tokens);
-    alpha_ma_host_[i] = static_cast<float>(rho * alpha_ma_host_[i] + (1.0 - rho) * mean[i]);
+    alpha_ma_host_[i] = static_cast<float>(rho_ * alpha_ma_host_[i] + (1.0 - rho_) * mean[i]);
   }
   upload_alpha_ma();
   return mean;

@@ -17,10 +17,12 @@ namespace kdtrain {
 
 class VariantState {
  public:
-  // `master`: the model's fp32 arena, which holds sinks and alpha_ma; null for
-  // a teacher without one, whose fp32 copies then live in a side buffer here.
-  VariantState(const ModelConfig& model, const AttentionConfig& attention, const ParamLayout& layout,
-               Backend& backend, float* master);
+  // `features`: the model's, resolved once (Model::features); `alpha_momentum`:
+  // rho of the running mean (attention.alpha_momentum). `master`: the model's
+  // fp32 arena, which holds sinks and alpha_ma; null for a teacher without one,
+  // whose fp32 copies then live in a side buffer here.
+  VariantState(const ModelConfig& model, AttentionFeatures features, double alpha_momentum,
+               const ParamLayout& layout, Backend& backend, float* master);
   ~VariantState();
   VariantState(const VariantState&) = delete;
   VariantState& operator=(const VariantState&) = delete;
@@ -56,7 +58,7 @@ class VariantState {
   // their mean. Called after the update, so every forward of the step read the
   // value from before it. Returns the mean alpha per (layer, head), or nothing
   // (not affine, or not applied).
-  std::vector<double> end_step(dist::Communicator& comm, bool applied, double rho);
+  std::vector<double> end_step(dist::Communicator& comm, bool applied);
 
   // alpha_ma per (layer, head), from the host copy: reading it costs no
   // transfer; setting it uploads L*H floats without a wait.
@@ -69,6 +71,7 @@ class VariantState {
   Backend& backend_;
   const ParamLayout& layout_;
   AttentionFeatures features_;
+  double rho_;  // attention.alpha_momentum
   int64_t L_, H_;
   float* master_;
   float* side_ = nullptr;        // teacher without master: sinks (L, H) then alpha_ma (L, H), fp32

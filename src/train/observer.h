@@ -10,9 +10,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/micro_step.h"
+
 namespace kdtrain {
 
-class Model;
 
 struct StepObservation {
   int64_t step = 0;
@@ -30,6 +31,9 @@ class TrainObserver {
   // Each micro-batch's input tokens (B, T) as read from the data.
   virtual void on_micro_batch(int64_t /*step*/, const int32_t* /*inputs*/, int64_t /*B*/,
                               int64_t /*T*/) {}
+  // As each phase of the step begins (model/micro_step.h): per micro-batch
+  // teacher, student and backward, then the optimizer. `kdtrain bench` times them.
+  virtual void on_phase(int64_t /*step*/, StepPhase /*phase*/) {}
   // The step's local gradients in arena elements [begin, end) are final and
   // about to be reduced across ranks (student.grads(), backend memory).
   virtual void on_grads_ready(int64_t /*step*/, int64_t /*begin*/, int64_t /*end*/,

@@ -10,6 +10,7 @@
 #include "io/file_util.h"
 #include "model/attention_readback.h"
 #include "model/init.h"
+#include "model/micro_step.h"
 #include "train/run_report.h"
 
 namespace kdtrain {
@@ -42,6 +43,9 @@ void Reporter::log_setup(const dist::GradReducer& reducer) const {
                parts_.train_data->num_windows(), c.train.seq_len, c.train.global_batch, parts_.comm.world(),
                parts_.accumulation_steps(), c.train.micro_batch);
   log_validation_plan(c, parts_.val_data.get());
+  spdlog::info("memory plan (model/memory_plan.h), micro-batch {} x {} tokens:", c.train.micro_batch, c.train.seq_len);
+  for (const std::string& line : memory_plan_lines(to_json(plan_memory(parts_.memory_plan_input()))))
+    spdlog::info("{}", line);
   const double mib = 1024.0 * 1024.0;
   const dist::Range& range = parts_.opt_range;
   spdlog::info("data parallel: {} rank(s) over {}, {}; optimizer state per rank {:.1f} MiB "
@@ -160,15 +164,16 @@ void Reporter::add_validation(nlohmann::json& record) {
   const int64_t batches = validation_batches(c, *parts_.val_data);
   if (batches <= 0) return;
   std::vector<int32_t> inputs(b * T), targets(b * T);
+  const LossSettings settings = loss_settings(c.kd);
+  MicroTeacher teacher;  // the online teacher; a cached one has no rows for data.val
+  teacher.model = parts_.teacher.get();
   LossSums total;
   for (int64_t i = 0; i < batches; ++i) {
     std::vector<int64_t> ids(b);
     for (int64_t j = 0; j < b; ++j) ids[j] = i * b + j;
     parts_.val_data->fill_batch(ids, inputs.data(), targets.data());
-    if (parts_.teacher) parts_.teacher->forward(inputs.data(), b, T, false);
-    parts_.student->forward(inputs.data(), b, T, false);
-    total += parts_.loss->run(*parts_.student, parts_.teacher.get(), targets.data(), parts_.loss_settings(), 1.f,
-                              false);
+    total += run_micro_batch({inputs.data(), targets.data(), b, T}, *parts_.student, teacher, *parts_.loss, settings,
+                             MicroPass::eval());
   }
   const bool online_teacher = parts_.teacher != nullptr;
   record["val_ce"] = total.ce / total.tokens;

@@ -31,7 +31,7 @@ void RunParts::build() {
   if (threads == 0 && comm.local_world() > 1)
     threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / comm.local_world());
   backend = make_backend(t.device, threads, t.attention_forward);
-  student = std::make_unique<Model>(config.model, config.attention, *backend, true);
+  student = std::make_unique<Model>(config.model, config.attention, *backend, ModelUse::train);
   student->set_recompute(recompute_plan(t));
   loss = std::make_unique<FusedLoss>(*backend);
   // Optimizer range: this rank's shard under ZeRO-1, else the whole arena.
@@ -40,6 +40,19 @@ void RunParts::build() {
   load_data();
   load_teacher();
   optimizer = std::make_unique<AdamW>(*student, config.optimizer, opt_range.begin, opt_range.end);
+}
+
+MemoryPlanInput RunParts::memory_plan_input() const {
+  MemoryPlanInput in = kdtrain::memory_plan_input(config);
+  in.act_dtype = backend->act_dtype();
+  in.world_size = comm.world();
+  in.device_bytes = backend->memory_stats().device_total_bytes;  // -1 on the host
+  if (teacher) {
+    in.teacher = teacher->config();
+    in.teacher_attention = teacher->attention();
+  }
+  if (cache) in.cache_top_k = cache->header().K;
+  return in;
 }
 
 void RunParts::load_data() {

@@ -15,6 +15,7 @@
 #include "dist/communicator.h"
 #include "dist/grad_reducer.h"
 #include "model/loss.h"
+#include "model/memory_plan.h"
 #include "model/model.h"
 #include "train/optimizer.h"
 
@@ -58,14 +59,9 @@ struct RunParts {
   int64_t accumulation_steps() const {
     return config.train.global_batch / (config.train.micro_batch * comm.world());
   }
-  LossSettings loss_settings() const {
-    LossSettings s;
-    s.kd_loss = config.kd.loss;
-    s.temperature = static_cast<float>(config.kd.temperature);
-    s.kd_weight = static_cast<float>(config.kd.weight);
-    s.chunk_tokens = config.kd.chunk_tokens;
-    return s;
-  }
+  // The memory plan's input for this run on its backend and ranks (model/memory_plan.h):
+  // the set-up log prints the plan; `kdtrain bench` prints it beside what it measured.
+  MemoryPlanInput memory_plan_input() const;
   // The loss the step minimises: weight*KD + (1-weight)*CE, or CE without a teacher.
   double mixed_loss(const LossSums& sums) const {
     return sums.mixed(static_cast<float>(config.kd.weight), has_teacher());

@@ -3,16 +3,35 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/cached_teacher_loss.h"
+#include "data/teacher_cache_prefetch.h"
+#include "model/micro_step.h"
 #include "train/observer.h"
 #include "train/schedule.h"
 
 namespace kdtrain {
 
+BatchSource dataset_batches(const RunParts& parts) {
+  BatchSource source;
+  const data::TokenDataset* train = parts.train_data.get();
+  source.tokens = [train](const std::vector<int64_t>& windows, int32_t* inputs, int32_t* targets) {
+    train->fill_batch(windows, inputs, targets);
+  };
+  // The rows were read while the previous micro-batch computed; the next ones
+  // are read while this one computes.
+  if (data::CachePrefetcher* reader = parts.cache_reader.get())
+    source.cached_rows = [reader](const std::vector<int64_t>& windows, const std::vector<int64_t>& next) {
+      CachedRows rows = reader->take(windows);
+      reader->request(next);
+      return rows;
+    };
+  return source;
+}
+
 // The gradient reduction (dist/grad_reducer.h): the student's backward marks
 // each range final; the reducer launches each complete bucket, in a fixed
 // order, during the backward (dist.overlap) or after it.
-TrainStep::TrainStep(RunParts& parts, TrainObserver* observer) : parts_(parts), observer_(observer) {
+TrainStep::TrainStep(RunParts& parts, TrainObserver* observer, BatchSource source)
+    : parts_(parts), observer_(observer), source_(source.tokens ? std::move(source) : dataset_batches(parts)) {
   const DistConfig& d = parts.config.dist;
   dist::GradReduceOptions options;
   options.bucket_elements = dist::bucket_elements_for_mib(d.bucket_mb);
@@ -36,10 +55,11 @@ StepResult TrainStep::run(int64_t step) {
                               parts_.comm.world());
   StepResult r;
   r.sums = micro_batches(step, windows_);
+  if (observer_) observer_->on_phase(step, StepPhase::optimizer);
   reduce_across_ranks(r.sums);
   r.grad_norm = global_grad_norm();
   r.lr = learning_rate(parts_.config.schedule, parts_.config.optimizer.lr, step - 1, t.steps);
-  r.loss = parts_.mixed_loss(r.sums);
+  r.loss = r.sums.mixed(static_cast<float>(parts_.config.kd.weight), has_teacher());
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     r.applied = false;
     skip_nonfinite(step, r.loss, r.grad_norm);
@@ -48,8 +68,7 @@ StepResult TrainStep::run(int64_t step) {
     apply(r);
   }
   // The variant's end of step (alpha_ma), on every rank, applied or not.
-  const double rho = parts_.config.attention.alpha_momentum;
-  r.alpha_mean = parts_.student->variant().end_step(parts_.comm, r.applied, rho);
+  r.alpha_mean = parts_.student->variant().end_step(parts_.comm, r.applied);
   if (observer_) {
     StepObservation o;
     o.step = step;
@@ -67,9 +86,12 @@ StepResult TrainStep::run(int64_t step) {
 // Forward, loss and backward of each micro-batch; the gradients accumulate,
 // scaled by 1/(global tokens) so that their sum over ranks is the mean.
 LossSums TrainStep::micro_batches(int64_t step, const std::vector<int64_t>& windows) {
-  const int64_t b = parts_.config.train.micro_batch, T = parts_.config.train.seq_len;
-  const float grad_scale = 1.f / static_cast<float>(parts_.config.train.global_batch * T);
+  const TrainConfig& t = parts_.config.train;
+  const int64_t b = t.micro_batch, T = t.seq_len;
   const int64_t micros = parts_.accumulation_steps();
+  const LossSettings settings = loss_settings(parts_.config.kd);
+  MicroPass pass = MicroPass::training(1.f / static_cast<float>(t.global_batch * T));
+  if (observer_) pass.on_phase = [this, step](StepPhase phase) { observer_->on_phase(step, phase); };
   Model& student = *parts_.student;
   std::vector<int32_t> inputs(b * T), targets(b * T);
   LossSums sums;
@@ -78,24 +100,18 @@ LossSums TrainStep::micro_batches(int64_t step, const std::vector<int64_t>& wind
     // The last micro-batch's backward makes the gradients final, bucket by bucket.
     if (micro + 1 == micros) reducer_->begin_step();
     std::vector<int64_t> ids(windows.begin() + micro * b, windows.begin() + (micro + 1) * b);
-    parts_.train_data->fill_batch(ids, inputs.data(), targets.data());
+    source_.tokens(ids, inputs.data(), targets.data());
     if (observer_) observer_->on_micro_batch(step, inputs.data(), b, T);
-    if (parts_.teacher) parts_.teacher->forward(inputs.data(), b, T, false);
-    student.forward(inputs.data(), b, T, true);
-    LossSums s;
-    if (parts_.cache) {  // this micro-batch's cached rows, read while the previous one computed
-      const CachedRows rows = parts_.cache_reader->take(ids);
-      parts_.cache_reader->request(data::next_micro_windows(*parts_.sampler, windows, micro, b,
-                                                            parts_.config.train.global_batch, parts_.comm.rank(),
-                                                            parts_.comm.world()));
-      s = run_cached_loss(*parts_.loss, student, rows, parts_.config.kd.cache_tail, targets.data(),
-                          parts_.loss_settings(), grad_scale, true);
-    } else {
-      s = parts_.loss->run(student, parts_.teacher.get(), targets.data(), parts_.loss_settings(), grad_scale,
-                           true);
+    MicroTeacher teacher;
+    teacher.model = parts_.teacher.get();
+    CachedRows rows;  // this micro-batch's cached teacher rows
+    if (source_.cached_rows) {
+      rows = source_.cached_rows(ids, data::next_micro_windows(*parts_.sampler, windows, micro, b, t.global_batch,
+                                                               parts_.comm.rank(), parts_.comm.world()));
+      teacher.cached = &rows;
+      teacher.tail = parts_.config.kd.cache_tail;
     }
-    student.backward();
-    sums += s;
+    sums += run_micro_batch({inputs.data(), targets.data(), b, T}, student, teacher, *parts_.loss, settings, pass);
   }
   reducer_->finish();
   return sums;

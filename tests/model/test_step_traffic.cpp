@@ -50,7 +50,7 @@ struct Step {
     const double norm = std::sqrt(optimizer->grad_sum_squares());
     optimizer->step(1e-3f, clip_scale(norm, 1.0));
     dist::SingleCommunicator comm;
-    model->variant().end_step(comm, true, 0.9);
+    model->variant().end_step(comm, true);
     (void)model->variant().sinks();  // what the sink variants log every step
   }
 };

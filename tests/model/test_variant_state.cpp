@@ -37,8 +37,10 @@ struct AffineModel {
   AttentionConfig a;
   std::unique_ptr<Backend> backend = make_backend(Device::cpu, 1);
   std::unique_ptr<Model> model;
-  explicit AffineModel(AttentionVariant v) {
+  // rho: attention.alpha_momentum, which the model's variant state reads itself.
+  explicit AffineModel(AttentionVariant v, double rho = 0.9) {
     a.variant = v;
+    a.alpha_momentum = rho;
     model = std::make_unique<Model>(m, a, *backend, ModelUse::train);
     model->set_params(init_params(model->layout(), m, a, 3));
   }
@@ -51,7 +53,8 @@ struct AffineModel {
 }  // namespace
 
 TEST_CASE("variant state: end_step reduces the alpha sums once and updates alpha_ma", "[model][variant_state]") {
-  AffineModel f(AttentionVariant::affine);
+  const double rho = 0.75;  // not the default: end_step must read the model's own
+  AffineModel f(AttentionVariant::affine, rho);
   VariantState& state = f.model->variant();
   const int64_t LH = f.m.num_hidden_layers * f.m.num_attention_heads;
   std::vector<float> before(LH);
@@ -68,8 +71,7 @@ TEST_CASE("variant state: end_step reduces the alpha sums once and updates alpha
   REQUIRE(tokens == 16);
 
   MirroredRanks comm(2);
-  const double rho = 0.9;
-  const std::vector<double> mean = state.end_step(comm, true, rho);
+  const std::vector<double> mean = state.end_step(comm, true);
   CHECK(comm.sizes == std::vector<int64_t>{LH + 1});  // the sums and the token count, together
   REQUIRE(mean.size() == static_cast<size_t>(LH));
   const std::vector<float> after = state.alpha_ma();
@@ -90,7 +92,7 @@ TEST_CASE("variant state: a skipped step takes the sums but keeps alpha_ma", "[m
   const std::vector<float> before = state.alpha_ma();
   f.forward();
   MirroredRanks comm(2);
-  CHECK(state.end_step(comm, false, 0.9).empty());
+  CHECK(state.end_step(comm, false).empty());
   CHECK(comm.sizes.size() == 1);  // every rank still joins the all-reduce
   CHECK(state.alpha_ma() == before);
   int64_t left = -1;
@@ -105,7 +107,7 @@ TEST_CASE("variant state: variants without alpha ask nothing of the ranks", "[mo
     AffineModel f(v);
     f.forward();
     MirroredRanks comm(2);
-    CHECK(f.model->variant().end_step(comm, true, 0.9).empty());
+    CHECK(f.model->variant().end_step(comm, true).empty());
     CHECK(comm.sizes.empty());
     CHECK(f.model->variant().alpha_ma().empty());
     CHECK(f.model->variant().sinks().size() == (features_of(v).sink ? size_t(f.m.num_hidden_layers * f.m.num_attention_heads) : 0));
