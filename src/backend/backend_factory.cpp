@@ -8,7 +8,7 @@
 namespace kdtrain {
 
 std::unique_ptr<Backend> make_cpu_backend(int64_t threads);  // backend/cpu/cpu_backend.cpp
-#ifdef KDTRAIN_HAVE_CUDA_BACKEND
+#ifdef KDTRAIN_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward);  // src/backend/cuda/cuda_backend.cu
 #endif
 
@@ -25,12 +25,7 @@ std::unique_ptr<Backend> make_backend(Device device, int64_t threads, AttentionF
   (void)attention_forward;  // read by the CUDA backend only
 #ifdef KDTRAIN_HAVE_CUDA
   KD_CHECK(cuda::device_present(), "train.device=cuda: no CUDA device is visible");
-#ifdef KDTRAIN_HAVE_CUDA_BACKEND
   return make_cuda_backend(attention_forward);
-#else
-  fail("train.device=cuda: the CUDA training backend is not part of this build yet; "
-       "only the CUDA kernels compiled so far are (use train.device=cpu)");
-#endif
 #else
   fail("train.device=cuda: this kdtrain was built without CUDA (configure with -DKDTRAIN_CUDA=ON)");
 #endif

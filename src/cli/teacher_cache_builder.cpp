@@ -133,7 +133,7 @@ class TeacherRows {
  public:
   TeacherRows(const TeacherCacheOptions& o, LoadedModel& teacher, data::TokenDataset& dataset)
       : o_(o), dataset_(dataset), backend_(make_backend(o.device, o.threads)),
-        model_(teacher.model, teacher.attention, *backend_, false) {
+        model_(teacher.model, teacher.attention, *backend_, ModelUse::frozen) {
     model_.set_params(teacher.params);
     teacher.params.clear();
     teacher.params.shrink_to_fit();

@@ -36,10 +36,6 @@ class Model {
  public:
   Model(const ModelConfig& model, const AttentionConfig& attention, Backend& backend,
         ModelUse use = ModelUse::train);
-  // trainable=false is ModelUse::frozen.
-  Model(const ModelConfig& model, const AttentionConfig& attention, Backend& backend,
-        bool trainable)
-      : Model(model, attention, backend, trainable ? ModelUse::train : ModelUse::frozen) {}
 
   ~Model();
   Model(const Model&) = delete;

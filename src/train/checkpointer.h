@@ -19,7 +19,7 @@
 #include "train/run_lock.h"
 #include "train/run_parts.h"
 #include "train/train_step.h"
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace kdtrain {
 

@@ -12,22 +12,10 @@
 // this loop on its slice of each global batch; only rank 0 logs and writes
 // metrics and the model; an error on any rank ends the job.
 #pragma once
-#include <string>
-
 #include "config/config.h"
+#include "train/train_options.h"
 
 namespace kdtrain {
-
-class TrainObserver;  // train/observer.h
-
-struct TrainOptions {
-  std::string run_dir;      // where config.json, metrics.jsonl and checkpoints/ go
-  std::string resume;       // run dir or checkpoint dir to continue from ("" = fresh)
-  std::string config_path;  // for messages only
-  TrainObserver* observer = nullptr;  // tests and diagnostics only (train/observer.h)
-  bool allow_config_change = false;  // resume even when trajectory-changing keys changed
-  bool rewind = false;  // resume a checkpoint older than the run's latest, deleting the newer ones
-};
 
 // Runs training to train.steps (or until SIGINT/SIGTERM, which checkpoint and
 // return normally). Throws kdtrain::Error on bad input or a non-finite step

@@ -61,7 +61,7 @@ TEST_CASE("cuda embedding backward refuses out-of-vocabulary tokens", "[cuda][em
                     Catch::Contains("position 2"));
 }
 
-#ifdef KDTRAIN_HAVE_CUDA_BACKEND
+#ifdef KDTRAIN_HAVE_CUDA
 #include "kernels/embedding.cuh"
 
 // The host half of the deterministic backward runs without a device.

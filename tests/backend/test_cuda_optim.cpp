@@ -10,7 +10,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "support/test_cuda_util.h"
 
-#ifdef KDTRAIN_HAVE_CUDA_BACKEND
+#ifdef KDTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.cuh"
 #endif
 
@@ -74,7 +74,7 @@ TEST_CASE("cuda adamw matches the reference over 3 steps", "[cuda][optim]") {
   }
 }
 
-#ifdef KDTRAIN_HAVE_CUDA_BACKEND
+#ifdef KDTRAIN_HAVE_CUDA
 TEST_CASE("cuda adamw stochastic rounding is unbiased and reproducible", "[cuda][optim]") {
   if (!cuda_available()) {  // needs the CudaBackend itself, also in the CPU self-check
     WARN("SKIPPED: no CUDA device");

@@ -228,7 +228,7 @@ TEST_CASE("teacher cache: cached-loss gradients by finite differences in double"
 TEST_CASE("teacher cache: renormalize refuses reverse_kl", "[teacher_cache]") {
   CacheFixture f;
   auto backend = make_backend("cpu", 1);
-  Model student(f.student_cfg, f.attention, *backend, true);
+  Model student(f.student_cfg, f.attention, *backend, ModelUse::train);
   student.set_params(init_params(student.layout(), f.student_cfg, f.attention, 2));
   std::vector<int32_t> tokens = testing::random_tokens(f.T + 1, f.student_cfg.vocab_size, 4);
   student.forward(tokens.data(), 1, f.T, false);
@@ -260,9 +260,9 @@ TEST_CASE("teacher cache: K = V equals the online teacher (loss and gradients)",
 
     auto backend = make_backend("cpu", 2);
     LoadedModel teacher_loaded = load_model_dir(f.teacher_dir);
-    Model teacher(teacher_loaded.model, teacher_loaded.attention, *backend, false);
+    Model teacher(teacher_loaded.model, teacher_loaded.attention, *backend, ModelUse::frozen);
     teacher.set_params(teacher_loaded.params);
-    Model student(f.student_cfg, f.attention, *backend, true);
+    Model student(f.student_cfg, f.attention, *backend, ModelUse::train);
     student.set_params(init_params(student.layout(), f.student_cfg, f.attention, 5));
 
     const std::vector<int64_t> windows{3, 0, 2};

@@ -31,7 +31,7 @@ struct Fixture {
     attention.variant = v;
     attention.affine_bias_divisor = divisor;
     attention.sink_init_std = 1.0;
-    model = std::make_unique<Model>(config, attention, *backend, false);
+    model = std::make_unique<Model>(config, attention, *backend, ModelUse::frozen);
     std::vector<float> params = init_params(model->layout(), config, attention, seed);
     SplitMix64 rng(seed + 3);
     for (const ParamSpec& s : model->layout().specs)

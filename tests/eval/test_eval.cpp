@@ -46,7 +46,7 @@ struct EvalFixture {
 
 TEST_CASE_METHOD(EvalFixture, "eval: zero weights give uniform logits, CE = log V and perplexity = V", "[eval]") {
   AttentionConfig attention;
-  Model model(m, attention, *backend, false);
+  Model model(m, attention, *backend, ModelUse::frozen);
   model.set_params(std::vector<float>(model.layout().total, 0.f));
   const std::string shard = write_tokens(dir, "a.bin", 3 * 8 + 1, m.vocab_size, 1);
   const data::TokenDataset dataset({shard}, 8, m.vocab_size);
@@ -66,7 +66,7 @@ TEST_CASE("eval: equals per-window CE, for any batch size, over several shards",
       const ModelConfig m = qwen_like();
       AttentionConfig attention;
       attention.variant = variant;
-      Model model(m, attention, *backend, false);
+      Model model(m, attention, *backend, ModelUse::frozen);
       model.set_params(init_params(model.layout(), m, attention, 3));
       const int64_t T = 6;
       // 4 windows in the first shard, 2 in the second (a partial tail is dropped).
@@ -101,7 +101,7 @@ TEST_CASE("eval: equals per-window CE, for any batch size, over several shards",
 
 TEST_CASE_METHOD(EvalFixture, "eval: bits per byte counts the bytes of exactly the scored targets", "[eval]") {
   AttentionConfig attention;
-  Model model(m, attention, *backend, false);
+  Model model(m, attention, *backend, ModelUse::frozen);
   model.set_params(init_params(model.layout(), m, attention, 6));
   const int64_t T = 5;
   const std::string shard = write_tokens(dir, "s.bin", 3 * T + 3, m.vocab_size, 7);  // tail dropped
@@ -174,7 +174,7 @@ TEST_CASE_METHOD(EvalFixture, "eval: a checkpoint or a run directory resolves to
 }
 
 TEST_CASE_METHOD(EvalFixture, "eval: bad arguments are refused", "[eval]") {
-  Model model(m, AttentionConfig{}, *backend, false);
+  Model model(m, AttentionConfig{}, *backend, ModelUse::frozen);
   const std::string shard = write_tokens(dir, "a.bin", 20, m.vocab_size, 5);
   const data::TokenDataset dataset({shard}, 8, m.vocab_size);
   CHECK_THROWS_WITH(eval::evaluate_perplexity(model, dataset, 0, 0),

@@ -60,7 +60,7 @@ struct Run {
     attention.variant = v;
     attention.sink_init_std = 1.0;
     student = std::make_unique<Model>(config, attention, be);
-    teacher = std::make_unique<Model>(config, attention, be, false);
+    teacher = std::make_unique<Model>(config, attention, be, ModelUse::frozen);
     std::vector<float> params = init_params(student->layout(), config, attention, seed);
     SplitMix64 rng(seed + 7);  // non-zero alpha_ma and biases: every term contributes
     for (const ParamSpec& s : student->layout().specs)

@@ -186,7 +186,7 @@ TEST_CASE("model: 4 micro-batches accumulate to one batch of 4", "[model][accumu
 TEST_CASE("model: forward KL against an identical teacher is zero", "[model][kd]") {
   for (KdLoss kind : {KdLoss::forward_kl, KdLoss::reverse_kl}) {
     Harness student(qwen_like(), AttentionVariant::affine, AlphaActivation::linear_clip, 21);
-    Model teacher(student.config, student.attention, *student.backend, false);
+    Model teacher(student.config, student.attention, *student.backend, ModelUse::frozen);
     teacher.set_params(student.model->get_params());
     teacher.forward(student.inputs.data(), student.B, student.T, false);
     student.model->zero_grads();
@@ -210,7 +210,7 @@ TEST_CASE("model: forward KL against an identical teacher is zero", "[model][kd]
 TEST_CASE("model: logged soft cross-entropy equals the soft_ce KD loss", "[model][kd]") {
   Harness student(qwen_like(), AttentionVariant::affine, AlphaActivation::linear_clip, 21);
   Harness other(qwen_like(), AttentionVariant::baseline, AlphaActivation::linear_clip, 22);
-  Model teacher(other.config, other.attention, *student.backend, false);
+  Model teacher(other.config, other.attention, *student.backend, ModelUse::frozen);
   teacher.set_params(other.model->get_params());
   teacher.forward(student.inputs.data(), student.B, student.T, false);
   student.model->forward(student.inputs.data(), student.B, student.T, false);
@@ -232,7 +232,7 @@ TEST_CASE("model: logged soft cross-entropy equals the soft_ce KD loss", "[model
 TEST_CASE("model: teacher without gradients refuses backward", "[model]") {
   auto backend = make_backend("cpu", 0);
   AttentionConfig a;
-  Model teacher(llama_like(), a, *backend, false);
+  Model teacher(llama_like(), a, *backend, ModelUse::frozen);
   CHECK_FALSE(teacher.trainable());
   CHECK_THROWS_WITH(teacher.zero_grads(), Catch::Contains("without gradients"));
 }
