@@ -113,10 +113,83 @@ void FusedLoss::upload_sparse(const SparseTeacher& teacher, int64_t N) {
   if (teacher.log_tail) backend_.to_device(sparse_logp_ + N * K, teacher.log_tail, N * sizeof(float));
 }
 
-LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
-                               const SparseTeacher* sparse, const int32_t* targets,
-                               const LossSettings& settings, float grad_scale, bool compute_grad,
-                               const LogitsObserver& observer) {
+// Hands chunk [start, start + n)'s student logits to the observer as fp32 on the host.
+void FusedLoss::observe_chunk(int64_t start, int64_t n, int64_t V, const LogitsObserver& observer) {
+  std::vector<float> host(n * V);
+  if (backend_.act_dtype() == DType::f32) {
+    backend_.to_host(host.data(), logits_, n * V * sizeof(float));
+  } else {
+    backend_.convert_to_f32(host_view_, logits_, n * V);
+    backend_.to_host(host.data(), host_view_, n * V * sizeof(float));
+  }
+  observer(start, n, host.data());
+}
+
+// The KD of rows [start, start + n) from the uploaded top-K rows of a cached teacher.
+void FusedLoss::sparse_chunk(const SparseTeacher& sparse, int64_t start, int64_t n, int64_t V, int64_t N,
+                             const LossSettings& settings, float grad_scale, bool compute_grad) {
+  const int64_t K = sparse.K;
+  SparseKdChunkArgs args;
+  args.n = n;
+  args.V = V;
+  args.K = K;
+  args.logits = logits_;
+  args.targets = targets_ + start;
+  args.ids = sparse_ids_ + start * K;
+  args.logp = sparse_logp_ + start * K;
+  args.log_tail = sparse_logp_ + N * K + start;
+  args.tail = sparse.tail;
+  args.ce = ce_ + start;
+  args.kd = kd_ + start;
+  args.soft_ce = soft_ce_ + start;
+  args.kd_loss = settings.kd_loss;
+  args.temperature = settings.temperature;
+  args.kd_weight = settings.kd_weight;
+  args.grad_scale = grad_scale;
+  args.compute_grad = compute_grad;
+  backend_.sparse_kd_loss_chunk(args);
+}
+
+// The loss of rows [start, start + n) against dense teacher logits (or the targets alone).
+void FusedLoss::dense_chunk(const TeacherChunkFn* teacher, int64_t start, int64_t n, int64_t V,
+                            const LossSettings& settings, float grad_scale, bool compute_grad) {
+  if (teacher) (*teacher)(start, n, logits_, teacher_logits_);
+  LossChunkArgs args;
+  args.n = n;
+  args.V = V;
+  args.logits = logits_;
+  args.teacher_logits = teacher ? teacher_logits_ : nullptr;
+  args.targets = targets_ + start;
+  args.ce = ce_ + start;
+  args.kd = kd_ + start;
+  args.soft_ce = teacher ? soft_ce_ + start : nullptr;
+  args.kd_loss = settings.kd_loss;
+  args.temperature = settings.temperature;
+  args.kd_weight = teacher ? settings.kd_weight : 0.f;
+  args.grad_scale = grad_scale;
+  args.compute_grad = compute_grad;
+  backend_.loss_chunk(args);
+}
+
+// ce, kd and (with a teacher) soft-CE are adjacent: one read brings them back,
+// summed in a fixed order (deterministic).
+LossSums FusedLoss::read_sums(int64_t N, bool has_teacher) {
+  const int64_t terms = has_teacher ? 3 : 2;
+  std::vector<float> ce_kd(static_cast<size_t>(terms * N));
+  backend_.to_host(ce_kd.data(), ce_, terms * N * sizeof(float));
+  LossSums sums;
+  for (int64_t i = 0; i < N; ++i) {
+    sums.ce += ce_kd[i];
+    sums.kd += ce_kd[N + i];
+  }
+  for (int64_t i = 0; has_teacher && i < N; ++i) sums.soft_ce += ce_kd[2 * N + i];
+  sums.tokens = N;
+  return sums;
+}
+
+LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher, const SparseTeacher* sparse,
+                               const int32_t* targets, const LossSettings& settings, float grad_scale,
+                               bool compute_grad, const LogitsObserver& observer) {
   const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size;
   for (int64_t i = 0; i < N; ++i)
     KD_CHECK(targets[i] >= 0 && targets[i] < V, "target id ", targets[i], " at position ", i,
@@ -131,75 +204,17 @@ LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher,
       settings.chunk_tokens > 0 ? std::min(settings.chunk_tokens, N) : std::min(auto_chunk_, N);
   reserve(chunk, V, N, teacher != nullptr, static_cast<bool>(observer));
   backend_.to_device(targets_, targets, N * sizeof(int32_t));
-
   for (int64_t start = 0; start < N; start += chunk) {
     const int64_t n = std::min(chunk, N - start);
     student.head_logits(logits_, start, n);
-    if (observer) {
-      std::vector<float> host(n * V);
-      if (backend_.act_dtype() == DType::f32) {
-        backend_.to_host(host.data(), logits_, n * V * sizeof(float));
-      } else {
-        backend_.convert_to_f32(host_view_, logits_, n * V);
-        backend_.to_host(host.data(), host_view_, n * V * sizeof(float));
-      }
-      observer(start, n, host.data());
-    }
-    if (sparse) {
-      const int64_t K = sparse->K;
-      SparseKdChunkArgs args;
-      args.n = n;
-      args.V = V;
-      args.K = K;
-      args.logits = logits_;
-      args.targets = targets_ + start;
-      args.ids = sparse_ids_ + start * K;
-      args.logp = sparse_logp_ + start * K;
-      args.log_tail = sparse_logp_ + N * K + start;
-      args.tail = sparse->tail;
-      args.ce = ce_ + start;
-      args.kd = kd_ + start;
-      args.soft_ce = soft_ce_ + start;
-      args.kd_loss = settings.kd_loss;
-      args.temperature = settings.temperature;
-      args.kd_weight = settings.kd_weight;
-      args.grad_scale = grad_scale;
-      args.compute_grad = compute_grad;
-      backend_.sparse_kd_loss_chunk(args);
-    } else {
-      if (teacher) (*teacher)(start, n, logits_, teacher_logits_);
-      LossChunkArgs args;
-      args.n = n;
-      args.V = V;
-      args.logits = logits_;
-      args.teacher_logits = teacher ? teacher_logits_ : nullptr;
-      args.targets = targets_ + start;
-      args.ce = ce_ + start;
-      args.kd = kd_ + start;
-      args.soft_ce = teacher ? soft_ce_ + start : nullptr;
-      args.kd_loss = settings.kd_loss;
-      args.temperature = settings.temperature;
-      args.kd_weight = teacher ? settings.kd_weight : 0.f;
-      args.grad_scale = grad_scale;
-      args.compute_grad = compute_grad;
-      backend_.loss_chunk(args);
-    }
+    if (observer) observe_chunk(start, n, V, observer);
+    if (sparse)
+      sparse_chunk(*sparse, start, n, V, N, settings, grad_scale, compute_grad);
+    else
+      dense_chunk(teacher, start, n, V, settings, grad_scale, compute_grad);
     if (compute_grad) student.head_backward(logits_, start, n);
   }
-
-  // ce, kd and (with a teacher) soft-CE are adjacent: one read brings them back.
-  const bool has_teacher = teacher || sparse;
-  const int64_t terms = has_teacher ? 3 : 2;
-  std::vector<float> ce_kd(static_cast<size_t>(terms * N));
-  backend_.to_host(ce_kd.data(), ce_, terms * N * sizeof(float));
-  LossSums sums;
-  for (int64_t i = 0; i < N; ++i) {  // fixed order: deterministic
-    sums.ce += ce_kd[i];
-    sums.kd += ce_kd[N + i];
-  }
-  for (int64_t i = 0; has_teacher && i < N; ++i) sums.soft_ce += ce_kd[2 * N + i];
-  sums.tokens = N;
-  return sums;
+  return read_sums(N, teacher || sparse);
 }
 
 }  // namespace kdtrain

@@ -97,6 +97,12 @@ class FusedLoss {
   LossSums run_chunks(Model& student, const TeacherChunkFn* teacher, const SparseTeacher* sparse,
                       const int32_t* targets, const LossSettings& settings, float grad_scale,
                       bool compute_grad, const LogitsObserver& observer);
+  void observe_chunk(int64_t start, int64_t n, int64_t V, const LogitsObserver& observer);
+  void sparse_chunk(const SparseTeacher& sparse, int64_t start, int64_t n, int64_t V, int64_t N,
+                    const LossSettings& settings, float grad_scale, bool compute_grad);
+  void dense_chunk(const TeacherChunkFn* teacher, int64_t start, int64_t n, int64_t V,
+                   const LossSettings& settings, float grad_scale, bool compute_grad);
+  LossSums read_sums(int64_t N, bool has_teacher);
   void upload_sparse(const SparseTeacher& teacher, int64_t N);
   void reserve(int64_t chunk, int64_t V, int64_t N, bool teacher, bool observer);
   Backend& backend_;

@@ -105,6 +105,62 @@ void attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* al
   }
 }
 
+namespace {
+
+// One query head's share of the affine term's backward, for a task of
+// attention_backward: P (T, T) of the head, its values V and output gradient dO
+// (row strides ld and ldo).
+template <typename T>
+struct AffineHeadBackward {
+  const T* P;
+  const T* V;
+  const T* dO;
+  int64_t ld, ldo, Tn, D;
+  AttentionFeatures features;
+};
+
+// dalpha_i = dO_i . ((PV)_i - S_i / N_i), S_i the prefix sum of v; then
+// dv_j += sum_{i >= j} beta_i dO_i, a reverse prefix sum. alpha and dalpha
+// step by `H` per token; pv (T, D) and run (D) are scratch.
+template <typename T>
+void affine_head_backward(const AffineHeadBackward<T>& a, const T* alpha, T alpha_ma, int64_t H, T* dalpha, T* dV,
+                          T* pv, T* run) {
+  const int64_t Tn = a.Tn, D = a.D, ld = a.ld, ldo = a.ldo;
+  gemm_serial<T>(false, false, Tn, D, Tn, T(1), a.P, Tn, a.V, ld, T(0), pv, D);
+  std::fill(run, run + D, T(0));
+  for (int64_t i = 0; i < Tn; ++i) {
+    const T* v = a.V + i * ld;
+    for (int64_t d = 0; d < D; ++d) run[d] += v[d];
+    const T invN = T(1) / bias_count<T>(a.features, i, Tn);
+    T da = 0;
+    for (int64_t d = 0; d < D; ++d) da += a.dO[i * ldo + d] * (pv[i * D + d] - run[d] * invN);
+    dalpha[i * H] = da;
+  }
+  std::fill(run, run + D, T(0));
+  for (int64_t i = Tn - 1; i >= 0; --i) {
+    const T beta = (alpha_ma - alpha[i * H]) / bias_count<T>(a.features, i, Tn);
+    for (int64_t d = 0; d < D; ++d) run[d] += beta * a.dO[i * ldo + d];
+    for (int64_t d = 0; d < D; ++d) dV[i * ld + d] += run[d];
+  }
+}
+
+// dL/ds_h = -sum_{b,i} p_sink,i D_i, reduced serially in a fixed order.
+template <typename T>
+void sink_backward(T* dsinks, const T* sinks, const T* lse, const T* Drow, int64_t B, int64_t H, int64_t Tn) {
+  for (int64_t h = 0; h < H; ++h) {
+    T acc = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < Tn; ++i) {
+        const int64_t r = (b * H + h) * Tn + i;
+        acc += std::exp(sinks[h] - lse[r]) * Drow[r];
+      }
+    }
+    dsinks[h] -= acc;
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv,
                         const T* lse, const T* sinks, const T* alpha, const T* alpha_ma,
@@ -162,42 +218,13 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
         gemm_serial<T>(true, false, Tn, D, Tn, scale, dP.data(), Tn, Q, ld, T(1), dK, ld);
         gemm_serial<T>(true, false, Tn, D, Tn, T(1), P.data(), Tn, dop.data(), D, T(1), dV, ld);
         if (!affine) continue;
-        // dalpha_i = dO_i . ((PV)_i - S_i / N_i), S_i the prefix sum of v.
-        gemm_serial<T>(false, false, Tn, D, Tn, T(1), P.data(), Tn, V, ld, T(0), pv.data(), D);
-        std::fill(run.begin(), run.end(), T(0));
-        for (int64_t i = 0; i < Tn; ++i) {
-          const T* v = V + i * ld;
-          for (int64_t d = 0; d < D; ++d) run[d] += v[d];
-          const T invN = T(1) / bias_count<T>(features, i, Tn);
-          T da = 0;
-          for (int64_t d = 0; d < D; ++d) da += dO[i * ldo + d] * (pv[i * D + d] - run[d] * invN);
-          dalpha[(b * Tn + i) * H + h] = da;
-        }
-        // dv_j += sum_{i >= j} beta_i dO_i: a reverse prefix sum.
-        std::fill(run.begin(), run.end(), T(0));
-        for (int64_t i = Tn - 1; i >= 0; --i) {
-          const T a = alpha[(b * Tn + i) * H + h];
-          const T beta = (alpha_ma[h] - a) / bias_count<T>(features, i, Tn);
-          for (int64_t d = 0; d < D; ++d) run[d] += beta * dO[i * ldo + d];
-          for (int64_t d = 0; d < D; ++d) dV[i * ld + d] += run[d];
-        }
+        AffineHeadBackward<T> head{P.data(), V, dO, ld, ldo, Tn, D, features};
+        affine_head_backward(head, alpha + b * Tn * H + h, alpha_ma[h], H, dalpha + b * Tn * H + h, dV, pv.data(),
+                             run.data());
       }
     }
   }
-
-  if (sink && dsinks != nullptr) {
-    // dL/ds_h = -sum_{b,i} p_sink,i D_i, reduced serially in a fixed order.
-    for (int64_t h = 0; h < H; ++h) {
-      T acc = 0;
-      for (int64_t b = 0; b < B; ++b) {
-        for (int64_t i = 0; i < Tn; ++i) {
-          const int64_t r = (b * H + h) * Tn + i;
-          acc += std::exp(sinks[h] - lse[r]) * Drow[r];
-        }
-      }
-      dsinks[h] -= acc;
-    }
-  }
+  if (sink && dsinks != nullptr) sink_backward(dsinks, sinks, lse, Drow.data(), B, H, Tn);
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*,

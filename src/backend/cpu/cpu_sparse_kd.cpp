@@ -39,6 +39,67 @@ double log_sum_exp(const std::vector<double>& x) {
   return mx + std::log(sum);
 }
 
+// The student's side of one row: logsumexp of s and of s/tau, and the tail's
+// (the ids outside the top K) share of softmax(s/tau), in double.
+struct StudentRow {
+  double lse1 = 0, lseS = 0;  // log sum exp of s, of s / tau
+  double log_P = 0, P = 0;    // the tail's mass under softmax(s / tau); -inf, 0 without a tail
+  double tail_plogp = 0;      // sum over the tail of p_S log p_S
+};
+
+template <typename T>
+StudentRow student_row(const T* s, int64_t V, int64_t K, double tau, const char* in_top) {
+  double m1 = -INFINITY, mS = -INFINITY, mt = -INFINITY;
+  for (int64_t j = 0; j < V; ++j) {
+    const double x = static_cast<double>(s[j]);
+    m1 = std::max(m1, x);
+    mS = std::max(mS, x / tau);
+    if (!in_top[j]) mt = std::max(mt, x / tau);
+  }
+  double z1 = 0.0, zS = 0.0, zt = 0.0, zt_s = 0.0;
+  for (int64_t j = 0; j < V; ++j) {
+    const double x = static_cast<double>(s[j]);
+    z1 += std::exp(x - m1);
+    zS += std::exp(x / tau - mS);
+    if (!in_top[j]) {
+      const double e = std::exp(x / tau - mt);
+      zt += e;
+      zt_s += e * (x / tau);
+    }
+  }
+  StudentRow r;
+  r.lse1 = m1 + std::log(z1);
+  r.lseS = mS + std::log(zS);
+  r.log_P = K < V ? mt + std::log(zt) - r.lseS : -INFINITY;
+  r.P = std::exp(r.log_P);
+  // sum over the tail of p_S log p_S = P (E_tail[s/tau] - lseS)
+  r.tail_plogp = K < V ? r.P * (zt_s / zt - r.lseS) : 0.0;
+  return r;
+}
+
+// Writes one row's gradient over its logits s: grad_scale (w dKD + (1 - w) dCE).
+struct RowGradient {
+  double tau, w, gs, lse1, lseS;
+  int32_t target;  // < 0: no CE term
+  double dce(int64_t j, double x) const {
+    if (target < 0) return 0.0;
+    return std::exp(x - lse1) - (j == target ? 1.0 : 0.0);
+  }
+};
+
+// Every id first with the tail's dKD (tau p_S(j) tail_factor), then the K cached
+// ids over it with top_dkd(k); s_top holds their logits from before.
+template <typename T, typename TopDkd>
+void write_row_gradient(const RowGradient& g, T* s, int64_t V, double tail_factor, const TopDkd& top_dkd,
+                        const int32_t* id, const double* s_top, int64_t K) {
+  for (int64_t j = 0; j < V; ++j) {
+    const double x = static_cast<double>(s[j]);
+    const double dkd = g.tau * std::exp(x / g.tau - g.lseS) * tail_factor;
+    s[j] = static_cast<T>(g.gs * (g.w * dkd + (1.0 - g.w) * g.dce(j, x)));
+  }
+  for (int64_t k = 0; k < K; ++k) s[id[k]] = static_cast<T>(g.gs * (g.w * top_dkd(k) + (1.0 - g.w) * g.dce(id[k], s_top[k])));
+}
+
 }  // namespace
 
 template <typename T>
@@ -71,30 +132,8 @@ void sparse_kd_loss_chunk(T* logits, const int32_t* targets, const int32_t* ids,
       const float* lp = logp + r * K;
       std::fill(in_top.begin(), in_top.end(), 0);
       for (int64_t k = 0; k < K; ++k) in_top[id[k]] = 1;
-      // The student: logsumexp of s and of s/tau, and the tail's share of softmax(s/tau).
-      double m1 = -INFINITY, mS = -INFINITY, mt = -INFINITY;
-      for (int64_t j = 0; j < V; ++j) {
-        const double x = static_cast<double>(s[j]);
-        m1 = std::max(m1, x);
-        mS = std::max(mS, x / tau);
-        if (!in_top[j]) mt = std::max(mt, x / tau);
-      }
-      double z1 = 0.0, zS = 0.0, zt = 0.0, zt_s = 0.0;
-      for (int64_t j = 0; j < V; ++j) {
-        const double x = static_cast<double>(s[j]);
-        z1 += std::exp(x - m1);
-        zS += std::exp(x / tau - mS);
-        if (!in_top[j]) {
-          const double e = std::exp(x / tau - mt);
-          zt += e;
-          zt_s += e * (x / tau);
-        }
-      }
-      const double lse1 = m1 + std::log(z1), lseS = mS + std::log(zS);
-      const double log_P = K < V ? mt + std::log(zt) - lseS : -INFINITY;
-      const double P = std::exp(log_P);
-      // sum over the tail of p_S log p_S = P (E_tail[s/tau] - lseS)
-      const double tail_plogp = K < V ? P * (zt_s / zt - lseS) : 0.0;
+      const StudentRow st = student_row(s, V, K, tau, in_top.data());
+      const double lse1 = st.lse1, lseS = st.lseS, log_P = st.log_P, P = st.P, tail_plogp = st.tail_plogp;
       const int32_t target = targets[r];
       ce[r] = target >= 0 ? static_cast<T>(lse1 - static_cast<double>(s[target])) : T(0);
 
@@ -136,21 +175,11 @@ void sparse_kd_loss_chunk(T* logits, const int32_t* targets, const int32_t* ids,
       const bool reverse = kd_loss == KdLoss::reverse_kl;
       const double tail_factor =
           reverse ? (log_P - lq_tail) - rev : 1.0 - (bucket && q_tail > 0.0 ? q_tail / P : 0.0);
-      auto dce = [&](int64_t j, double x) {
-        if (target < 0) return 0.0;
-        return std::exp(x - lse1) - (j == target ? 1.0 : 0.0);
-      };
-      for (int64_t j = 0; j < V; ++j) {
-        const double x = static_cast<double>(s[j]);
-        const double dkd = tau * std::exp(x / tau - lseS) * tail_factor;
-        s[j] = static_cast<T>(gs * (w * dkd + (1.0 - w) * dce(j, x)));
-      }
-      for (int64_t k = 0; k < K; ++k) {
+      RowGradient g{tau, w, gs, lse1, lseS, target};
+      write_row_gradient(g, s, V, tail_factor, [&](int64_t k) {
         const double pS = std::exp(ls[k]);
-        const double dkd =
-            reverse ? tau * pS * ((ls[k] - lq[k]) - rev) : tau * (pS - std::exp(lq[k]));
-        s[id[k]] = static_cast<T>(gs * (w * dkd + (1.0 - w) * dce(id[k], s_top[k])));
-      }
+        return reverse ? tau * pS * ((ls[k] - lq[k]) - rev) : tau * (pS - std::exp(lq[k]));
+      }, id, s_top.data(), K);
     }
   }
 }
