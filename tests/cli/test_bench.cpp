@@ -101,15 +101,21 @@ TEST_CASE("bench: every variant on tiny-llama reports consistent JSON", "[bench]
                          p["backward"].get<double>() + p["optimizer"].get<double>();
       CHECK(sum == Approx(r["step_ms"].get<double>()).epsilon(0.05).margin(0.05));
       const json& m = r["memory"];
-      CHECK(m["params_bytes"].get<double>() > 0);
-      CHECK(m["grads_bytes"] == m["params_bytes"]);  // fp32 master only on cpu
-      CHECK(m["optimizer_bytes"].get<double>() == Approx(2 * m["grads_bytes"].get<double>()));
+      const json& plan = m["plan"];
+      CHECK(plan["act_dtype"] == "fp32");
+      CHECK(plan["student_master_bytes"].get<int64_t>() > 0);
+      CHECK(plan["student_compute_bytes"] == 0);  // the master is the compute copy on cpu
+      CHECK(plan["optimizer_bytes"].get<int64_t>() == 2 * plan["student_grads_bytes"].get<int64_t>());
+      // The plan is what the run allocated: the model's own arena and the optimizer's moments.
+      const json& measured = m["measured"];
+      CHECK(measured["student_activations_bytes"] == plan["student_activations_bytes"]);
+      CHECK(measured["optimizer_bytes"] == plan["optimizer_bytes"]);
       CHECK(m["peak_rss_bytes"].get<int64_t>() > 0);
       // The tracked peak holds at least the persistent state (master weights, which
       // are the compute copy on cpu, gradients, AdamW moments) plus activations.
-      CHECK(m["peak_host_bytes"].get<double>() >=
-            m["params_bytes"].get<double>() + m["grads_bytes"].get<double>() +
-                m["optimizer_bytes"].get<double>());
+      CHECK(m["peak_host_bytes"].get<int64_t>() >=
+            plan["student_master_bytes"].get<int64_t>() + plan["student_grads_bytes"].get<int64_t>() +
+                plan["optimizer_bytes"].get<int64_t>() + plan["student_activations_bytes"].get<int64_t>());
       CHECK(m["peak_host_bytes"].get<double>() < 1e9);
       // Which attention implementation ran, per distinct call: one shape here.
       REQUIRE(r["attention_paths"].size() == 1);
@@ -136,7 +142,18 @@ TEST_CASE("bench: teacher from a preset and MFU from --peak-tflops", "[bench]") 
         Approx(r["flops_per_token"]["student_train"].get<double>() +
                r["flops_per_token"]["teacher_forward"].get<double>()));
   CHECK(r["mfu"].get<double>() == Approx(r["achieved_tflops"].get<double>() / 1.0));
-  CHECK(r["memory"]["teacher_params_bytes"].get<double>() > 0);
+  CHECK(r["memory"]["plan"]["teacher_weights_bytes"].get<int64_t>() > 0);
+  CHECK(r["memory"]["measured"]["teacher_activations_bytes"] == r["memory"]["plan"]["teacher_activations_bytes"]);
+}
+
+TEST_CASE("bench: a cached teacher's random rows enter the step and the plan", "[bench]") {
+  const json r = run_bench({"--teacher-cache", "8"});
+  CHECK(r["teacher_cache_k"] == 8);
+  CHECK(std::isfinite(r["final_loss"].get<double>()));
+  const json& plan = r["memory"]["plan"];
+  // 64 tokens x 8 cached ids: int32 ids and fp32 log-probabilities, plus the fp32 log tail.
+  CHECK(plan["teacher_cache_bytes"] == 64 * 8 * 8 + 64 * 4);
+  CHECK(plan["teacher_weights_bytes"] == 0);
 }
 
 TEST_CASE("bench: bad arguments fail with a message", "[bench]") {
@@ -195,8 +212,9 @@ TEST_CASE("bench on the GPU: the attention path and the measured peak device mem
     CHECK(r["attention_path"] == (std::string(head_dim) == "64" ? "flash" : "row"));
     const json& m = r["memory"];
     // The tracked peak holds at least the fp32 master, bf16 copy, gradients and moments.
-    const double persistent = m["params_bytes"].get<double>() + m["grads_bytes"].get<double>() +
-                              m["optimizer_bytes"].get<double>();
+    const json& plan = m["plan"];
+    const double persistent = plan["student_compute_bytes"].get<double>() + plan["student_master_bytes"].get<double>() +
+                              plan["student_grads_bytes"].get<double>() + plan["optimizer_bytes"].get<double>();
     CHECK(m["peak_device_bytes"].get<double>() >= persistent);
     // Device-wide use, sampled after each allocation, includes everything tracked.
     CHECK(m["device_used_peak_bytes"].get<int64_t>() >= m["peak_device_bytes"].get<int64_t>());

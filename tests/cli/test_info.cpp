@@ -73,7 +73,7 @@ TEST_CASE("info: JSON ΔParams for every preset/variant of the paper's table", "
   }
 }
 
-TEST_CASE("info: JSON components add up and memory is reported", "[info]") {
+TEST_CASE("info: JSON components add up and the memory plan is the one memory section", "[info]") {
   const json j = info_json("--preset tiny-qwen --attention affine-gated --micro-batch 2 --seq-len 33");
   int64_t sum = 0;
   for (const auto& item : j["components"].items()) sum += item.value().get<int64_t>();
@@ -81,25 +81,54 @@ TEST_CASE("info: JSON components add up and memory is reported", "[info]") {
   CHECK(j["components"]["lm_head"].get<int64_t>() == 256 * 48);  // untied
   CHECK(j["components"]["variant"].get<int64_t>() > 0);
   CHECK(j["total_params"].get<int64_t>() < 1000000);
+  CHECK(!j.contains("device_budget"));  // one memory model, printed once
+  CHECK(!j.contains("recompute_choices"));
   const json& mem = j["memory"];
   CHECK(mem["micro_batch"] == 2);
   CHECK(mem["seq_len"] == 33);
-  const double trainable = double(j["total_params"].get<int64_t>());
-  CHECK(mem["params_bf16_mib"].get<double>() == Approx(2 * trainable / 1048576.0));
-  CHECK(mem["adamw_mib"].get<double>() == Approx(8 * trainable / 1048576.0));
-  const double parts = mem["params_bf16_mib"].get<double>() + mem["master_fp32_mib"].get<double>() +
-                       mem["grads_fp32_mib"].get<double>() + mem["adamw_mib"].get<double>() +
-                       mem["activations_mib"].get<double>() + mem["loss_chunk_mib"].get<double>();
-  CHECK(mem["total_mib"].get<double>() == Approx(parts));
+  CHECK(mem["act_dtype"] == "bf16");  // the CUDA layout
+  // The parameter arena: the trained parameters and, for the affine variants, each
+  // layer's alpha_ma per head (a buffer); a bf16 compute copy, an fp32 master,
+  // fp32 gradients and AdamW's m and v over all of it.
+  const json& arch = j["architecture"];
+  const int64_t arena = j["total_params"].get<int64_t>() +
+                        arch["num_hidden_layers"].get<int64_t>() * arch["num_attention_heads"].get<int64_t>();
+  CHECK(mem["student_compute_bytes"].get<int64_t>() == 2 * arena);
+  CHECK(mem["student_master_bytes"].get<int64_t>() == 4 * arena);
+  CHECK(mem["student_grads_bytes"].get<int64_t>() == 4 * arena);
+  CHECK(mem["optimizer_bytes"].get<int64_t>() == 8 * arena);
+  CHECK(mem["teacher_weights_bytes"].get<int64_t>() == 0);  // no teacher named
+  // The total is the sum of the table's rows, each listed once.
+  int64_t rows = 0;
+  for (const json& item : mem["items"]) rows += mem[item["key"].get<std::string>() + "_bytes"].get<int64_t>();
+  CHECK(mem["items"].size() == 10);
+  CHECK(mem["total_bytes"].get<int64_t>() == rows);
   // Activations grow linearly with the token count, but for the RoPE tables (T rows
   // whatever B is) and each buffer's round-up to 256 bytes: a few percent at this size.
   const json j2 = info_json("--preset tiny-qwen --attention affine-gated --micro-batch 4 --seq-len 33");
-  CHECK(j2["memory"]["activations_mib"].get<double>() ==
-        Approx(2 * mem["activations_mib"].get<double>()).epsilon(0.05));
+  CHECK(double(j2["memory"]["student_activations_bytes"].get<int64_t>()) ==
+        Approx(2.0 * double(mem["student_activations_bytes"].get<int64_t>())).epsilon(0.05));
   // The arena is the sum of its buffers, each listed once.
-  double buffers = 0;
-  for (const json& b : mem["activation_buffers"]) buffers += b["mib"].get<double>();
-  CHECK(buffers == Approx(mem["activations_mib"].get<double>()));
+  int64_t buffers = 0;
+  for (const json& b : mem["activation_buffers"]) buffers += b["bytes"].get<int64_t>();
+  CHECK(buffers == mem["student_activations_bytes"].get<int64_t>());
+  // The plan under each recomputation choice, inside the same section.
+  REQUIRE(mem["recompute_choices"].size() >= 2);
+  for (const json& c : mem["recompute_choices"])
+    CHECK(c["total_bytes"].get<int64_t>() - c["student_activations_bytes"].get<int64_t>() ==
+          mem["total_bytes"].get<int64_t>() - mem["student_activations_bytes"].get<int64_t>());
+}
+
+TEST_CASE("info: a teacher enters the plan with its weights, one layer of activations and its logits",
+          "[info]") {
+  const json alone = info_json("--preset tiny-llama --micro-batch 2 --seq-len 32");
+  const json with = info_json("--preset tiny-llama --micro-batch 2 --seq-len 32 --teacher tiny-qwen");
+  const json& a = alone["memory"];
+  const json& m = with["memory"];
+  CHECK(m["teacher_weights_bytes"].get<int64_t>() > 0);
+  CHECK(m["teacher_activations_bytes"].get<int64_t>() > 0);
+  CHECK(m["loss_buffers_bytes"].get<int64_t>() == 2 * a["loss_buffers_bytes"].get<int64_t>());
+  CHECK(m["student_activations_bytes"] == a["student_activations_bytes"]);
 }
 
 TEST_CASE("info: reads a config file and --set", "[info]") {

@@ -103,3 +103,38 @@ TEST_CASE("memory plan: the paper's 1B config (configs/paper/llama3.2-1b.json) p
   CHECK(in.seq_len == 2048);
   CHECK(double(plan_memory(in).total()) / double(int64_t(1) << 30) <= 40.8);
 }
+
+TEST_CASE("memory plan: one table, printed and written from the same rows", "[memory]") {
+  MemoryPlanInput in = one_b_with_teacher(80);
+  in.world_size = 4;
+  const MemoryPlan p = plan_memory(in);
+  int64_t rows = 0;
+  for (const MemoryPlan::Row& row : p.rows()) rows += row.bytes;
+  CHECK(rows == p.total());
+  const nlohmann::json j = to_json(p);
+  CHECK(j["total_bytes"] == p.total());
+  CHECK(j["optimizer_bytes"] == p.optimizer);
+  CHECK(j["optimizer_all_ranks_bytes"] == p.optimizer_all_ranks);
+  CHECK(j["zero1"] == true);
+  CHECK(j["items"].size() == p.rows().size());
+  const std::vector<std::string> lines = memory_plan_lines(j);
+  REQUIRE(lines.size() == p.rows().size() + 2);  // a header, the rows, the total
+  CHECK(lines.back().find("total") != std::string::npos);
+  CHECK(lines[4].find("ZeRO-1 over 4 ranks") != std::string::npos);  // the optimizer's row
+  // A measured column only where a value was measured.
+  const std::vector<std::string> beside = memory_plan_lines(j, {{"optimizer_bytes", p.optimizer}});
+  CHECK(beside[0].find("measured") != std::string::npos);
+  CHECK(beside[4].size() > lines[4].size());
+  CHECK(beside[1].size() == lines[1].size());
+}
+
+TEST_CASE("memory plan: a cached teacher holds its rows, not a teacher's logits", "[memory]") {
+  MemoryPlanInput in = one_b_with_teacher(80);
+  in.teacher.reset();
+  in.cache_top_k = 64;
+  const MemoryPlan p = plan_memory(in);
+  const int64_t N = 8 * 2048;
+  CHECK(p.teacher_cache == N * 64 * 8 + N * 4);
+  CHECK(p.teacher_weights == 0);
+  CHECK(p.loss_buffers == p.loss_chunk_rows * in.student.vocab_size * 2);  // the student's logits only
+}

@@ -8,6 +8,7 @@
 
 #include "support/run_parts_fixture.h"
 #include "train/schedule.h"
+#include "train/observer.h"
 #include "train/train_step.h"
 
 using namespace kdtrain;
@@ -138,4 +139,46 @@ TEST_CASE("training path: CUDA refuses head dims the fused kernels do not take",
   }
   c.train.micro_batch = 65536;
   CHECK_THAT(error_message([&] { check_training_path(c); }), Contains("train.micro_batch (65536)"));
+}
+
+namespace {
+
+// Records the phases the step announces, in order.
+struct PhaseLog : TrainObserver {
+  std::vector<StepPhase> phases;
+  void on_phase(int64_t, StepPhase phase) override { phases.push_back(phase); }
+};
+
+}  // namespace
+
+TEST_CASE("train step: the phase hook sees each micro-batch's teacher, student and backward, then the optimizer",
+          "[train][step][phases]") {
+  TinyRun run;  // global batch 4 = 2 micro-batches of 2
+  PhaseLog log;
+  TrainStep step(*run.parts, &log);
+  step.run(1);
+  using P = StepPhase;
+  CHECK(log.phases == std::vector<P>{P::teacher, P::student, P::backward, P::teacher, P::student, P::backward,
+                                     P::optimizer});
+}
+
+TEST_CASE("train step: a batch source replaces the data set, window by window", "[train][step][phases]") {
+  // The source serves each window's tokens from the data set the default reads:
+  // the step must be the default's, bit for bit; a source that serves other
+  // tokens must change it.
+  TinyRun a, b, c;
+  const data::TokenDataset& data = *b.parts->train_data;
+  BatchSource same;
+  same.tokens = [&](const std::vector<int64_t>& w, int32_t* in, int32_t* tg) { data.fill_batch(w, in, tg); };
+  BatchSource shifted;
+  shifted.tokens = [&](const std::vector<int64_t>& w, int32_t* in, int32_t* tg) {
+    std::vector<int64_t> next(w);
+    for (int64_t& id : next) id = (id + 1) % data.num_windows();
+    data.fill_batch(next, in, tg);
+  };
+  TrainStep sa(*a.parts, nullptr), sb(*b.parts, nullptr, same), sc(*c.parts, nullptr, shifted);
+  const StepResult ra = sa.run(1), rb = sb.run(1), rc = sc.run(1);
+  CHECK(ra.loss == rb.loss);
+  CHECK(same_bits(a.parts->student->get_params(), b.parts->student->get_params()));
+  CHECK(rc.loss != ra.loss);
 }
