@@ -195,7 +195,7 @@ TEST_CASE("topk: a tiny teacher's cache rows agree between the kernel and the re
   ModelConfig config = testing::llama_like();
   config.initializer_range = 0.5;  // spread logits
   AttentionConfig attention;
-  Model teacher(config, attention, *cpu, false);
+  Model teacher(config, attention, *cpu, ModelUse::frozen);
   teacher.set_params(init_params(teacher.layout(), config, attention, 5));
   const int64_t B = 2, T = 9, V = config.vocab_size, N = B * T;
   const std::vector<int32_t> tokens = testing::random_tokens(N, V, 6);
