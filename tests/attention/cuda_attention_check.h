@@ -128,7 +128,7 @@ inline AttentionReference attention_reference(const AttentionCase& c, const Atte
       ma[k] = in.alpha_ma[h0 + k];
       ds[k] = in.dsinks0[h0 + k];
     }
-    const cpu::AttnDims dims{c.B, c.T, grp, 1, c.D};
+    const AttentionShape dims{c.B, c.T, grp, 1, c.D};
     std::vector<float> out(BT * grp * c.D), lse(c.B * grp * c.T), dqkv(BT * Ws), dalpha(BT * grp),
         pv(BT * grp * c.D), lse2(c.B * grp * c.T);
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), sinks.data(), alpha.data(), ma.data(),

@@ -16,7 +16,7 @@ using namespace kdtrain::testutil;
 namespace {
 
 struct AttnProblem {
-  cpu::AttnDims dims;
+  AttentionShape dims;
   AttentionVariant variant;
   AffineBiasDivisor divisor = AffineBiasDivisor::sequence;
   std::vector<double> qkv, sinks, alpha, alpha_ma, w;

@@ -41,7 +41,7 @@ static_assert(tiles_ok(64) && tiles_ok(128), "flash tile sizes break the kernels
 constexpr auto kVariants = all_attention_variants();
 
 struct Problem {
-  cpu::AttnDims dims;
+  AttentionShape dims;
   AttentionVariant variant;
   AffineBiasDivisor divisor = AffineBiasDivisor::sequence;
   std::vector<double> qkv, sinks, alpha, alpha_ma, dout;
@@ -241,7 +241,7 @@ TEST_CASE("cpu flash attention is deterministic for any thread count", "[flash][
 
 TEST_CASE("cpu flash attention rejects bad shapes", "[flash][attention]") {
   std::vector<float> buf(64, 0.f);
-  cpu::AttnDims dims{1, 2, 3, 2, 4};  // H not a multiple of Hkv
+  AttentionShape dims{1, 2, 3, 2, 4};  // H not a multiple of Hkv
   CHECK_THROWS(cpu::flash_attention_forward<float>(buf.data(), buf.data(), buf.data(), buf.data(),
                                                    buf.data(), buf.data(), dims, 0.5f,
                                                    features_of(AttentionVariant::baseline)));

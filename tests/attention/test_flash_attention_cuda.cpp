@@ -96,7 +96,7 @@ struct Outputs {
   std::vector<float> out, lse, dqkv, dsinks, dalpha;
 };
 
-Outputs reference(const Host& in, cpu::AttnDims dims, AttentionFeatures v, bool round_outputs) {
+Outputs reference(const Host& in, AttentionShape dims, AttentionFeatures v, bool round_outputs) {
   Outputs r;
   r.out.assign(static_cast<size_t>(dims.B * dims.T * dims.H * dims.D), 0.f);
   r.lse.assign(static_cast<size_t>(dims.B * dims.H * dims.T), 0.f);
@@ -121,7 +121,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
               bool wgmma_forward = false, AffineBiasDivisor divisor = AffineBiasDivisor::sequence) {
   INFO("variant " << static_cast<int>(variant) << " divisor " << divisor << " B=" << B << " T=" << T << " H=" << H
                   << " Hkv=" << Hkv << " D=" << D);
-  const cpu::AttnDims dims{B, T, H, Hkv, D};
+  const AttentionShape dims{B, T, H, Hkv, D};
   std::mt19937 rng(static_cast<uint32_t>(T * 131 + D * 7 + Hkv * 3 + static_cast<int>(variant)));
   std::normal_distribution<float> normal(0.f, 1.f);
   std::uniform_real_distribution<float> unit(0.f, 1.f);

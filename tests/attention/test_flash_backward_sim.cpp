@@ -83,7 +83,7 @@ struct Problem : AttnInputs {
     for (double o : out_ref) out.push_back(sim::bf16_round(static_cast<float>(o)));
     for (double l : lse_ref) lse.push_back(static_cast<float>(l));
   }
-  cpu::AttnDims dims() const { return cpu::AttnDims{B, T, H, Hkv, D}; }
+  AttentionShape dims() const { return AttentionShape{B, T, H, Hkv, D}; }
 };
 
 struct Emulated {

@@ -15,7 +15,7 @@ namespace kdtrain::testing {
 // dalpha. Returns max over rows and heads of |dO_i.S_i| / N_i. qkv (B, T, H + 2*Hkv, D),
 // dout (B, T, H, D).
 template <typename T>
-double dalpha_cancelling_terms(const T* qkv, const T* dout, const cpu::AttnDims& d, AffineBiasDivisor divisor) {
+double dalpha_cancelling_terms(const T* qkv, const T* dout, const AttentionShape& d, AffineBiasDivisor divisor) {
   const int64_t tok = (d.H + 2 * d.Hkv) * d.D, group = d.H / d.Hkv;
   double worst = 0;
   std::vector<double> S(static_cast<size_t>(d.D));

@@ -45,13 +45,13 @@ struct FlashTileOverride {
 // The arguments and shapes of attention_forward (cpu_ops.h); `tiles` for tests.
 template <typename T>
 void flash_attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha, const T* alpha_ma,
-                             AttnDims dims, T scale, AttentionFeatures features, FlashTileOverride tiles = {});
+                             AttentionShape dims, T scale, AttentionFeatures features, FlashTileOverride tiles = {});
 
 // The arguments and shapes of attention_backward (cpu_ops.h), plus the forward
 // output `out` (B, T, H, D), from which D_i is formed.
 template <typename T>
 void flash_attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv, const T* out,
-                              const T* lse, const T* sinks, const T* alpha, const T* alpha_ma, AttnDims dims,
+                              const T* lse, const T* sinks, const T* alpha, const T* alpha_ma, AttentionShape dims,
                               T scale, AttentionFeatures features, FlashTileOverride tiles = {});
 
 }  // namespace kdtrain::cpu

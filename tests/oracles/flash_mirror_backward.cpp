@@ -207,7 +207,7 @@ void backward_impl(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv, c
 template <typename T>
 void flash_attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv,
                               const T* out, const T* lse, const T* sinks, const T* alpha,
-                              const T* alpha_ma, AttnDims dims, T scale, AttentionFeatures features,
+                              const T* alpha_ma, AttentionShape dims, T scale, AttentionFeatures features,
                               FlashTileOverride tiles) {
   run_pass(FlashPass::backward, dims, scale, features, tiles, [&](auto flags, const FlashParams& p, auto t) {
     backward_impl<T, decltype(flags)>(dqkv, dsinks, dalpha, dout, qkv, out, lse, sinks, alpha, alpha_ma, p,
@@ -217,12 +217,12 @@ void flash_attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, cons
 
 template void flash_attention_backward<float>(float*, float*, float*, const float*, const float*,
                                               const float*, const float*, const float*,
-                                              const float*, const float*, AttnDims, float,
+                                              const float*, const float*, AttentionShape, float,
                                               AttentionFeatures, FlashTileOverride);
 template void flash_attention_backward<double>(double*, double*, double*, const double*,
                                                const double*, const double*, const double*,
                                                const double*, const double*, const double*,
-                                               AttnDims, double, AttentionFeatures,
+                                               AttentionShape, double, AttentionFeatures,
                                                FlashTileOverride);
 
 }  // namespace kdtrain::cpu

@@ -45,7 +45,7 @@ T dot(const T* x, const T* y, int64_t n) {
 // calls body(flags, p, tiles) with the variant's compile-time flags
 // (flash_dispatch), the FlashParams of the shape and divisor and the pass's tiles.
 template <typename T, typename Body>
-void run_pass(FlashPass pass, AttnDims dims, T scale, AttentionFeatures f, FlashTileOverride over,
+void run_pass(FlashPass pass, AttentionShape dims, T scale, AttentionFeatures f, FlashTileOverride over,
               const Body& body) {
   if (dims.Hkv <= 0 || dims.H % dims.Hkv != 0)
     throw std::invalid_argument("flash attention: H must be a positive multiple of Hkv");

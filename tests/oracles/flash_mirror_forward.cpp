@@ -112,7 +112,7 @@ void forward_impl(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha, 
 
 template <typename T>
 void flash_attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha,
-                             const T* alpha_ma, AttnDims dims, T scale, AttentionFeatures features,
+                             const T* alpha_ma, AttentionShape dims, T scale, AttentionFeatures features,
                              FlashTileOverride tiles) {
   run_pass(FlashPass::forward, dims, scale, features, tiles, [&](auto flags, const FlashParams& p, auto t) {
     forward_impl<T, decltype(flags)>(out, lse, qkv, sinks, alpha, alpha_ma, p, scale, t);
@@ -120,10 +120,10 @@ void flash_attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const
 }
 
 template void flash_attention_forward<float>(float*, float*, const float*, const float*,
-                                             const float*, const float*, AttnDims, float,
+                                             const float*, const float*, AttentionShape, float,
                                              AttentionFeatures, FlashTileOverride);
 template void flash_attention_forward<double>(double*, double*, const double*, const double*,
-                                              const double*, const double*, AttnDims, double,
+                                              const double*, const double*, AttentionShape, double,
                                               AttentionFeatures, FlashTileOverride);
 
 }  // namespace kdtrain::cpu

@@ -93,7 +93,7 @@ inline void compare_forward_to_reference(const AttnInputs& pb, const std::vector
   std::vector<double> out(static_cast<size_t>(B * T * H * D)), lse(static_cast<size_t>(B * H * T));
   const double scale = pb.scale();
   cpu::attention_forward<double>(out.data(), lse.data(), qkv.data(), sinks.data(), alpha.data(), ama.data(),
-                                 cpu::AttnDims{B, T, H, Hkv, D}, scale, pb.features());
+                                 AttentionShape{B, T, H, Hkv, D}, scale, pb.features());
   const bool affine = features_of(pb.variant).affine;
   const double u = std::ldexp(1.0, -8), e = std::ldexp(1.0, -24);
   double worst_out = 0, worst_lse = 0;  // error / bound

@@ -70,7 +70,7 @@ T bias_count(const AttentionFeatures& features, int64_t i, int64_t Tn) {
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, const T* sinks, const T* alpha,
-                       const T* alpha_ma, AttnDims dims, T scale, AttentionFeatures features) {
+                       const T* alpha_ma, AttentionShape dims, T scale, AttentionFeatures features) {
   const int64_t B = dims.B, Tn = dims.T, H = dims.H, Hkv = dims.Hkv, D = dims.D;
   const QkvIndex ix{Tn, H, Hkv, D};
   const int64_t group = H / Hkv, ld = ix.ld(), ldo = H * D;
@@ -164,7 +164,7 @@ void sink_backward(T* dsinks, const T* sinks, const T* lse, const T* Drow, int64
 template <typename T>
 void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* qkv,
                         const T* lse, const T* sinks, const T* alpha, const T* alpha_ma,
-                        AttnDims dims, T scale, AttentionFeatures features) {
+                        AttentionShape dims, T scale, AttentionFeatures features) {
   const int64_t B = dims.B, Tn = dims.T, H = dims.H, Hkv = dims.Hkv, D = dims.D;
   const QkvIndex ix{Tn, H, Hkv, D};
   const int64_t group = H / Hkv, ld = ix.ld(), ldo = H * D;
@@ -228,16 +228,16 @@ void attention_backward(T* dqkv, T* dsinks, T* dalpha, const T* dout, const T* q
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*,
-                                       const float*, AttnDims, float, AttentionFeatures);
+                                       const float*, AttentionShape, float, AttentionFeatures);
 template void attention_forward<double>(double*, double*, const double*, const double*,
-                                        const double*, const double*, AttnDims, double,
+                                        const double*, const double*, AttentionShape, double,
                                         AttentionFeatures);
 template void attention_backward<float>(float*, float*, float*, const float*, const float*,
                                         const float*, const float*, const float*, const float*,
-                                        AttnDims, float, AttentionFeatures);
+                                        AttentionShape, float, AttentionFeatures);
 template void attention_backward<double>(double*, double*, double*, const double*,
                                          const double*, const double*, const double*,
-                                         const double*, const double*, AttnDims, double,
+                                         const double*, const double*, AttentionShape, double,
                                          AttentionFeatures);
 
 }  // namespace kdtrain::cpu

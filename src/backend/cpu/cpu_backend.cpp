@@ -24,8 +24,6 @@ constexpr size_t kAlignment = 256;
 float* F(void* p) { return static_cast<float*>(p); }
 const float* F(const void* p) { return static_cast<const float*>(p); }
 
-cpu::AttnDims dims_of(const AttentionShape& s) { return cpu::AttnDims{s.B, s.T, s.H, s.Hkv, s.D}; }
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int64_t threads) {
@@ -127,13 +125,13 @@ class CpuBackend final : public Backend {
   void attention_forward(const AttentionForwardArgs& a) override {
     op_checks::attention_forward(a);
     cpu::attention_forward(F(a.out), a.lse, F(a.qkv), a.sinks, F(a.alpha), a.alpha_ma,
-                           dims_of(a.shape), a.scale, a.features);
+                           a.shape, a.scale, a.features);
     paths_.record(a.shape, a.features, false, kAttentionPath, "");
   }
   void attention_backward(const AttentionBackwardArgs& a) override {
     op_checks::attention_backward(a);
     cpu::attention_backward(F(a.dqkv), a.dsinks, F(a.dalpha), F(a.dout), F(a.qkv), a.lse,
-                            a.sinks, F(a.alpha), a.alpha_ma, dims_of(a.shape), a.scale,
+                            a.sinks, F(a.alpha), a.alpha_ma, a.shape, a.scale,
                             a.features);
     paths_.record(a.shape, a.features, true, kAttentionPath, "");
   }

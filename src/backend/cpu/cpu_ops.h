@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "config/config.h"
 
 namespace kdtrain::cpu {
@@ -93,9 +94,6 @@ void rope_backward(T* dx,           // (B, T, n_heads, D)
                    int64_t B, int64_t Tlen, int64_t n_heads, int64_t n_rot, int64_t D);
 
 // ---- attention core (cpu_attention.cpp), every variant, causal, GQA ----
-struct AttnDims {
-  int64_t B = 0, T = 0, H = 0, Hkv = 0, D = 0;
-};
 template <typename T>
 void attention_forward(T* out,             // (B, T, H, D)
                        T* lse,             // (B, H, T)
@@ -103,7 +101,7 @@ void attention_forward(T* out,             // (B, T, H, D)
                        const T* sinks,     // (H)        [sink]
                        const T* alpha,     // (B, T, H)  [affine]
                        const T* alpha_ma,  // (H)        [affine]
-                       AttnDims dims, T scale, AttentionFeatures features);
+                       AttentionShape dims, T scale, AttentionFeatures features);
 template <typename T>
 void attention_backward(T* dqkv,            // (B, T, H + 2*Hkv, D), written
                         T* dsinks,          // (H), accumulated     [sink]
@@ -114,7 +112,7 @@ void attention_backward(T* dqkv,            // (B, T, H + 2*Hkv, D), written
                         const T* sinks,     // (H)        [sink]
                         const T* alpha,     // (B, T, H)  [affine]
                         const T* alpha_ma,  // (H)        [affine]
-                        AttnDims dims, T scale, AttentionFeatures features);
+                        AttentionShape dims, T scale, AttentionFeatures features);
 
 // ---- elementwise ops and small reductions (cpu_activations.cpp) ----
 template <typename T>
