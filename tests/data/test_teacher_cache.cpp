@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "support/model_fixtures.h"
 #include "io/model_dir.h"
+#include "train/train_step.h"
 #include "train/trainer.h"
 
 using namespace kdtrain;
@@ -335,6 +336,28 @@ TEST_CASE("teacher cache: the trainer trains from a cache", "[teacher_cache][tra
   c.train.seq_len = 8;  // the cache was made with seq_len 9
   options.run_dir = f.dir.file("run2");
   CHECK_THROWS_WITH(train(c, options), Contains("kd.teacher_cache") && Contains("seq_len 9"));
+}
+
+TEST_CASE("teacher cache: the step reads each micro-batch's rows ahead, while the one before computes",
+          "[teacher_cache][train]") {
+  CacheFixture f(400);
+  cli::build_teacher_cache(f.options(8, data::CacheValueType::bf16));
+  Config c = testing::tiny_run_config(f.shard);  // global batch 4 of micro-batches of 2
+  c.model = f.student_cfg;
+  c.kd.teacher_cache = f.dir.file("cache");
+  c.kd.cache_tail = CacheTail::bucket;
+  c.train.seq_len = f.T;
+  validate(c);
+  dist::SingleCommunicator comm;
+  RunParts parts(c, comm, f.dir.file("run"));
+  parts.build();
+  parts.student->set_params(init_params(parts.student->layout(), c.model, c.attention, 1));
+  TrainStep step(parts, nullptr);
+  for (int64_t s = 1; s <= 3; ++s) step.run(s);
+  // 6 micro-batches: only the first found nothing requested (the sampler tells
+  // the next step's first windows without drawing them).
+  CHECK(parts.cache_reader->hits() + parts.cache_reader->misses() == 6);
+  CHECK(parts.cache_reader->misses() == 1);
 }
 
 TEST_CASE("shard manifest: vocabulary check", "[teacher_cache][manifest]") {
