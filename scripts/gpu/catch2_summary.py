@@ -17,6 +17,11 @@ and the console reporter's:
 
 A compact "Failed N test cases" line does not say how many passed; --listed N (the
 count from `kdtrain_tests "[tag]" --list-test-names-only`) supplies the total.
+
+Run with `-d yes` (the duration of each section, the test case itself included, printed
+as "0.123 s: NAME" when it ends), a log also says which test cases ended and which of
+them failed or skipped: case_outcomes() reads that, for a run cut short (a suite stopped
+by its time limit) and for counting skips per test case.
 Without it test_cases_passed is null, never a guess. A log with no summary line
 (the test binary crashed or was killed) counts as failed. Test cases that skipped
 themselves (a "SKIPPED:" warning, e.g. no CUDA device) pass in Catch2's count;
@@ -98,6 +103,44 @@ def parse(text, listed=None):
         if r["test_cases_total"] is not None and r["test_cases_total"] != listed:
             r["warning"] = f"{listed} test cases listed, {r['test_cases_total']} in the summary"
     return r
+
+
+_DURATION = re.compile(r"^\d+\.\d+ s: (.+)$")
+_SKIP = "SKIPPED:"
+
+
+def _is_cut(line):
+    """The failure Catch2 reports for the SIGTERM that cut a run (`timeout`), not a
+    test's verdict (a crash, SIGSEGV or SIGABRT, stays a failure)."""
+    return "fatal error condition" in line and "SIGTERM" in line
+
+
+def case_outcomes(text, names):
+    """The test cases of a `-d yes` log whose end line was seen, in order, each as
+    {"name", "failed", "skipped"}; and whether failures were printed after the last one
+    (a test case that failed and did not end). `names`: the selected test cases
+    (--list-test-names-only); section end lines (other names) are passed over, and a
+    test case with sections ends once per section, so a name seen once may still have
+    had sections left when a run was cut. The SIGTERM that cut a run is no failure."""
+    names = set(names)
+    seen, order = {}, []
+    failed = skipped = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = _DURATION.match(line)
+        if m and m.group(1) in names:
+            name = m.group(1)
+            if name not in seen:
+                seen[name] = {"name": name, "failed": False, "skipped": False}
+                order.append(name)
+            seen[name]["failed"] |= failed
+            seen[name]["skipped"] |= skipped
+            failed = skipped = False
+        elif ": failed:" in line and not _is_cut(line):
+            failed = True
+        elif _SKIP in line:
+            skipped = True
+    return [seen[n] for n in order], failed
 
 
 def main(argv=None):

@@ -33,10 +33,11 @@ TEACHER="${TEACHER-llama3.2-3b}"
 TEACHER_VARIANTS="${TEACHER_VARIANTS-baseline}"
 gpu_build
 [[ -x "$KDTRAIN" ]] || { echo "gpu_bench: no kdtrain binary ($KDTRAIN)"; exit 2; }
+echo "== kdtrain GPU bench  commit $COMMIT  device $DEVICE"
+gpu_environment_report "$OUTDIR/env.txt"
+gpu_resolve_libraries "$OUTDIR/env.txt" "$KDTRAIN"
 VARIANTS="$("$KDTRAIN" info --variants | awk '{print $1}' | tr '\n' ' ')"  # every variant, from the binary's table
 TORCH_VARIANTS="${TORCH_VARIANTS:-$VARIANTS}"
-echo "== kdtrain GPU bench $(date -u +%FT%TZ)  commit $COMMIT  device $DEVICE"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 
 PHASE_START=$(date +%s)
 phase() { echo "== $* (+$(( $(date +%s) - PHASE_START ))s)"; }

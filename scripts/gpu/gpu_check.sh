@@ -26,8 +26,9 @@ RACECHECK_FILTER="${RACECHECK_FILTER:-[sanitize],[cuda][loss],[cuda][rmsnorm],[c
 gpu_build
 [[ -x "$KDTRAIN" && -x "$TESTS" ]] || { echo "gpu_check: no build ($KDTRAIN; run scripts/gpu/package_gpu_build.sh)"; exit 2; }
 [[ "$DEVICE" == cuda ]] || export KDTRAIN_CUDA_TESTS_ON_CPU=1
-echo "== kdtrain GPU check  commit $COMMIT  $(date -u +%FT%TZ)  device $DEVICE"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+echo "== kdtrain GPU check  commit $COMMIT  device $DEVICE"
+gpu_environment_report "$OUTDIR/env.txt"
+gpu_resolve_libraries "$OUTDIR/env.txt" "$KDTRAIN" "$TESTS"
 
 echo "== CUDA tests: $SUITE"
 gpu_run_tests "$OUTDIR" cuda "$SUITE"
@@ -66,7 +67,7 @@ fi
 echo "   $NCCL_STATUS"
 
 echo "== summary ($OUTDIR/summary.json)"
-python3 scripts/gpu/gpu_report.py check "$OUTDIR" --commit "$COMMIT" --gpu "$GPU" \
+python3 scripts/gpu/gpu_report.py check "$OUTDIR" --commit "$COMMIT" --gpu "$GPU" --device "$DEVICE" \
   ${UPDATE_DOCS:+--update-docs "$UPDATE_DOCS" --update-table "$UPDATE_TABLE"}
 [[ "$NCCL_STATUS" == "nccl: passed" || "$DEVICE" != cuda ]] || exit 1
 python3 - "$OUTDIR/summary.json" <<'PY'

@@ -3,14 +3,22 @@
 the raw outputs they leave in $OUT, writes one JSON summary, optionally merges its
 keys into docs/gpu/latest.json, and prints a short table (the scripts' last output).
 
-  python3 scripts/gpu/gpu_report.py check OUT/check --commit C --gpu G [--update-docs PATH]
+  python3 scripts/gpu/gpu_report.py check OUT/check --commit C --gpu G [--device D] [--update-docs PATH]
   python3 scripts/gpu/gpu_report.py bench OUT/bench --commit C --gpu G [--update-docs PATH]
-  python3 scripts/gpu/gpu_report.py window RAW --commit C --gpu G [--update-docs PATH]
+  python3 scripts/gpu/gpu_report.py window RAW --commit C --gpu G [--device D]
+  python3 scripts/gpu/gpu_report.py import WINDOW_DIR [--docs-root docs]
+  python3 scripts/gpu/gpu_report.py suite DIR --name NAME [--device D]
+
+`window` also writes RAW/latest.json (the keys of docs/gpu/latest.json, scripts/gpu/gpu_docs.py)
+when a GPU is named; `import` puts a returned window folder into the docs.
 
 docs/gpu/latest.json holds one session's measurements: when the commit or the GPU of
 the new keys differs from the file's, the file starts over, so keys measured on
 different commits or GPUs never sit side by side. Nothing here invents a number:
 a value that was not measured is null, and the table says "not measured".
+
+On a GPU run (--device cuda, the default) a test case that skipped itself is never a
+pass: it is counted as skipped, and its suite's status is "skipped".
 """
 import argparse
 import json
@@ -85,51 +93,94 @@ def max_rel_diff(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
-def check_summary(outdir, commit, gpu, suite_names=("cuda", "realistic"), tools=("memcheck", "racecheck")):
+def suite_summary(outdir, name, gpu_run=True):
+    """One test suite of a GPU script from DIR/tests_NAME.{txt,names,meta.json} (None when it
+    never started). Status: passed, failed, skipped (a case skipped itself on a GPU run),
+    cut (stopped by the script's timer, or never started for want of time: "cut at N s"),
+    no summary (the binary died), no tests. A cut suite counts a case passed only when its
+    end was seen with no failure, and not the last one seen (it may have had sections left);
+    the rest of the listed cases are `test_cases_cut`."""
+    log = read_text(os.path.join(outdir, f"tests_{name}.txt"))
+    meta = read_json(os.path.join(outdir, f"tests_{name}.meta.json")) or {}
+    if log is None and not meta:
+        return None
+    names_text = read_text(os.path.join(outdir, f"tests_{name}.names"))
+    names = [n for n in names_text.splitlines() if n.strip()] if names_text is not None else None
+    listed = meta.get("listed")
+    s = catch2_summary.parse(log or "", listed)
+    s.update(exit_code=meta.get("exit_code"), filter=meta.get("filter"), seconds=meta.get("seconds"),
+             test_cases_cut=0)
+    cases, failing_at_cut = catch2_summary.case_outcomes(log or "", names) if names is not None else ([], False)
+    skipped = sum(c["skipped"] and not c["failed"] for c in cases) if names is not None else s["skipped"]
+    if meta.get("skipped") or meta.get("cut") or (meta and "exit_code" not in meta and "skipped" not in meta):
+        done = cases[:-1] if cases and not cases[-1]["failed"] else cases
+        failed = sum(c["failed"] for c in done) + int(failing_at_cut)
+        skipped = sum(c["skipped"] and not c["failed"] for c in done)
+        passed = sum(not c["failed"] and not c["skipped"] for c in done) + (0 if gpu_run else skipped)
+        s.update(status="cut", summary=None, cut_at=0 if meta.get("skipped") else meta.get("limit"),
+                 test_cases_passed=passed if names is not None else None,
+                 test_cases_failed=failed if names is not None else None,
+                 test_cases_cut=(listed or 0) - passed - failed - (skipped if gpu_run else 0))
+        if meta.get("skipped"):
+            s["reason"] = meta["skipped"]
+    elif gpu_run and skipped and s["test_cases_passed"] is not None:
+        s["test_cases_passed"] -= skipped
+        if s["status"] == "passed":
+            s["status"] = "skipped"
+    s["skipped"] = skipped
+    return s
+
+
+def tests_status(suites):
+    """The verdict of several suites: the worst of failed, incomplete (a binary died or
+    selected nothing), cut, skipped, passed; "not run" without any."""
+    statuses = {t["status"] for t in suites.values()}
+    if not statuses:
+        return "not run"
+    for status, when in (("failed", {"failed"}), ("incomplete", {"no summary", "no tests"}),
+                         ("cut", {"cut"}), ("skipped", {"skipped"})):
+        if statuses & when:
+            return status
+    return "passed"
+
+
+def tests_counts(suites):
+    """tests_passed (null when a suite's count is unknown), tests_failed, tests_cut, tests_skipped."""
+    values = list(suites.values())
+    known = [t["test_cases_passed"] for t in values]
+    return {
+        "tests_passed": sum(known) if values and None not in known else None,
+        "tests_failed": sum(t["test_cases_failed"] or 0 for t in values) if values else None,
+        "tests_cut": sum(t.get("test_cases_cut") or 0 for t in values) if values else None,
+        "tests_skipped": sum(t["skipped"] for t in values),
+    }
+
+
+def sanitizer_summary(outdir, tool):
+    meta = read_json(os.path.join(outdir, f"{tool}.meta.json"))
+    if meta is None:
+        return None
+    if meta.get("skipped"):
+        return {"status": "not run", "reason": meta["skipped"]}
+    text = read_text(os.path.join(outdir, f"{tool}.txt")) or ""
+    s = parse_sanitizer(text, meta.get("exit_code"), meta.get("timed_out", False))
+    s["filter"] = meta.get("filter")
+    s["seconds"] = meta.get("seconds")
+    return s
+
+
+def check_summary(outdir, commit, gpu, suite_names=("cuda", "realistic"), tools=("memcheck", "racecheck"),
+                  gpu_run=True):
     """The summary of a gpu_check run (or the test part of a gpu_window run) from the files
     it left in `outdir`."""
-    suites = {}
-    for name in suite_names:
-        log = read_text(os.path.join(outdir, f"tests_{name}.txt"))
-        meta = read_json(os.path.join(outdir, f"tests_{name}.meta.json")) or {}
-        if log is None:
-            continue
-        s = catch2_summary.parse(log, meta.get("listed"))
-        s["exit_code"] = meta.get("exit_code")
-        s["filter"] = meta.get("filter")
-        s["seconds"] = meta.get("seconds")
-        suites[name] = s
-    sanitizers = {}
-    for tool in tools:
-        meta = read_json(os.path.join(outdir, f"{tool}.meta.json"))
-        if meta is None:
-            continue
-        if meta.get("skipped"):
-            sanitizers[tool] = {"status": "not run", "reason": meta["skipped"]}
-            continue
-        text = read_text(os.path.join(outdir, f"{tool}.txt")) or ""
-        s = parse_sanitizer(text, meta.get("exit_code"), meta.get("timed_out", False))
-        s["filter"] = meta.get("filter")
-        s["seconds"] = meta.get("seconds")
-        sanitizers[tool] = s
-    statuses = [t["status"] for t in suites.values()]
-    if not suites:
-        status = "not run"
-    elif all(x == "passed" for x in statuses):
-        status = "passed"
-    elif any(x in ("no summary", "no tests") for x in statuses):
-        status = "incomplete"  # a binary died (or selected nothing): the counts are partial
-    else:
-        status = "failed"
-    known = [t for t in suites.values() if t["test_cases_passed"] is not None]
+    suites = {n: t for n in suite_names if (t := suite_summary(outdir, n, gpu_run)) is not None}
+    sanitizers = {tool: t for tool in tools if (t := sanitizer_summary(outdir, tool)) is not None}
     cpu = train_losses(os.path.join(outdir, "train_cpu"))
     cuda = train_losses(os.path.join(outdir, "train_cuda"))
     return {
         "commit": commit, "gpu": gpu,
-        "tests_status": status,
-        "tests_passed": sum(t["test_cases_passed"] for t in known) if suites and len(known) == len(suites) else None,
-        "tests_failed": sum(t["test_cases_failed"] or 0 for t in suites.values()) if suites else None,
-        "tests_skipped": sum(t["skipped"] for t in suites.values()),
+        "tests_status": tests_status(suites),
+        **tests_counts(suites),
         "suites": suites,
         "sanitizers": sanitizers,
         "train_steps_cuda": len(cuda), "train_steps_cpu": len(cpu),
@@ -141,13 +192,20 @@ def check_table(s):
     return format_table(("check", "result"), check_rows(s))
 
 
+def suite_row(name, t):
+    passed = "?" if t["test_cases_passed"] is None else t["test_cases_passed"]
+    failed = "?" if t["test_cases_failed"] is None else t["test_cases_failed"]
+    status = t["status"]
+    if status == "cut":
+        status = f"not run ({t['reason']})" if t.get("reason") else f"cut at {t.get('cut_at')} s"
+    counts = f"{passed} passed, {failed} failed, {t['skipped']} skipped"
+    if t.get("test_cases_cut"):
+        counts += f", {t['test_cases_cut']} cut"
+    return f"tests {name} {t.get('filter') or ''}".strip(), f"{status}: {counts}"
+
+
 def check_rows(s):
-    rows = []
-    for name, t in s["suites"].items():
-        passed = "?" if t["test_cases_passed"] is None else t["test_cases_passed"]
-        failed = "?" if t["test_cases_failed"] is None else t["test_cases_failed"]
-        rows.append((f"tests {name} {t.get('filter') or ''}".strip(),
-                     f"{t['status']}: {passed} passed, {failed} failed, {t['skipped']} skipped"))
+    rows = [suite_row(name, t) for name, t in s["suites"].items()]
     for tool, t in s["sanitizers"].items():
         if t["status"] == "not run":
             rows.append((f"compute-sanitizer {tool}", f"not run ({t['reason']})"))
@@ -268,63 +326,6 @@ def bench_rows(s):
     return rows
 
 
-# ----------------------------------------------------------------- window
-
-WINDOW_SUITES = ("primitives", "flash", "attention", "realistic")
-WINDOW_TOOLS = ("racecheck", "synccheck")
-
-
-def attention_times(att):
-    """Per head dim, per implementation: forward, backward and forward+backward ms, from
-    bench_attention.py's report (PyTorch rows by case, kdtrain rows by variant, the extra
-    builds' baseline rows by build label)."""
-    out = {}
-    for r in att.get("results", []):
-        if "ms" in r:
-            out.setdefault(str(r["D"]), {})[f"torch {r['case']}"] = {
-                "fwd": r.get("fwd_ms"), "bwd": r.get("bwd_ms"), "fwd_bwd": r["ms"]}
-    for r in att.get("kdtrain", []) + att.get("kdtrain_builds", []):
-        if "fwd_bwd_ms" in r:
-            name = f"kdtrain[{r['build']}] {r['attention']}" if "build" in r else f"kdtrain {r['attention']}"
-            out.setdefault(str(r["D"]), {})[name] = {
-                "fwd": r.get("forward_ms"), "bwd": r.get("backward_ms"), "fwd_bwd": r["fwd_bwd_ms"]}
-    return out
-
-
-def window_summary(outdir, commit, gpu):
-    """The summary of a gpu_window run: its tests (as check_summary), its benchmarks (as
-    bench_summary), the determinism cost, attention times, NCCL and each phase's time."""
-    check = check_summary(outdir, commit, gpu, WINDOW_SUITES, WINDOW_TOOLS)
-    s = bench_summary(outdir, commit, gpu)
-    for k in ("tests_status", "tests_passed", "tests_failed", "tests_skipped", "suites", "sanitizers"):
-        s[k] = check[k]
-    att = last_json(os.path.join(outdir, "attention.json")) or {}
-    s["attn_determinism_cost"] = att.get("attn_determinism_cost") or None
-    s["attention_ms"] = attention_times(att)
-    nccl = (read_text(os.path.join(outdir, "nccl.log")) or "").strip().splitlines()
-    s["nccl"] = nccl[-1] if nccl else None
-    phases = read_text(os.path.join(outdir, "phases.jsonl")) or ""
-    s["phases"] = [json.loads(line) for line in phases.splitlines() if line.strip()]
-    return s
-
-
-def window_table(s):
-    rows = [(f"phase {p['phase']}", f"{p['status']} ({p['seconds']} s)") for p in s["phases"]]
-    for D, impls in sorted(s["attention_ms"].items()):
-        for name, t in impls.items():
-            rows.append((f"attention D={D} {name}: fwd / bwd / total ms",
-                         f"{fmt(t['fwd'])} / {fmt(t['bwd'])} / {fmt(t['fwd_bwd'])}"))
-    cost = s["attn_determinism_cost"] or {}
-    rows.append(("attn_determinism_cost (deterministic / atomics - 1)",
-                 ", ".join(f"D={d}: {fmt(x, '{:+.1%}')}" for d, x in sorted(cost.items())) or "not measured"))
-    rows.append(("NCCL at world size 1", s["nccl"] or "not run"))
-    rows += bench_rows(s)
-    # The test verdict last, as gpu_check's table ends (no training run in the window).
-    check = check_rows(dict(s, train_max_rel_loss_diff_cuda_vs_cpu=None, train_steps_cuda=0))
-    rows += [r for r in check if not r[0].startswith("train ")]
-    return format_table(("window", "result"), rows)
-
-
 # ----------------------------------------------------------------- shared
 
 def format_table(header, rows):
@@ -334,106 +335,54 @@ def format_table(header, rows):
     return "\n".join(lines)
 
 
-# Keys each script contributes to docs/gpu/latest.json.
-CHECK_KEYS = ("tests_passed", "tests_failed", "tests_status", "tests_skipped")
-BENCH_KEYS = ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "step_speedup_vs_torch_compile",
-              "step_speedup_vs_torch_with_teacher", "mfu_1b_t2048", "peak_device_bytes",
-              "peak_device_bytes_torch_compile", "bench_config", "cached_teacher_step_vs_student",
-              "peak_device_bytes_with_teacher", "peak_device_bytes_torch_with_teacher")
-WINDOW_KEYS = CHECK_KEYS + BENCH_KEYS + ("attn_determinism_cost", "attention_ms")
-
-
-def update_latest(path, summary, keys):
-    """Merges `keys` of `summary` into the JSON file at `path`; starts the file over when
-    its commit or GPU differs from the summary's. Returns the merged object."""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        doc = {}
-    if doc.get("commit") != summary["commit"] or doc.get("gpu") != summary["gpu"]:
-        doc = {}
-    doc["commit"] = summary["commit"]
-    doc["gpu"] = summary["gpu"]
-    for k in keys:
-        doc[k] = summary.get(k)
+def write_json(path, doc):
+    """`doc` into `path` whole or not at all (a temporary file, then a rename)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)
-    return doc
-
-
-TABLE_BEGIN = "<!-- gpu_report: measured table begin -->"
-TABLE_END = "<!-- gpu_report: measured table end -->"
-
-
-def markdown_table(doc):
-    """docs/gpu/latest.json as the markdown table of docs/performance.md."""
-    def per_variant(key, pattern):
-        values = doc.get(key) or {}
-        return ", ".join(f"{v} {fmt(values.get(v), pattern)}" for v in VARIANTS) if values else "not measured"
-
-    def per_dim(key):
-        values = doc.get(key) or {}
-        return ", ".join(f"D={d}: {fmt(x, '{:.2f}')}" for d, x in sorted(values.items())) or "not measured"
-
-    slow = doc.get("variant_attn_slowdown") or {}
-    rows = [
-        ("commit, GPU", f"{str(doc.get('commit'))[:12]}, {doc.get('gpu')}"),
-        ("bench config", json.dumps(doc.get("bench_config")) if doc.get("bench_config") else "not measured"),
-        ("tests passed / failed (status)",
-         f"{fmt(doc.get('tests_passed'), '{}')} / {fmt(doc.get('tests_failed'), '{}')} ({doc.get('tests_status', 'not run')})"),
-        ("attn_fwdbwd_vs_sdpa (SDPA time / kdtrain)", per_dim("attn_fwdbwd_vs_sdpa")),
-        ("attn_determinism_cost (deterministic / atomics build - 1)", per_dim("attn_determinism_cost")),
-    ]
-    rows += [(f"variant_attn_slowdown, D={d}", ", ".join(f"{v} {fmt(x, '{:.2f}')}" for v, x in per.items()))
-             for d, per in sorted(slow.items())] or [("variant_attn_slowdown", "not measured")]
-    rows += [
-        ("step_speedup_vs_torch_compile", per_variant("step_speedup_vs_torch_compile", "{:.2f}x")),
-        ("step_speedup_vs_torch_with_teacher", per_variant("step_speedup_vs_torch_with_teacher", "{:.2f}x")),
-        ("mfu_1b_t2048", per_variant("mfu_1b_t2048", "{:.1%}")),
-        ("cached_teacher_step_vs_student", per_variant("cached_teacher_step_vs_student", "{:.2f}x")),
-    ]
-    lines = ["| measurement | value |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
-    return "\n".join(lines)
-
-
-def update_markdown(path, doc):
-    """Replaces the block between TABLE_BEGIN and TABLE_END in `path` with the table."""
-    with open(path) as f:
-        text = f.read()
-    start, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
-    if start < 0 or end < start:
-        raise SystemExit(f"gpu_report: {path} has no {TABLE_BEGIN} ... {TABLE_END} block")
-    text = text[:start + len(TABLE_BEGIN)] + "\n" + markdown_table(doc) + "\n" + text[end:]
-    with open(path, "w") as f:
-        f.write(text)
 
 
 def main(argv=None):
+    import gpu_docs
+    import window_report
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kind", choices=("check", "bench", "window"))
+    ap.add_argument("kind", choices=("check", "bench", "window", "import", "suite"))
     ap.add_argument("outdir")
-    ap.add_argument("--commit", required=True)
+    ap.add_argument("--commit", default="")
     ap.add_argument("--gpu", default="")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cuda (default): a test case that skipped itself is not a pass")
     ap.add_argument("--update-docs", metavar="PATH", default="",
-                    help="merge the measured keys into this JSON file (docs/gpu/latest.json)")
+                    help="check, bench: merge the measured keys into this JSON file (docs/gpu/latest.json)")
     ap.add_argument("--update-table", metavar="PATH", default="",
                     help="with --update-docs: rewrite the measured table of this markdown file from the JSON")
+    ap.add_argument("--docs-root", default="docs", help="import: the docs folder to write")
+    ap.add_argument("--name", default="", help="suite: the suite's name (OUTDIR/tests_NAME.*)")
     args = ap.parse_args(argv)
+    if args.kind == "suite":  # one line on one suite, as the scripts print it after running it
+        t = suite_summary(args.outdir, args.name, args.device == "cuda")
+        print("   " + ": ".join(suite_row(args.name, t)) if t else f"   {args.name}: no output")
+        return 0
+    if args.kind == "import":
+        return gpu_docs.import_window(args.outdir, args.docs_root)
+    if not args.commit:
+        ap.error(f"{args.kind} needs --commit")
     gpu = args.gpu or None
+    gpu_run = args.device == "cuda"
     if args.kind == "check":
-        s = check_summary(args.outdir, args.commit, gpu)
-        keys, table = CHECK_KEYS, check_table(s)
+        s = check_summary(args.outdir, args.commit, gpu, gpu_run=gpu_run)
+        keys, table = gpu_docs.CHECK_KEYS, check_table(s)
     elif args.kind == "bench":
         s = bench_summary(args.outdir, args.commit, gpu)
-        keys, table = BENCH_KEYS, bench_table(s)
+        keys, table = gpu_docs.BENCH_KEYS, bench_table(s)
     else:
-        s = window_summary(args.outdir, args.commit, gpu)
-        keys, table = WINDOW_KEYS, window_table(s)
+        s = window_report.window_summary(args.outdir, args.commit, gpu, gpu_run)
+        keys, table = gpu_docs.WINDOW_KEYS, window_report.window_table(s)
+        if gpu is not None and gpu_run:
+            write_json(os.path.join(args.outdir, "latest.json"), gpu_docs.latest_doc(s))
     with open(os.path.join(args.outdir, "summary.json"), "w") as f:
         json.dump(s, f, indent=2)
         f.write("\n")
@@ -441,10 +390,10 @@ def main(argv=None):
         if gpu is None:
             print(f"gpu_report: no GPU named; {args.update_docs} left alone (only GPU measurements go there)")
         else:
-            doc = update_latest(args.update_docs, s, keys)
+            doc = gpu_docs.update_latest(args.update_docs, s, keys)
             print(f"gpu_report: merged {', '.join(keys)} into {args.update_docs}")
             if args.update_table:
-                update_markdown(args.update_table, doc)
+                gpu_docs.update_markdown(args.update_table, doc)
                 print(f"gpu_report: rewrote the measured table of {args.update_table}")
     print(table)
     return 0

@@ -1,149 +1,98 @@
 #!/usr/bin/env bash
-# The one command for a lent GPU: everything worth knowing from a short
-# window, in order of value, inside WINDOW_SECONDS (default 450: the device tool lends
-# 15 minutes, start-up included, and this must end within 8 on an H100 or H200):
-#   (a) tests: the tensor-core wrapper probes on the GPU against the emulator ([cuda][tc]),
-#       the flash kernels' CUDA tests ([flash]~[sim]), [cuda][attention], the real shapes;
-#   (b) attention forward and backward timed separately at D 64 and 128: kdtrain (every
-#       variant; the sm_90a wgmma forward where built), its mma.sync forward
-#       (--attention-forward=mma_sync), the atomics timing build (attn_determinism_cost)
-#       and any other packed build, against SDPA and FlexAttention (bench_attention.py);
-#   (c) the llama3.2-1b step at T 2048, micro-batch 8, five variants, against
-#       torch.compile (bench_pytorch.py); then, time allowing, with a teacher;
-#   (d) NCCL at world size 1 (scripts/gpu/gpu_check_nccl.sh);
-#   (e) compute-sanitizer racecheck and synccheck on the attention tests, in what is left.
-# Each step runs under `timeout` with the smaller of its cap and the time left. After every
-# step the summary is rebuilt (scripts/gpu/gpu_report.py window) and $OUT/window gets
-# summary.json, table.txt, raw.tgz (every raw output) and window.log, so a run cut short
-# still returns what it measured; --update-docs also rewrites docs/gpu/latest.json and
-# the table of docs/performance.md each time, and copies both there too (six files, inside
-# the device tool's eight). The table is printed last.
+# scripts/gpu/gpu_window.sh: the one command for a lent GPU. Everything worth knowing from a
+# short window, in order of value, inside WINDOW_SECONDS (480: 8 minutes on an H100 or H200,
+# counted from the script's start, so the checks before the steps are inside it).
 #
-#   scripts/gpu/gpu_window.sh [--build] [--update-docs]
+# Through the device tool (docs/cuda.md, "The GPU window"):
+#   1. here:  scripts/gpu/package_gpu_build.sh    builds and packs .carry/gpu.tar.xz (about 14 MiB)
+#   2. there: run(command="bash scripts/gpu/gpu_window.sh --update-docs",
+#                 carry=[".carry/gpu.tar.xz"], timeout_s=540)
+#             the checkout travels by itself; the pack is the only other thing to carry
+#   3. here:  scripts/gpu/gpu_window.sh --import FILES_AT/window
+#             writes docs/gpu/latest.json, docs/gpu/DATE-COMMIT/ (the returned files) and the
+#             measured table of docs/performance.md; commit them, naming the GPU and the commit.
+# Results land in $OUT/window (./gpu_out/window without $OUT): env.txt first (GPU, driver,
+# nvcc, torch, triton and transformers versions, where every library resolved), window.log,
+# summary.json, table.txt, raw.tgz (every raw output) and, when a GPU is named, latest.json.
+# All but env.txt are rewritten after every step, so a run cut short returns what it measured.
+# --update-docs also writes the docs of step 3 in this checkout (on a machine that keeps it).
 #
-# Uses the build packed by scripts/gpu/package_gpu_build.sh (.carry/gpu.tar.xz; --build packs
-# first), else build/. Environment: WINDOW_SECONDS, DEVICE=cuda, the step shape of
-# gpu_bench_config (PRESET, SEQ, MICRO_BATCH, STEPS, WARMUP), ATTN_ARGS (extra
-# bench_attention.py arguments), TORCH_VARIANTS, TEACHER (default llama3.2-3b; "" skips),
-# SANITIZE=0, and the test filters PRIMITIVES, FLASH, ATTENTION, REALISTIC.
-# DEVICE=cpu runs the same sequence on the CPU at tiny shapes (the CUDA tests against the
-# CPU backend, KDTRAIN_CUDA_TESTS_ON_CPU=1): a smoke test of the script, run by CI
-# (scripts/tests/test_gpu_scripts.py); nothing is learnt about a GPU.
+# Exit status: 0 every step ran or was cut for time, and the tests passed; 1 a test failed,
+# was skipped or cut, or a step failed; 2 usage, or no build; 3 a binary cannot load its shared
+# libraries (stopped before any GPU work); 4 CUDA cannot start (stopped after the first tests).
+#
+# The steps, in order of value (--plan prints their caps). A step gets the smaller of its cap
+# and the time left, and is skipped when that is under the least time it can use:
+#   a  tests, each case once: the tensor-core wrappers against the emulator ([cuda][tc]), the
+#      flash kernels ([cuda][flash]), the other attention cases, the real shapes ([realistic]),
+#      then the rest of [cuda]. A suite stopped by its time limit is "cut at N s".
+#   b  attention forward and backward at D 64 and 128, each timing written as it is measured:
+#      kdtrain's baseline and SDPA, the atomics timing build (attn_determinism_cost), every
+#      kernel choice the binary offers (scripts/gpu/kernel_choices.py) and other packed build
+#      (bin/kdtrain_LABEL), kdtrain's variants, PyTorch's; predicted beside measured where
+#      the pack holds predictions.json.
+#   c  the llama3.2-1b step at T 2048, micro-batch 8, for FIRST_VARIANTS (baseline sink affine):
+#      kdtrain, then torch.compile variant by variant (the models built on the GPU).
+#   d  NCCL at world size 1 (scripts/gpu/gpu_check_nccl.sh).
+#   c  the cached-teacher step.
+#   e  compute-sanitizer racecheck and synccheck on [sanitize]; skipped at once where the GPU
+#      runtime answers "Device not supported".
+#   then, only where the whole cap still fits: the other variants, and the step with TEACHER.
+#
+#   scripts/gpu/gpu_window.sh [--update-docs] [--build]    run the window
+#   scripts/gpu/gpu_window.sh --plan | --import DIR | --help
+#
+# Environment: WINDOW_SECONDS, DEVICE (cuda), FIRST_VARIANTS, TORCH_VARIANTS (all), TEACHER
+# (llama3.2-3b; "" skips), SANITIZE=0, the test filters PRIMITIVES FLASH ATTENTION REALISTIC
+# KERNELS SANITIZE_FILTER ("" skips a suite), the step shape PRESET SEQ MICRO_BATCH STEPS
+# WARMUP, ATTN_ARGS (more bench_attention.py arguments), ATTN_BUILDS (more --kdtrain-build
+# specs, one a line: the hook for a build or kernel the binary does not announce),
+# GPU_PACK_DIR, GPU_SITE_PACKAGES, GPU_DOCS_ROOT (the scripts' own tests set these).
+# DEVICE=cpu runs the same sequence on the CPU at tiny shapes: a smoke test of the script (CI).
+START=$(date +%s)
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
+source "$ROOT/scripts/gpu/gpu_window_steps.sh"
+export PYTHONUNBUFFERED=1
+case "${1:-}" in
+  --help|-h) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
+  --import) exec python3 scripts/gpu/gpu_report.py import "${2:?--import DIR}" --docs-root "${GPU_DOCS_ROOT:-$ROOT/docs}" ;;
+  --plan) window_defaults; plan_table; exit 0 ;;
+esac
 gpu_output window window.log
 gpu_options gpu_window "$@"
-DEVICE="${DEVICE:-cuda}"
-BUDGET="${WINDOW_SECONDS:-450}"
-if [[ "$DEVICE" != cuda ]]; then  # tiny shapes: the sequence, not the numbers
-  export KDTRAIN_CUDA_TESTS_ON_CPU=1
-  PRESET="${PRESET:-tiny-llama}" SEQ="${SEQ:-32}" MICRO_BATCH="${MICRO_BATCH:-2}" STEPS="${STEPS:-1}" WARMUP="${WARMUP:-0}"
-  ATTN_ARGS="${ATTN_ARGS:---tokens 64 --seq-len 32 --head-dims 16 --channels 64 --gqa 2 --iters 1 --warmup 0 --kdtrain-preset tiny-llama --variants baseline sink}"
-  TORCH_MODE=eager TEACHER="${TEACHER-}" TORCH_VARIANTS="${TORCH_VARIANTS:-baseline sink}"
-  FLASH="${FLASH:-[flash][schedule]}" ATTENTION="${ATTENTION:-cuda attention matches the CPU reference for every variant}"
-  REALISTIC="${REALISTIC:-[path]}"
-fi
-PRIMITIVES="${PRIMITIVES:-[cuda][tc]}"
-FLASH="${FLASH:-[flash]~[sim]}"
-ATTENTION="${ATTENTION:-[cuda][attention]~[realistic]}"
-REALISTIC="${REALISTIC:-[realistic]}"
-TORCH_MODE="${TORCH_MODE:-compile}"
-TEACHER="${TEACHER-llama3.2-3b}"
+window_defaults
 gpu_build
-gpu_bench_config
 [[ -x "$KDTRAIN" && -x "$TESTS" ]] || { echo "gpu_window: no build ($KDTRAIN; run scripts/gpu/package_gpu_build.sh)"; exit 2; }
+echo "== kdtrain GPU window  commit $COMMIT  device $DEVICE  budget ${BUDGET}s"
+ENV_FILE="$OUTDIR/env.txt"
+gpu_environment_report "$ENV_FILE"
+gpu_resolve_libraries "$ENV_FILE" "$KDTRAIN" "$TESTS" ${PACK:+"$PACK"/bin/*}
 VARIANTS="$("$KDTRAIN" info --variants | awk '{print $1}' | tr '\n' ' ')"  # every variant, from the binary
+[[ -n "${VARIANTS// /}" ]] || { echo "gpu_window: '$KDTRAIN info --variants' listed no variant"; exit 2; }
+REST_VARIANTS="$(for V in $VARIANTS; do [[ " $FIRST_VARIANTS " == *" $V "* ]] || echo "$V"; done | tr '\n' ' ')"
 TORCH_VARIANTS="${TORCH_VARIANTS:-$VARIANTS}"
 RAW="$(mktemp -d)"  # raw outputs, packed into $OUTDIR/raw.tgz after every step
 trap 'rm -rf "$RAW"' EXIT
-START=$(date +%s)
-export ROOT RAW START BUDGET DEVICE KDTRAIN TESTS KDTRAIN_ATOMIC_DQ VARIANTS TORCH_MODE TEACHER ATTN_ARGS \
-  PRIMITIVES FLASH ATTENTION REALISTIC
-left() { echo $(( BUDGET - ($(date +%s) - START) )); }
-echo "== kdtrain GPU window  commit $COMMIT  $(date -u +%FT%TZ)  device $DEVICE  budget ${BUDGET}s"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+[[ -n "$PACK" && -f "$PACK/predictions.json" ]] && cp "$PACK/predictions.json" "$RAW/"
+cp "$ENV_FILE" "$RAW/"
+export ROOT RAW START BUDGET DEVICE KDTRAIN TESTS KDTRAIN_ATOMIC_DQ TORCH_MODE TEACHER ATTN_ARGS ATTN_BUILDS \
+  PRIMITIVES FLASH ATTENTION REALISTIC KERNELS SANITIZE_FILTER
 
-# save: the summary of everything so far into $OUTDIR (and the docs with --update-docs).
-save() {
-  python3 scripts/gpu/gpu_report.py window "$RAW" --commit "$COMMIT" --gpu "$GPU" \
-    ${UPDATE_DOCS:+--update-docs "$UPDATE_DOCS" --update-table "$UPDATE_TABLE"} > "$RAW/table.txt" 2>&1
-  cp "$RAW/summary.json" "$RAW/table.txt" "$OUTDIR/" 2>/dev/null
-  if [[ -n "$UPDATE_DOCS" && -f "$UPDATE_DOCS" ]]; then cp "$UPDATE_DOCS" "$UPDATE_TABLE" "$OUTDIR/"; fi
-  tar -czf "$OUTDIR/raw.tgz.part" -C "$RAW" . && mv "$OUTDIR/raw.tgz.part" "$OUTDIR/raw.tgz"
-}
-
-# step NAME CAP FUNCTION [ARGS...]: FUNCTION under the smaller of CAP seconds and the time
-# left (skipped under 5 s), its status and seconds appended to phases.jsonl, then save.
-step() {
-  local name="$1" cap="$2" limit rc status t0
-  shift 2
-  limit=$(left)
-  (( cap < limit )) && limit=$cap
-  if (( limit < 5 )); then
-    status="skipped: out of time"
-  else
-    echo "== $name (up to ${limit}s, $(left)s left)"
-    t0=$(date +%s)
-    # A fresh bash under timeout (which ends its whole process group), given the functions
-    # and the benchmark arguments; the scalars it reads are exported below.
-    timeout "$limit" bash -c "$(declare -p COMMON); $(declare -f); \"\$@\"" step "$@"
-    rc=$?
-    status="rc $rc"
-    [[ $rc == 0 ]] && status="ok"
-    [[ $rc == 124 ]] && status="cut at ${limit}s"
+mapfile -t PLAN < <(plan)
+for entry in "${PLAN[@]}"; do
+  IFS="|" read -r name cap least _ call <<< "$entry"
+  run_step "$name" "$cap" "$least" $call < /dev/null
+  if [[ "$name" == "a tests" ]] && cuda_cannot_start; then
+    record_phase "stop" "CUDA cannot start: the tests say 'SKIPPED: no CUDA device'" 0
+    save
+    echo "gpu_window: CUDA cannot start (the tests say 'SKIPPED: no CUDA device'); stopping (exit 4)"
+    exit 4
   fi
-  printf '{"phase": "%s", "status": "%s", "seconds": %s}\n' "$name" "$status" "$(( $(date +%s) - ${t0:-$(date +%s)} ))" \
-    >> "$RAW/phases.jsonl"
-  save
-}
+done
+save
+echo "== done in $(( $(date +%s) - START ))s; $OUTDIR: $(cd "$OUTDIR" && echo *)"
+window_verdict
+VERDICT=$?
+cat "$RAW/table.txt"  # the table last
+exit $VERDICT
 
-# (a) correctness first: a wrong kernel makes every later number meaningless.
-tests_a() {
-  gpu_run_tests "$RAW" primitives "$PRIMITIVES"
-  gpu_run_tests "$RAW" flash "$FLASH"
-  gpu_run_tests "$RAW" attention "$ATTENTION"
-  gpu_run_tests "$RAW" realistic "$REALISTIC"
-}
-# (b) attention alone: the strong PyTorch forms (SDPA, FlexAttention for the sink) against
-# kdtrain, forward and backward apart. kdtrain's rows take the forward kernel it chooses
-# (the sm_90a wgmma forward where built); "mma-sync" forces the mma.sync forward
-# on the baseline (kdtrain bench --attention-forward); then the atomics build and any other packed
-# build (bin/kdtrain_<label>).
-attention_b() {
-  local builds=(--kdtrain-build "mma-sync=$KDTRAIN --attention-forward=mma_sync") bin
-  [[ -n "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "atomic-dq=$KDTRAIN_ATOMIC_DQ")
-  for bin in "$(dirname "$KDTRAIN")"/kdtrain_*; do
-    [[ -x "$bin" && "$bin" != *_tests && "$bin" != "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "${bin##*/kdtrain_}=$bin")
-  done
-  python3 scripts/peers/bench_attention.py --device "$DEVICE" $([[ $TORCH_MODE == compile ]] && echo --compile) \
-    --cases strong --kdtrain "$KDTRAIN" "${builds[@]}" $ATTN_ARGS --json > "$RAW/attention.json"
-}
-# (c) the step: kdtrain for every variant, then torch.compile variant by variant.
-step_kdtrain() { for V in $VARIANTS; do gpu_bench_kdtrain "$RAW" "$V" "$V"; done; }
-step_torch() { gpu_bench_torch "$RAW" "${TORCH_MODE}_$1" "$1" "$TORCH_MODE"; }
-# The cached-teacher step (top-64 log-probabilities, the sparse KD loss on the device),
-# to hold against the student-only step of the same variant.
-step_teacher_cache() { gpu_bench_kdtrain "$RAW" teacher_cache_baseline baseline --teacher-cache 64; }
-# With the teacher, the student recomputes its MLP (train.recompute=mlp: the memory plan
-# of the paper's 1B + 3B configuration).
-step_teacher() {
-  gpu_bench_kdtrain "$RAW" teacher_baseline baseline --teacher "$TEACHER" --set train.recompute=mlp
-  gpu_bench_torch "$RAW" teacher_baseline baseline "$TORCH_MODE" --teacher "$TEACHER"
-}
-# (d) NCCL at world size 1; its last line is the verdict.
-nccl_d() { OUT="$RAW/nccl_out" scripts/gpu/gpu_check_nccl.sh > "$RAW/nccl.log" 2>&1; }
-# (e) the sanitizers on the attention tests, each with half of what is left.
-sanitize_e() {
-  gpu_run_sanitizer "$RAW" racecheck "$ATTENTION" $(( $(left) / 2 ))
-  gpu_run_sanitizer "$RAW" synccheck "$ATTENTION" $(( $(left) - 5 ))
-}
-
-step "a tests" 150 tests_a
-step "b attention" 120 attention_b
-step "c kdtrain step" 90 step_kdtrain
-for V in $TORCH_VARIANTS; do step "c torch $TORCH_MODE $V" 75 step_torch "$V"; done
-step "c cached teacher" 45 step_teacher_cache
-[[ -n "$TEACHER" && $(left) -gt 150 ]] && step "c with teacher $TEACHER" 90 step_teacher
-if [[ "$DEVICE" == cuda ]]; then step "d nccl" 60 nccl_d; fi
-step "e sanitizers" 600 sanitize_e
-echo "== done in $(( $(date +%s) - START ))s; $OUTDIR: summary.json table.txt raw.tgz window.log"
-cat "$RAW/table.txt"

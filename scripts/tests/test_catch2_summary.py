@@ -1,6 +1,7 @@
 """scripts/gpu/catch2_summary.py: the outcome of a Catch2 run, from the recorded GPU log
 (which an earlier parser read as 4 passed, 0 failed), from every summary form of
 Catch2 2.13's compact and console reporters, and from real runs of kdtrain_tests."""
+import json
 import os
 import subprocess
 import sys
@@ -9,8 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
 import catch2_summary  # noqa: E402
+import gpu_report  # noqa: E402
 
 RECORDED = ROOT.parent / "shared" / "gpu-runs" / "2026-11-22-e64f2ce" / "cuda_tests.txt"
 TESTS = Path(os.environ.get("KDTRAIN_BUILD_DIR", ROOT / "build")) / "kdtrain_tests"
@@ -85,3 +87,66 @@ def test_real_passing_run(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert r["status"] == "passed" and r["test_cases_passed"] == n > 0 and "warning" not in r
     assert catch2_summary.main([str(log), "--json"]) == 0
+
+
+DURATIONS_LOG = """\
+x.cpp:9: warning: 'SKIPPED: no CUDA device'
+0.001 s: skips
+x.cpp:20: failed: a == b for: 1 == 2
+0.010 s: a section
+0.020 s: fails
+0.030 s: passes
+x.cpp:40: failed: fatal error condition with message: 'SIGTERM - Termination request signal'
+Failed 1 test case, failed 2 assertions.
+"""
+
+
+def test_case_outcomes_of_a_cut_run():
+    cases, failing = catch2_summary.case_outcomes(DURATIONS_LOG, ["skips", "fails", "passes", "never"])
+    assert [(c["name"], c["failed"], c["skipped"]) for c in cases] == [
+        ("skips", False, True), ("fails", True, False), ("passes", False, False)]
+    assert failing is False  # the SIGTERM of the cut is no failure
+    crash = DURATIONS_LOG.replace("SIGTERM - Termination request", "SIGSEGV - Segmentation violation")
+    assert catch2_summary.case_outcomes(crash, ["passes"])[1] is True  # a crash is
+
+
+def write_suite(tmp_path, log, names, meta):
+    (tmp_path / "tests_s.txt").write_text(log)
+    (tmp_path / "tests_s.names").write_text("\n".join(names) + "\n")
+    (tmp_path / "tests_s.meta.json").write_text(json.dumps(meta))
+
+
+def test_cut_suite_counts_from_the_window_timer(tmp_path):
+    names = ["skips", "fails", "passes", "never"]
+    write_suite(tmp_path, DURATIONS_LOG, names, {"filter": "[x]", "listed": 4, "limit": 30, "exit_code": 124,
+                                                  "cut": True, "seconds": 30})
+    t = gpu_report.suite_summary(str(tmp_path), "s")
+    # "passes" was the last case seen: it may have had sections left, so it counts as cut.
+    assert (t["status"], t["cut_at"], t["test_cases_passed"], t["test_cases_failed"], t["skipped"],
+            t["test_cases_cut"]) == ("cut", 30, 0, 1, 1, 2)
+    assert gpu_report.suite_row("s", t)[1] == "cut at 30 s: 0 passed, 1 failed, 1 skipped, 2 cut"
+    # Without the timer's word, the same log is Catch2's own verdict: a failure.
+    write_suite(tmp_path, DURATIONS_LOG, names, {"filter": "[x]", "listed": 4, "exit_code": 1, "seconds": 3})
+    assert gpu_report.suite_summary(str(tmp_path), "s")["status"] == "failed"
+    # A run that never returned (the step around it was cut) is cut too.
+    write_suite(tmp_path, DURATIONS_LOG, names, {"filter": "[x]", "listed": 4, "limit": 30})
+    assert gpu_report.suite_summary(str(tmp_path), "s")["status"] == "cut"
+
+
+def test_real_run_cut_by_timeout(tmp_path):
+    """kdtrain_tests under `timeout`: Catch2 traps the SIGTERM and says "Failed 1 test case";
+    read with the timer's verdict it is a cut with no failure."""
+    if not TESTS.exists():
+        pytest.skip(f"{TESTS} not built")
+    names = run_tests("[flash][sim]", "--list-test-names-only").stdout.split("\n")
+    names = [n for n in names if n.strip()]
+    p = subprocess.run(["timeout", "3", str(TESTS), "[flash][sim]", "-r", "compact", "-d", "yes"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 124
+    log = p.stdout + p.stderr
+    assert catch2_summary.parse(log)["status"] == "failed"  # what the window used to report
+    write_suite(tmp_path, log, names, {"filter": "[flash][sim]", "listed": len(names), "limit": 3,
+                                       "exit_code": 124, "cut": True, "seconds": 3})
+    t = gpu_report.suite_summary(str(tmp_path), "s")
+    assert (t["status"], t["test_cases_failed"]) == ("cut", 0)
+    assert t["test_cases_passed"] + t["test_cases_cut"] == len(names)

@@ -1,6 +1,7 @@
-"""scripts/gpu/gpu_report.py (the summaries, table and docs/gpu/latest.json of the GPU
-scripts) on recorded and synthetic inputs, and CPU smoke runs of scripts/gpu/gpu_check.sh
-and scripts/gpu/gpu_bench.sh (DEVICE=cpu: the scripts themselves, no GPU numbers)."""
+"""scripts/gpu/gpu_report.py, window_report.py and gpu_docs.py (the summaries, tables and
+docs/gpu/ of the GPU scripts) on recorded and synthetic inputs, and CPU smoke runs of
+scripts/gpu/gpu_check.sh, gpu_bench.sh and gpu_window.sh (DEVICE=cpu: the scripts
+themselves, no GPU numbers). The GPU-mode dry runs of the window are in test_gpu_window.py."""
 import json
 import os
 import shutil
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+import gpu_docs  # noqa: E402
 import gpu_report  # noqa: E402
+import window_report  # noqa: E402
 
 RECORDED = ROOT.parent / "shared" / "gpu-runs" / "2026-11-22-e64f2ce"
 BUILD = Path(os.environ.get("KDTRAIN_BUILD_DIR", ROOT / "build"))
@@ -56,8 +59,12 @@ def test_check_summary_synthetic(tmp_path):
           "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n========= ERROR SUMMARY: 1 error\n")
     metrics(tmp_path, "cpu", [5.0, 4.0, 3.0])
     metrics(tmp_path, "cuda", [5.0, 4.004, 3.0])
-    s = gpu_report.check_summary(str(tmp_path), "abc", "GPU")
+    s = gpu_report.check_summary(str(tmp_path), "abc", "GPU", gpu_run=False)
     assert (s["tests_status"], s["tests_passed"], s["tests_failed"], s["tests_skipped"]) == ("passed", 26, 0, 1)
+    # On a GPU run the case that skipped itself is no pass.
+    s = gpu_report.check_summary(str(tmp_path), "abc", "GPU")
+    assert (s["tests_status"], s["tests_passed"], s["tests_failed"], s["tests_skipped"]) == ("skipped", 25, 0, 1)
+    assert s["suites"]["cuda"]["status"] == "skipped" and s["suites"]["realistic"]["status"] == "passed"
     assert s["sanitizers"]["memcheck"]["status"] == "clean"
     assert s["sanitizers"]["racecheck"]["status"] == "errors"
     assert s["sanitizers"]["racecheck"]["hazards"] == 2
@@ -117,13 +124,16 @@ def test_bench_summary_of_nothing_measured(tmp_path):
 def test_update_latest_keeps_one_session(tmp_path):
     path = str(tmp_path / "docs" / "gpu" / "latest.json")
     check = {"commit": "c1", "gpu": "H100", "tests_passed": 30, "tests_failed": 0}
-    gpu_report.update_latest(path, check, ("tests_passed", "tests_failed"))
+    gpu_docs.update_latest(path, check, ("tests_passed", "tests_failed"))
     bench = {"commit": "c1", "gpu": "H100", "mfu_1b_t2048": {"baseline": 0.4}}
-    doc = gpu_report.update_latest(path, bench, ("mfu_1b_t2048",))
+    doc = gpu_docs.update_latest(path, bench, ("mfu_1b_t2048",))
     assert doc == {"commit": "c1", "gpu": "H100", "tests_passed": 30, "tests_failed": 0,
                    "mfu_1b_t2048": {"baseline": 0.4}}
+    # A per-variant key with nothing measured is null, never a dict of nulls.
+    doc = gpu_docs.update_latest(path, dict(bench, mfu_1b_t2048={"baseline": None}), ("mfu_1b_t2048",))
+    assert doc["mfu_1b_t2048"] is None
     # Another commit: the old keys go, never mixed with the new ones.
-    doc = gpu_report.update_latest(path, dict(bench, commit="c2"), ("mfu_1b_t2048",))
+    doc = gpu_docs.update_latest(path, dict(bench, commit="c2"), ("mfu_1b_t2048",))
     assert doc == {"commit": "c2", "gpu": "H100", "mfu_1b_t2048": {"baseline": 0.4}}
     assert json.loads(Path(path).read_text()) == doc
 
@@ -179,50 +189,107 @@ def test_gpu_bench_cpu_smoke(tmp_path):
 
 def test_markdown_table_rewritten_between_the_markers(tmp_path):
     md = tmp_path / "performance.md"
-    md.write_text(f"# x\n\nbefore\n{gpu_report.TABLE_BEGIN}\nold table\n{gpu_report.TABLE_END}\nafter\n")
+    md.write_text(f"# x\n\nbefore\n{gpu_docs.TABLE_BEGIN}\nold table\n{gpu_docs.TABLE_END}\nafter\n")
     doc = {"commit": "abcdef1234567890", "gpu": "NVIDIA H100 80GB HBM3", "tests_passed": 30, "tests_failed": 1,
            "tests_status": "failed", "attn_fwdbwd_vs_sdpa": {"64": 0.95},
            "variant_attn_slowdown": {"64": {"baseline": 1.0, "sink": 1.04}},
            "step_speedup_vs_torch_compile": {"baseline": 1.21, "sink": None}}
-    gpu_report.update_markdown(str(md), doc)
+    gpu_docs.update_markdown(str(md), doc)
     text = md.read_text()
     assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith("after\n")
-    assert "| tests passed / failed (status) | 30 / 1 (failed) |" in text
+    assert "| tests passed / failed / cut (status) | 30 / 1 / not measured (failed) |" in text
     assert "D=64: 0.95" in text and "baseline 1.21x, sink not measured" in text
     assert "| mfu_1b_t2048 | not measured |" in text
     # The real docs carry the markers, so --update-docs can rewrite them.
     perf = (ROOT / "docs" / "performance.md").read_text()
-    assert perf.index(gpu_report.TABLE_BEGIN) < perf.index(gpu_report.TABLE_END)
+    assert perf.index(gpu_docs.TABLE_BEGIN) < perf.index(gpu_docs.TABLE_END)
+
+
+def jsonl(path, rows):
+    write(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def test_window_summary_synthetic(tmp_path):
     suite(tmp_path, "primitives", "Passed 1 test case with 392 assertions.\n", 1, "[cuda][tc]")
     suite(tmp_path, "flash", "x.cpp:1: failed: a\nFailed 1 test case, failed 2 assertions.\n", 10, "[flash]~[sim]")
     write(tmp_path / "racecheck.meta.json", json.dumps({"skipped": "DEVICE=cpu"}))
-    bench_json(tmp_path, "attention.json", attn_fwdbwd_vs_sdpa={"64": 0.9},
-               attn_determinism_cost={"64": 0.04},
-               results=[{"case": "sdpa", "D": 64, "ms": 1.8, "fwd_ms": 0.5, "bwd_ms": 1.3}],
-               kdtrain=[{"attention": "baseline", "D": 64, "forward_ms": 0.6, "backward_ms": 1.4, "fwd_bwd_ms": 2.0}],
-               kdtrain_builds=[{"attention": "baseline", "D": 64, "build": "atomic-dq", "forward_ms": 0.6,
-                                "backward_ms": 1.32, "fwd_bwd_ms": 1.92}])
+    path_reason = [{"reason": "fused kernels; forward kernel wgmma"}]
+    jsonl(tmp_path / "attention.jsonl", [
+        {"kind": "kdtrain", "attention": "baseline", "D": 64, "forward_ms": 0.6, "backward_ms": 1.4,
+         "fwd_bwd_ms": 2.0, "attention_paths": path_reason},
+        {"kind": "torch", "case": "sdpa", "variant": "baseline", "D": 64, "ms": 1.8, "fwd_ms": 0.5, "bwd_ms": 1.3},
+        {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "atomic-dq", "forward_ms": 0.6,
+         "backward_ms": 1.32, "fwd_bwd_ms": 1.92},
+        {"kind": "kdtrain", "variant": "baseline", "D": 128, "build": "KDTRAIN_FLASH_FORWARD:wgmma",
+         "error": "refused"}])
+    write(tmp_path / "predictions.json", json.dumps({"kernels": [  # attention_model.py --json
+        {"kernel": "wgmma", "D": 64, "ms": 0.55}, {"kernel": "mma_sync", "D": 64, "ms": 0.7},
+        {"kernel": "bwd_main", "D": 64, "ms": 1.2}, {"kernel": "bwd_main atomics", "D": 64, "ms": 1.1}]}))
     write(tmp_path / "phases.jsonl", '{"phase": "a tests", "status": "ok", "seconds": 70}\n'
-                                     '{"phase": "b attention", "status": "cut at 120s", "seconds": 120}\n')
-    write(tmp_path / "nccl.log", "...\nnccl: passed\n")
-    s = gpu_report.window_summary(str(tmp_path), "abc", "H100")
+                                     '{"phase": "b attention", "status": "cut at 120 s", "seconds": 120}\n')
+    write(tmp_path / "nccl.log", "...\n   single vs nccl: the same bits\n   single vs nccl_after: the same bits\n"
+                                 "nccl: passed\n")
+    write(tmp_path / "env.txt", "date: 2026-11-28T10:00:00Z\ngpu: NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB\n")
+    s = window_report.window_summary(str(tmp_path), "abc", "H100")
     # 1 passed of [cuda][tc]; 10 listed, 1 failed of the flash suite: 9 + 1 passed, 1 failed.
-    assert (s["tests_status"], s["tests_passed"], s["tests_failed"]) == ("failed", 10, 1)
-    assert s["attn_determinism_cost"] == {"64": 0.04}
+    assert (s["tests_status"], s["tests_passed"], s["tests_failed"], s["tests_cut"]) == ("failed", 10, 1, 0)
+    assert s["attn_fwdbwd_vs_sdpa"] == {"64": 1.8 / 2.0}
+    assert s["attn_determinism_cost"] == {"64": pytest.approx(2.0 / 1.92 - 1)}
     assert s["attention_ms"]["64"]["kdtrain[atomic-dq] baseline"]["bwd"] == 1.32
     assert s["attention_ms"]["64"]["torch sdpa"] == {"fwd": 0.5, "bwd": 1.3, "fwd_bwd": 1.8}
-    assert s["nccl"] == "nccl: passed"
-    table = gpu_report.window_table(s)
-    assert "cut at 120s (120 s)" in table and "D=64: +4.0%" in table
+    assert s["attn_fwd_ms"]["64"]["kdtrain baseline"] == {"measured": 0.6, "kernel": "wgmma", "predicted": 0.55}
+    assert s["attn_bwd_ms"]["64"]["kdtrain baseline"] == {"measured": 1.4, "kernel": "bwd_main", "predicted": 1.2}
+    assert s["attn_bwd_ms"]["64"]["kdtrain[atomic-dq] baseline"] == {
+        "measured": 1.32, "kernel": "bwd_main atomics", "predicted": 1.1}
+    assert s["attn_fwd_ms"]["64"]["kdtrain[atomic-dq] baseline"]["predicted"] is None  # its kernel is not named
+    assert s["nccl"] == "nccl: passed" and s["nccl_world1_identical"] is True
+    assert s["env"]["gpu"].startswith("NVIDIA H100")
+    table = window_report.window_table(s)
+    assert "cut at 120 s (120 s)" in table and "D=64: +4.2%" in table
+    lines = {line.split("  ")[0]: line.rstrip() for line in table.splitlines()}
+    assert lines["attention D=64 kdtrain baseline fwd (wgmma): measured / predicted ms"].endswith("0.60 / 0.55")
+    assert lines["attention D=128 kdtrain[KDTRAIN_FLASH_FORWARD:wgmma] baseline"].endswith("error: refused")
     assert table.splitlines()[-1].startswith("overall") and "failed" in table.splitlines()[-1]
-    path = tmp_path / "latest.json"
-    doc = gpu_report.update_latest(str(path), s, gpu_report.WINDOW_KEYS)
-    for key in ("commit", "gpu", "tests_passed", "tests_failed", "attn_fwdbwd_vs_sdpa", "variant_attn_slowdown",
-                "attn_determinism_cost", "step_speedup_vs_torch_compile", "mfu_1b_t2048"):
-        assert key in doc
+    doc = gpu_docs.latest_doc(s)
+    assert set(doc) == {"commit", "gpu", *gpu_docs.WINDOW_KEYS}
+    for key in ("step_speedup_vs_torch_compile", "mfu_1b_t2048", "cached_teacher_step_vs_student",
+                "peak_device_bytes", "peak_device_bytes_torch_compile"):
+        assert doc[key] is None, key  # not measured: null, never a guess
+    assert doc["variant_attn_slowdown"] == {"64": {"baseline": 1.0}}
+    assert gpu_report.main(["window", str(tmp_path), "--commit", "abc", "--gpu", "H100"]) == 0
+    assert json.loads((tmp_path / "latest.json").read_text()) == json.loads(json.dumps(doc))
+
+
+def test_nccl_identical_verdicts():
+    assert window_report.nccl_identical(None) is None
+    assert window_report.nccl_identical("== NCCL\nnccl: FAILED (collectives)\n") is None
+    assert window_report.nccl_identical("   single vs nccl: the same bits\n   single vs nccl_after: DIFFERENT\n") \
+        is False
+
+
+def test_import_window_into_docs(tmp_path):
+    docs = tmp_path / "docs"
+    write(docs / "performance.md", f"x\n{gpu_docs.TABLE_BEGIN}\nold\n{gpu_docs.TABLE_END}\n")
+    window = tmp_path / "window"
+    summary = {"commit": "0123456789abcdef", "gpu": "NVIDIA H200", "tests_passed": 7, "tests_failed": 0,
+               "tests_cut": 2, "tests_status": "cut", "env": {"date": "2026-11-28T10:00:00Z"},
+               "mfu_1b_t2048": {"baseline": 0.41, "sink": None}, "nccl_world1_identical": False}
+    write(window / "summary.json", json.dumps(summary))
+    for name in ("env.txt", "window.log", "table.txt"):
+        write(window / name, name)
+    write(window / "other.txt", "not kept")
+    assert gpu_report.main(["import", str(window), "--docs-root", str(docs)]) == 0
+    doc = json.loads((docs / "gpu" / "latest.json").read_text())
+    assert set(doc) == {"commit", "gpu", *gpu_docs.WINDOW_KEYS}
+    assert (doc["tests_cut"], doc["attn_fwd_ms"], doc["nccl_world1_identical"]) == (2, None, False)
+    run = docs / "gpu" / "2026-11-28-0123456"
+    assert sorted(p.name for p in run.iterdir()) == ["env.txt", "summary.json", "table.txt", "window.log"]
+    text = (docs / "performance.md").read_text()
+    assert "| tests passed / failed / cut (status) | 7 / 0 / 2 (cut) |" in text
+    assert "baseline 41.0%, sink not measured" in text and "| nccl_world1_identical | false |" in text
+    # A run that named no GPU never reaches the docs.
+    write(window / "summary.json", json.dumps(dict(summary, gpu=None)))
+    assert gpu_report.main(["import", str(window), "--docs-root", str(docs)]) == 2
 
 
 def test_gpu_window_cpu_smoke(tmp_path):
@@ -234,10 +301,11 @@ def test_gpu_window_cpu_smoke(tmp_path):
     p = run_script("gpu_window.sh", {"DEVICE": "cpu", "OUT": str(tmp_path), "TORCH_VARIANTS": "baseline"}, 900)
     assert p.returncode == 0, p.stdout + p.stderr
     out = tmp_path / "window"
-    assert sorted(f.name for f in out.iterdir()) == ["raw.tgz", "summary.json", "table.txt", "window.log"]
+    assert sorted(f.name for f in out.iterdir()) == ["env.txt", "raw.tgz", "summary.json", "table.txt", "window.log"]
+    assert (out / "env.txt").read_text().startswith("date: ")
     s = json.loads((out / "summary.json").read_text())
     assert s["gpu"] is None and s["tests_status"] == "passed" and s["tests_failed"] == 0
-    assert [p_["phase"] for p_ in s["phases"]][:3] == ["a tests", "b attention", "c kdtrain step"]
+    assert [p_["phase"] for p_ in s["phases"]][:3] == ["a tests", "b attention", "c kdtrain step baseline sink affine"]
     assert all(p_["status"] == "ok" for p_ in s["phases"])
     assert s["attention_ms"]["16"]["kdtrain baseline"]["fwd"] > 0
     assert s["tokens_per_s"]["affine"] > 0

@@ -1,0 +1,213 @@
+# Sourced by scripts/gpu/gpu_window.sh: its plan, the runner of one step and the steps.
+
+# window_defaults: the budget, the device, the test filters and the step shape, from the
+# environment. DEVICE=cpu: tiny shapes and the CUDA tests against the CPU backend, a smoke
+# test of the sequence (nothing is learnt about a GPU).
+window_defaults() {
+  DEVICE="${DEVICE:-cuda}"
+  BUDGET="${WINDOW_SECONDS:-480}"
+  FIRST_VARIANTS="${FIRST_VARIANTS:-baseline sink affine}"
+  if [[ "$DEVICE" != cuda ]]; then
+    export KDTRAIN_CUDA_TESTS_ON_CPU=1
+    PRESET="${PRESET:-tiny-llama}" SEQ="${SEQ:-32}" MICRO_BATCH="${MICRO_BATCH:-2}" STEPS="${STEPS:-1}" WARMUP="${WARMUP:-0}"
+    ATTN_ARGS="${ATTN_ARGS:---tokens 64 --seq-len 32 --head-dims 16 --channels 64 --gqa 2 --iters 1 --warmup 0 --kdtrain-preset tiny-llama --variants baseline sink}"
+    TORCH_MODE=eager TEACHER="${TEACHER-}"
+    FLASH="${FLASH-[flash][schedule]}" ATTENTION="${ATTENTION-cuda attention matches the CPU reference for every variant}"
+    REALISTIC="${REALISTIC-[path]}" KERNELS="${KERNELS-[cuda][rope]}"
+  fi
+  # Each GPU test case in one suite only (scripts/tests/test_gpu_window.py checks it).
+  PRIMITIVES="${PRIMITIVES-[cuda][tc]}"
+  FLASH="${FLASH-[cuda][flash]}"
+  ATTENTION="${ATTENTION-[cuda][attention]~[flash]~[realistic]}"
+  REALISTIC="${REALISTIC-[realistic]}"
+  KERNELS="${KERNELS-[cuda]~[tc]~[flash]~[attention]}"
+  SANITIZE_FILTER="${SANITIZE_FILTER-[sanitize]}"
+  TORCH_MODE="${TORCH_MODE:-compile}"
+  TEACHER="${TEACHER-llama3.2-3b}"
+  ATTN_ARGS="${ATTN_ARGS:-}" ATTN_BUILDS="${ATTN_BUILDS:-}"
+  gpu_bench_config
+}
+
+# The seconds before the window starts its first step (versions, unpacking, ldd), counted
+# against the budget: with the caps of the steps marked "first" it must fit WINDOW_SECONDS.
+PRELUDE_ALLOWANCE=20
+
+# plan: one line per step, in order: NAME|CAP|LEAST|first or tail|FUNCTION ARGS. The caps
+# are estimates until a window measures the steps (summary.json keeps each one's seconds).
+# "tail" steps run only when their whole cap still fits.
+plan() {
+  local V cap
+  echo "a tests|90|10|first|tests_a"
+  echo "b attention|80|15|first|attention_b"
+  echo "c kdtrain step ${FIRST_VARIANTS}|45|15|first|step_kdtrain $FIRST_VARIANTS"
+  for V in $FIRST_VARIANTS; do
+    cap=50; [[ $V == baseline ]] && cap=60  # the first compile fills Inductor's cache for the others
+    torch_wanted "$V" && echo "c torch $TORCH_MODE $V|$cap|35|first|step_torch $V"
+  done
+  [[ "$DEVICE" == cuda ]] && echo "d nccl|40|25|first|nccl_d"
+  echo "c cached teacher|15|10|first|step_teacher_cache"
+  echo "e sanitizers|30|10|first|sanitize_e"
+  [[ -n "${REST_VARIANTS// /}" ]] && echo "c kdtrain step ${REST_VARIANTS% }|20|20|tail|step_kdtrain $REST_VARIANTS"
+  for V in $REST_VARIANTS; do
+    torch_wanted "$V" && echo "c torch $TORCH_MODE $V|50|50|tail|step_torch $V"
+  done
+  [[ -n "$TEACHER" ]] && echo "c with teacher $TEACHER|90|90|tail|step_teacher"
+  return 0
+}
+
+torch_wanted() { [[ -z "${TORCH_VARIANTS:-}" || " $TORCH_VARIANTS " == *" $1 "* ]]; }
+
+# plan_table: the plan with its caps, and the first steps' caps against the budget.
+plan_table() {
+  local all
+  all="$(PYTHONPATH="$ROOT/scripts" python3 -c 'from kdtrain_hf.variants import ATTENTION_VARIANTS as v; print(*v)')"
+  REST_VARIANTS="$(for V in $all; do [[ " $FIRST_VARIANTS " == *" $V "* ]] || echo "$V"; done | tr '\n' ' ')"
+  local first=0 name cap least part
+  printf '%-40s %5s %6s  %s\n' step cap least part
+  while IFS="|" read -r name cap least part _; do
+    printf '%-40s %5s %6s  %s\n' "$name" "$cap" "$least" "$part"
+    [[ $part == first ]] && first=$(( first + cap ))
+  done < <(plan)
+  echo "first steps: ${first} s of caps + ${PRELUDE_ALLOWANCE} s before them, budget ${BUDGET} s"
+  window_suites | sed 's/^/suite /'
+  echo "suite sanitize|$SANITIZE_FILTER"
+}
+
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+step_left() { echo $(( STEP_DEADLINE - $(date +%s) )); }
+
+# record_phase NAME STATUS SECONDS [CAP]: one line of phases.jsonl.
+record_phase() {
+  printf '{"phase": "%s", "status": "%s", "seconds": %s, "cap": %s}\n' "$1" "$2" "$3" "${4:-null}" >> "$RAW/phases.jsonl"
+}
+
+# save: the summary of everything so far into $OUTDIR; with --update-docs the docs too.
+save() {
+  python3 scripts/gpu/gpu_report.py window "$RAW" --commit "$COMMIT" --gpu "$GPU" --device "$DEVICE" \
+    > "$RAW/table.txt" 2>&1
+  cp "$RAW/summary.json" "$RAW/table.txt" "$OUTDIR/" 2>/dev/null
+  [[ -f "$RAW/latest.json" ]] && cp "$RAW/latest.json" "$OUTDIR/"
+  tar -czf "$OUTDIR/raw.tgz.part" -C "$RAW" . && mv "$OUTDIR/raw.tgz.part" "$OUTDIR/raw.tgz"
+  if [[ -n "$UPDATE_DOCS" ]]; then
+    python3 scripts/gpu/gpu_report.py import "$OUTDIR" --docs-root "$(dirname "$(dirname "$UPDATE_DOCS")")" \
+      >> "$RAW/docs.log" 2>&1
+  fi
+}
+
+# run_step NAME CAP LEAST FUNCTION [ARGS...]: FUNCTION under the smaller of CAP and the time
+# left (skipped when that is under LEAST); its status ("ok", "rc N", "cut at N s" from this
+# window's own timer, or why it was skipped) and seconds go to phases.jsonl; then, if it
+# ran, save (a skipped step costs no time: the window saves once more at its end).
+run_step() {
+  local name="$1" cap="$2" least="$3" limit rc status t0
+  shift 3
+  limit=$(left)
+  (( cap < limit )) && limit=$cap
+  t0=$(date +%s)
+  if (( limit < least )); then
+    status="skipped: $( (( limit > 0 )) && echo "${limit} s" || echo "no time") left, needs ${least} s"
+    echo "== $name: $status"
+    record_phase "$name" "$status" 0 "$cap"
+    return
+  else
+    echo "== $name (up to ${limit} s, $(left) s left)"
+    export STEP_DEADLINE=$(( t0 + limit ))
+    # A fresh bash under timeout (which ends its whole process group), given the functions
+    # and the benchmark arguments; the scalars it reads are exported.
+    timeout -k 5 "$limit" bash -c "$(declare -p COMMON); $(declare -f); \"\$@\"" step "$@"
+    rc=$?
+    status="rc $rc"
+    [[ $rc == 0 ]] && status="ok"
+    [[ $rc == 124 || $rc == 137 ]] && status="cut at ${limit} s"
+  fi
+  record_phase "$name" "$status" "$(( $(date +%s) - t0 ))" "$cap"
+  save
+}
+
+# cuda_cannot_start: on a GPU run, a test said it found no CUDA device.
+cuda_cannot_start() {
+  [[ "$DEVICE" == cuda ]] && grep -qs "SKIPPED: no CUDA device" "$RAW"/tests_*.txt
+}
+
+# window_verdict: exit 0 when the tests passed and no step failed, else 1.
+window_verdict() {
+  python3 - "$RAW/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+failed_steps = [p["phase"] for p in s["phases"] if p["status"].startswith("rc ")]
+ok = s["tests_status"] == "passed" and not failed_steps
+print(f"gpu_window: tests {s['tests_status']}; steps failed: {', '.join(failed_steps) or 'none'}")
+sys.exit(0 if ok else 1)
+PY
+}
+
+# (a) correctness first: a wrong kernel makes every later number meaningless. Each suite is
+# cut 3 s before the step's end, so its own timer (not the step's) records the cut.
+tests_a() {
+  local name filter limit
+  while IFS='|' read -r name filter; do
+    [[ -n "$filter" ]] || continue
+    limit=$(( $(step_left) - 3 ))
+    if (( limit < 3 )); then
+      gpu_skip_tests "$RAW" "$name" "$filter" "out of time"
+    else
+      gpu_run_tests "$RAW" "$name" "$filter" "$limit"
+    fi
+  done < <(window_suites)
+}
+
+# window_suites: NAME|FILTER of each test suite of step a, in order.
+window_suites() {
+  printf '%s\n' "primitives|$PRIMITIVES" "flash|$FLASH" "attention|$ATTENTION" "realistic|$REALISTIC" \
+    "kernels|$KERNELS"
+}
+
+# (b) attention alone, forward and backward apart, each row written as it is measured.
+attention_b() {
+  local builds=() spec bin compile=""
+  [[ -n "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "atomic-dq=$KDTRAIN_ATOMIC_DQ")
+  while IFS= read -r spec; do
+    [[ -n "$spec" ]] && builds+=(--kdtrain-build "$spec")
+  done < <(python3 scripts/gpu/kernel_choices.py "$KDTRAIN"; printf '%s\n' "$ATTN_BUILDS")
+  for bin in "$(dirname "$KDTRAIN")"/kdtrain_*; do
+    [[ -x "$bin" && "$bin" != *_tests && "$bin" != "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "${bin##*/kdtrain_}=$bin")
+  done
+  [[ $TORCH_MODE == compile ]] && compile=--compile
+  python3 scripts/peers/bench_attention.py --device "$DEVICE" $compile --cases strong --kdtrain "$KDTRAIN" \
+    "${builds[@]}" $ATTN_ARGS --jsonl "$RAW/attention.jsonl" --json > "$RAW/attention.json"
+}
+
+# (c) the step: kdtrain for the given variants, torch for one.
+step_kdtrain() { local V rc=0; for V in "$@"; do gpu_bench_kdtrain "$RAW" "$V" "$V" || rc=1; done; return $rc; }
+step_torch() { gpu_bench_torch "$RAW" "${TORCH_MODE}_$1" "$1" "$TORCH_MODE"; }
+# The cached-teacher step (top-64 log-probabilities, the sparse KD loss on the device),
+# to hold against the student-only step of the same variant.
+step_teacher_cache() { gpu_bench_kdtrain "$RAW" teacher_cache_baseline baseline --teacher-cache 64; }
+# With the teacher, the student recomputes its MLP (train.recompute=mlp: the memory plan
+# of the paper's 1B + 3B configuration).
+step_teacher() {
+  local rc=0
+  gpu_bench_kdtrain "$RAW" teacher_baseline baseline --teacher "$TEACHER" --set train.recompute=mlp || rc=1
+  gpu_bench_torch "$RAW" teacher_baseline baseline "$TORCH_MODE" --teacher "$TEACHER" || rc=1
+  return $rc
+}
+
+# (d) NCCL at world size 1; its last line is the verdict. The runs' checkpoints (2 MB each)
+# are dropped once compared, so raw.tgz stays small.
+nccl_d() {
+  OUT="$RAW/nccl_out" scripts/gpu/gpu_check_nccl.sh > "$RAW/nccl.log" 2>&1
+  local rc=$?
+  find "$RAW/nccl_out" -name checkpoints -type d -prune -exec rm -rf {} + 2>/dev/null
+  return $rc
+}
+
+# (e) the sanitizers on the cases written for them, racecheck with half of what is left;
+# synccheck is skipped where the runtime refused racecheck.
+sanitize_e() {
+  [[ -n "$SANITIZE_FILTER" ]] || return 0
+  if ! gpu_run_sanitizer "$RAW" racecheck "$SANITIZE_FILTER" $(( $(step_left) / 2 )); then
+    cp "$RAW/racecheck.meta.json" "$RAW/synccheck.meta.json"
+    return 0
+  fi
+  gpu_run_sanitizer "$RAW" synccheck "$SANITIZE_FILTER" $(( $(step_left) - 2 ))
+}

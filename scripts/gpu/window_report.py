@@ -1,0 +1,157 @@
+"""The summary and table of a scripts/gpu/gpu_window.sh run (scripts/gpu/gpu_report.py window):
+its tests (gpu_report.check_summary's suites), the attention timings streamed by
+scripts/peers/bench_attention.py --jsonl with the predictions the pack carries, the step
+benchmarks (gpu_report.bench_summary), NCCL, the sanitizers, the environment and each
+phase's status and seconds."""
+import json
+import os
+import re
+import sys
+
+import gpu_report as g
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peers"))
+import bench_attention  # noqa: E402
+
+WINDOW_SUITES = ("primitives", "flash", "attention", "realistic", "kernels")
+WINDOW_TOOLS = ("racecheck", "synccheck")
+
+
+def read_env(outdir):
+    """env.txt's "key: value" lines as a dict (the versions and library resolution)."""
+    env = {}
+    for line in (g.read_text(os.path.join(outdir, "env.txt")) or "").splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.strip() and " " not in key.strip():
+            env.setdefault(key.strip(), value.strip())
+    return env
+
+
+def attention_rows(outdir):
+    """The rows bench_attention.py measured: attention.jsonl (written row by row, so it holds
+    the rows of a cut run too), else the final report of attention.json (gpu_bench)."""
+    text = g.read_text(os.path.join(outdir, "attention.jsonl"))
+    if text is not None:
+        rows = []
+        for line in text.splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass  # a line cut mid-write
+        return rows
+    att = g.last_json(os.path.join(outdir, "attention.json")) or {}
+    return ([dict(r, kind="torch") for r in att.get("results", [])]
+            + [dict(r, kind="kdtrain") for r in att.get("kdtrain", []) + att.get("kdtrain_builds", [])])
+
+
+def attention_times(rows):
+    """Per head dim, per implementation: forward, backward and forward+backward ms (PyTorch
+    rows by case, kdtrain rows by variant, the other builds' and choices' by label)."""
+    out = {}
+    for r in rows:
+        if r.get("kind") == "torch" and "ms" in r:
+            out.setdefault(str(r["D"]), {})[f"torch {r['case']}"] = {
+                "fwd": r.get("fwd_ms"), "bwd": r.get("bwd_ms"), "fwd_bwd": r["ms"]}
+        elif "fwd_bwd_ms" in r:
+            out.setdefault(str(r["D"]), {})[kdtrain_name(r)] = {
+                "fwd": r.get("forward_ms"), "bwd": r.get("backward_ms"), "fwd_bwd": r["fwd_bwd_ms"]}
+    return out
+
+
+def kdtrain_name(r):
+    return f"kdtrain[{r['build']}] {r['attention']}" if r.get("build") else f"kdtrain {r['attention']}"
+
+
+_KERNEL = re.compile(r"\b(forward|backward) kernel (\w+)")
+# The backward kernels' names in scripts/gpu/attention_model.py's predictions, for a binary
+# whose attention path does not name its backward kernel (one deterministic kernel, and
+# the atomics timing build's).
+BACKWARD_DEFAULT = {False: "bwd_main", True: "bwd_main atomics"}
+
+
+def kernels_of(row):
+    """{"forward": name, "backward": name} of the kernels a kdtrain row ran: read from the
+    reason its attention path gives ("... forward kernel wgmma"), else the backward's
+    default name for its build; None for a pass nothing names."""
+    found = {}
+    for p in row.get("attention_paths") or []:
+        for pass_, name in _KERNEL.findall(p.get("reason", "")):
+            found.setdefault(pass_, name)
+    atomic = row.get("build") == bench_attention.ATOMIC_BUILD
+    return {"forward": found.get("forward"), "backward": found.get("backward", BACKWARD_DEFAULT[atomic])}
+
+
+def measured_vs_predicted(rows, predictions):
+    """attn_fwd_ms and attn_bwd_ms: per head dim and kdtrain row (the baseline on each build
+    and kernel choice, and each variant), {"measured", "kernel", "predicted"}. Predictions:
+    the pack's predictions.json (scripts/gpu/attention_model.py --json: "kernels", each with
+    its "kernel" name, "D" and "ms"), null where it has none for that kernel and head dim."""
+    predicted = {(k.get("D"), k.get("kernel")): k.get("ms") for k in (predictions or {}).get("kernels") or []}
+    out = {"forward": {}, "backward": {}}
+    for r in rows:
+        if "fwd_bwd_ms" not in r:
+            continue
+        kernels = kernels_of(r)
+        for pass_, key in (("forward", "forward_ms"), ("backward", "backward_ms")):
+            out[pass_].setdefault(str(r["D"]), {})[kdtrain_name(r)] = {
+                "measured": r.get(key), "kernel": kernels[pass_], "predicted": predicted.get((r["D"], kernels[pass_]))}
+    return out["forward"] or None, out["backward"] or None
+
+
+def nccl_identical(log):
+    """True when every NCCL training run matched dist.backend=single bit for bit, False when
+    one did not, None when none was compared (gpu_check_nccl.sh's "A vs B: the same bits")."""
+    verdicts = re.findall(r"^\s*\S+ vs \S+: (the same bits|DIFFERENT)\s*$", log or "", re.M)
+    return None if not verdicts else all(v == "the same bits" for v in verdicts)
+
+
+def window_summary(outdir, commit, gpu, gpu_run=True):
+    """The summary of a gpu_window run from the files it left in `outdir`."""
+    check = g.check_summary(outdir, commit, gpu, WINDOW_SUITES, WINDOW_TOOLS, gpu_run)
+    s = g.bench_summary(outdir, commit, gpu)
+    for k in ("tests_status", "tests_passed", "tests_failed", "tests_cut", "tests_skipped", "suites", "sanitizers"):
+        s[k] = check[k]
+    rows = attention_rows(outdir)
+    ratios = bench_attention.summarize(rows)
+    ratios["variant_attn_speedup_vs_torch_best"] = ratios.pop("variant_speedup_vs_torch_best")
+    s.update({k: v or None for k, v in ratios.items()})  # null until measured
+    predictions = g.read_json(os.path.join(outdir, "predictions.json"))
+    s["attn_fwd_ms"], s["attn_bwd_ms"] = measured_vs_predicted(rows, predictions)
+    s["attention_ms"] = attention_times(rows)
+    s["attention_errors"] = [{k: r.get(k) for k in ("kind", "case", "attention", "variant", "build", "D", "error")}
+                             for r in rows if "error" in r]
+    nccl = g.read_text(os.path.join(outdir, "nccl.log"))
+    s["nccl"] = nccl.strip().splitlines()[-1] if nccl and nccl.strip() else None
+    s["nccl_world1_identical"] = nccl_identical(nccl)
+    s["env"] = read_env(outdir)
+    phases = g.read_text(os.path.join(outdir, "phases.jsonl")) or ""
+    s["phases"] = [json.loads(line) for line in phases.splitlines() if line.strip()]
+    return s
+
+
+def window_table(s):
+    rows = [(f"phase {p['phase']}", f"{p['status']} ({p['seconds']} s)") for p in s["phases"]]
+    for D, impls in sorted(s["attention_ms"].items()):
+        for name, t in impls.items():
+            rows.append((f"attention D={D} {name}: fwd / bwd / total ms",
+                         f"{g.fmt(t['fwd'])} / {g.fmt(t['bwd'])} / {g.fmt(t['fwd_bwd'])}"))
+    for pass_, key in (("fwd", "attn_fwd_ms"), ("bwd", "attn_bwd_ms")):
+        for D, per in sorted((s.get(key) or {}).items()):
+            for name, t in per.items():
+                if t["predicted"] is not None:
+                    rows.append((f"attention D={D} {name} {pass_} ({t['kernel']}): measured / predicted ms",
+                                 f"{g.fmt(t['measured'])} / {g.fmt(t['predicted'])}"))
+    for e in s.get("attention_errors") or []:
+        name = e.get("case") or kdtrain_name({"build": e.get("build"), "attention": e.get("variant")})
+        rows.append((f"attention D={e['D']} {name}", f"error: {str(e['error'])[-120:]}"))
+    cost = s["attn_determinism_cost"] or {}
+    rows.append(("attn_determinism_cost (deterministic / atomics - 1)",
+                 ", ".join(f"D={d}: {g.fmt(x, '{:+.1%}')}" for d, x in sorted(cost.items())) or "not measured"))
+    identical = s["nccl_world1_identical"]
+    rows.append(("NCCL at world size 1", (s["nccl"] or "not run") +
+                 ("" if identical is None else f" (training bit-identical to single: {identical})")))
+    rows += g.bench_rows(s)
+    # The test verdict last, as gpu_check's table ends (no training run in the window).
+    check = g.check_rows(dict(s, train_max_rel_loss_diff_cuda_vs_cpu=None, train_steps_cuda=0))
+    rows += [r for r in check if not r[0].startswith("train ")]
+    return g.format_table(("window", "result"), rows)
