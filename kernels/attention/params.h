@@ -42,14 +42,16 @@ struct FlashParams {
   int64_t alpha_batch = 0;  // stride between batches of alpha/dalpha: T * H
   float scale = 0.f;        // softmax scale, 1/sqrt(D)
   // N of the affine bias beta_i = (alpha_ma - alpha_i) / N (docs/model.md): T, the keys of
-  // the call (`sequence`), or the visible keys i + 1 of query row i when bias_visible.
+  // the call (`sequence`), bias_keys when set (N fixed at the training length), or the
+  // visible keys i + 1 of query row i when bias_visible.
   bool bias_visible = false;
+  int64_t bias_keys = 0;
 };
 
 // The affine bias divisor of query row i: every fused pass and the CPU mirror read it here.
 template <typename T = float>
 constexpr T affine_bias_count(const FlashParams& p, int64_t i) {
-  return p.bias_visible ? static_cast<T>(i + 1) : static_cast<T>(p.T);
+  return p.bias_visible ? static_cast<T>(i + 1) : static_cast<T>(p.bias_keys > 0 ? p.bias_keys : p.T);
 }
 
 constexpr FlashParams make_flash_params(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,

@@ -46,7 +46,7 @@ struct AttentionForwardArgs {
   const void* alpha = nullptr;    // (B, T, H) activated alpha                 [affine]
   const float* alpha_ma = nullptr;// (H) running mean of alpha                 [affine]
   void* out = nullptr;            // (B, T, H, D): P V, or alpha*PV + beta*sum_{j<=i} V_j,
-                                  // beta = (alpha_ma - alpha)/N, N = T or i + 1 (features.bias_divisor)
+                                  // beta = (alpha_ma - alpha)/N, N = T, bias_keys or i + 1 (affine_bias_count)
   float* lse = nullptr;           // (B, H, T) log of the softmax denominator, sink included
 };
 

@@ -1,6 +1,7 @@
 #include "cli/checkpoint_input.h"
 
 #include "cli/commands.h"
+#include "config/choices.h"
 
 namespace kdtrain::cli {
 
@@ -16,12 +17,25 @@ void add_checkpoint_input_options(CLI::App& command, CheckpointInputOptions& opt
                          " (default: the checkpoint's train.seq_len, else 1024 clamped to "
                          "max_position_embeddings)");
   command.add_option("--device", options.device, device_help);
+  add_affine_n_option(command, options.affine_n);
+}
+
+void add_affine_n_option(CLI::App& command, std::string& value) {
+  command.add_option("--affine-n", value,
+                     "affine models with the sequence divisor: train_length (N fixed at the training "
+                     "length) or keys (N = the keys of each call); default: the checkpoint's "
+                     "attention.affine_inference_n, else train_length (docs/model.md)");
+}
+
+std::optional<AffineInferenceN> parse_affine_n_option(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  return parse_choice<AffineInferenceN>(value);
 }
 
 CheckpointInput::CheckpointInput(const CheckpointInputOptions& options, int64_t min_seq_len)
     : backend(make_backend(options.device, 0)),
       model_dir(eval::resolve_model_dir(options.checkpoint)),
-      model(eval::load_model_for_eval(model_dir, *backend)),
+      model(eval::load_model_for_eval(model_dir, *backend, parse_affine_n_option(options.affine_n))),
       seq_len(eval::resolve_seq_len(options.seq_len, model_dir, model->config(), min_seq_len)),
       dataset(options.data, seq_len, model->config().vocab_size) {}
 

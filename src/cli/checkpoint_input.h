@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,10 +21,15 @@ struct CheckpointInputOptions {
   std::vector<std::string> data;
   int64_t seq_len = eval::kSeqLenNotGiven;
   std::string device = "cpu";
+  std::string affine_n;  // --affine-n: "" = the checkpoint's attention.affine_inference_n
 };
 
+// --affine-n VALUE as a choice; "" = not given. Shared by eval, analyze and export.
+std::optional<AffineInferenceN> parse_affine_n_option(const std::string& value);
+void add_affine_n_option(CLI::App& command, std::string& value);
+
 // --checkpoint, --data, --seq-len (`window`: what one window is called in the
-// help) and --device (`device_help`).
+// help), --device (`device_help`) and --affine-n.
 void add_checkpoint_input_options(CLI::App& command, CheckpointInputOptions& options, const std::string& window,
                                   const std::string& device_help);
 

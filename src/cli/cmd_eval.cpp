@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/shard_manifest.h"
+#include "eval/affine_n.h"
 #include "eval/perplexity.h"
 
 namespace kdtrain::cli {
@@ -71,6 +72,10 @@ nlohmann::json eval_record(const CheckpointInput& in, const EvalFlags& f, const 
   j["checkpoint"] = in.model_dir;
   j["data"] = f.input.data;
   j["attention"] = to_string(in.model->attention().variant);
+  if (in.model->features().affine) {
+    j["affine_bias_divisor"] = to_string(in.model->features().bias_divisor);
+    j["affine_bias_n"] = eval::affine_bias_n_json(in.model->features(), in.seq_len);
+  }
   j["seq_len"] = in.seq_len;
   j["windows"] = r.windows;
   j["windows_available"] = in.dataset.num_windows();

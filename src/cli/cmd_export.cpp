@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/checkpoint_input.h"
 #include "cli/commands.h"
 #include "eval/perplexity.h"
 #include "io/hf_export.h"
@@ -11,7 +12,7 @@ namespace kdtrain::cli {
 
 namespace {
 struct ExportFlags {
-  std::string checkpoint, out, tokenizer, dtype = "fp32";
+  std::string checkpoint, out, tokenizer, dtype = "fp32", affine_n;
   bool force = false;
 };
 
@@ -24,6 +25,7 @@ void run_export(const ExportFlags& f) {
   o.tokenizer = f.tokenizer;
   o.dtype = io::parse_export_dtype(f.dtype);
   o.force = f.force;
+  o.affine_n = parse_affine_n_option(f.affine_n);
   const io::ExportSummary s = io::export_hf_checkpoint(o);
   std::printf("wrote %s: %s, %lld tensors (%s), %.3fM parameters\n", f.out.c_str(),
               s.architecture.c_str(), static_cast<long long>(s.tensors),
@@ -49,6 +51,7 @@ void register_export(CLI::App& app) {
   command->add_option("--dtype", flags->dtype, "weights dtype: bf16 or fp32 (default fp32)");
   command->add_option("--tokenizer", flags->tokenizer,
                       "tokenizer directory (or tokenizer.json) whose files are copied into --out");
+  add_affine_n_option(*command, flags->affine_n);
   command->add_flag("--force", flags->force, "replace --out when it exists and is not empty");
   command->callback([flags] { run_export(*flags); });
 }

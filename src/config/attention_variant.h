@@ -28,6 +28,14 @@ constexpr double affine_bias_count(AffineBiasDivisor d, int64_t i, int64_t keys)
   return d == AffineBiasDivisor::visible ? static_cast<double>(i + 1) : static_cast<double>(keys);
 }
 
+// What N `sequence` uses outside training (`attention.affine_inference_n`). Training always
+// runs T = train.seq_len keys, so the weights cannot tell the two apart; a shorter call can
+// (docs/model.md, "The affine divisor at inference").
+enum class AffineInferenceN {
+  train_length,  // N = the train.seq_len the weights trained at: a row depends only on its prefix
+  keys,          // N = the keys of the call, as in training
+};
+
 // What a variant adds to causal softmax attention (docs/model.md), and how: the
 // variant's table row gives sink/affine/gate, the config the affine divisor
 // (features_of(const AttentionConfig&), config/config.h).
@@ -36,11 +44,18 @@ struct AttentionFeatures {
   bool affine = false;  // out = alpha*PV + beta*prefix(V); alpha from alpha_proj, alpha_ma a buffer
   bool gate = false;    // out *= sigmoid(gate_proj(x)) before o_proj, a separate op
   AffineBiasDivisor bias_divisor = AffineBiasDivisor::sequence;  // N of beta [affine]
+  int64_t bias_keys = 0;  // `sequence`: N fixed at this many keys (the training length); 0 = the call's
   constexpr bool operator==(const AttentionFeatures& o) const {
-    return sink == o.sink && affine == o.affine && gate == o.gate && bias_divisor == o.bias_divisor;
+    return sink == o.sink && affine == o.affine && gate == o.gate && bias_divisor == o.bias_divisor &&
+           bias_keys == o.bias_keys;
   }
   constexpr bool operator!=(const AttentionFeatures& o) const { return !(*this == o); }
 };
+
+// N of query row i in a call with `keys` keys, under the features' divisor and fixed N.
+constexpr double affine_bias_count(const AttentionFeatures& f, int64_t i, int64_t keys) {
+  return affine_bias_count(f.bias_divisor, i, f.bias_keys > 0 ? f.bias_keys : keys);
+}
 
 // The features' names, in field order: logs and reports spell a set of
 // features as their names joined by '+' ("sink", "affine+gate"), or "softmax".

@@ -58,6 +58,12 @@ struct Choices<AffineBiasDivisor> {
                                                            {AffineBiasDivisor::visible, "visible"}};
 };
 template <>
+struct Choices<AffineInferenceN> {
+  static constexpr const char* what = "affine inference N";
+  static constexpr ChoiceName<AffineInferenceN> rows[] = {{AffineInferenceN::train_length, "train_length"},
+                                                          {AffineInferenceN::keys, "keys"}};
+};
+template <>
 struct Choices<KdLoss> {
   static constexpr const char* what = "KD loss";
   static constexpr ChoiceName<KdLoss> rows[] = {

@@ -49,14 +49,24 @@ struct AttentionConfig {
   // N of beta = (alpha_ma - alpha)/N. A checkpoint whose config.json lacks the key
   // predates it and reads as `visible` (io/checkpoint_format.cpp).
   AffineBiasDivisor affine_bias_divisor = AffineBiasDivisor::sequence;
+  // N of `sequence` outside training. A checkpoint without the key reads as the default.
+  AffineInferenceN affine_inference_n = AffineInferenceN::train_length;
+  // Not a config key: the train.seq_len the weights trained at (0 = unknown), which a
+  // checkpoint records (io/checkpoint_format.h); training leaves it 0 (N = T = train.seq_len).
+  int64_t affine_train_length = 0;
   double alpha_momentum = 0.9;  // rho in alpha_ma <- rho*alpha_ma + (1-rho)*mean(alpha)
   double sink_init_std = 0.02;  // sinks ~ N(0, std), see docs/model.md
 };
 
-// The features of the configured variant, with the configured affine divisor:
-// resolved once, read everywhere below the config.
+// The features of the configured variant, with the configured affine divisor and, under
+// `sequence` with affine_inference_n train_length, N fixed at the recorded training length
+// (none recorded: the call's keys): resolved once, read everywhere below the config.
 inline AttentionFeatures features_of(const AttentionConfig& a) {
-  return features_of(a.variant, a.affine_bias_divisor);
+  AttentionFeatures f = features_of(a.variant, a.affine_bias_divisor);
+  if (f.affine && a.affine_bias_divisor == AffineBiasDivisor::sequence &&
+      a.affine_inference_n == AffineInferenceN::train_length)
+    f.bias_keys = a.affine_train_length;
+  return f;
 }
 
 struct KdConfig {

@@ -80,6 +80,9 @@ void visit(V& v, AttentionConfig& a) {
   v.choice("affine_bias_divisor", a.affine_bias_divisor,
            "affine variants: N of beta = (alpha_ma - alpha)/N: sequence = the keys of the call "
            "(the paper's), visible = i + 1 per query");
+  v.choice("affine_inference_n", a.affine_inference_n,
+           "affine, sequence divisor, outside training: train_length = N fixed at train.seq_len (a row "
+           "depends only on its prefix), keys = the keys of the call");
   v.number("alpha_momentum", a.alpha_momentum, unit_right_open(),
            "affine variants: rho of the running mean alpha_ma");
   v.number("sink_init_std", a.sink_init_std, non_negative(),

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "eval/affine_n.h"
 #include "model/attention_readback.h"
 
 namespace kdtrain::eval {
@@ -26,7 +27,7 @@ struct RowStats {
 
 AttentionAnalyzer::AttentionAnalyzer(const Model& model, const AnalysisOptions& options)
     : config_(model.config()), variant_(model.attention().variant),
-      bias_divisor_(model.features().bias_divisor), options_(options) {
+      features_(model.features()), options_(options) {
   const int64_t L = config_.num_hidden_layers, H = config_.num_attention_heads;
   KD_CHECK(options_.map_layer >= 0 && options_.map_layer < L, "analysis: map layer ",
            options_.map_layer + 1, " is outside the model's ", L, " layers");
@@ -52,7 +53,6 @@ void AttentionAnalyzer::add(Model& model) {
   KD_CHECK(T >= 2, "analysis: sequences need at least 2 tokens");
   seq_len_ = T;
   const bool affine = model.features().affine, sink = model.features().sink;
-  const AffineBiasDivisor divisor = model.features().bias_divisor;
   const int64_t M = std::min(options_.map_size, T);
 
   for (int64_t l = 0; l < L; ++l) {
@@ -82,7 +82,7 @@ void AttentionAnalyzer::add(Model& model) {
         r.mass = p_sum;
         if (affine) {
           const double a = v.alpha[(b * T + i) * H + h];
-          const double beta = (static_cast<double>(v.alpha_ma[h]) - a) / affine_bias_count(divisor, i, T);
+          const double beta = (static_cast<double>(v.alpha_ma[h]) - a) / affine_bias_count(features_, i, T);
           for (int64_t j = 0; j <= i; ++j) w[j] = a * w[j] + beta;
           r.mass = a * p_sum;
         }
@@ -301,7 +301,8 @@ nlohmann::json AttentionAnalyzer::to_json() const {
       }
     }
     j["alpha"] = {{"mean", mean}, {"std", stdev}, {"min", mn}, {"max", mx}, {"alpha_ma", ma}};
-    j["affine_bias_divisor"] = to_string(bias_divisor_);
+    j["affine_bias_divisor"] = to_string(features_.bias_divisor);
+    j["affine_bias_n"] = affine_bias_n_json(features_, seq_len_);
   }
   return j;
 }

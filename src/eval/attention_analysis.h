@@ -8,8 +8,8 @@
 // the tokens are
 //   baseline, gated, sink:  w_ij = P_ij
 //   affine, affine-gated:   w_ij = alpha_i P_ij + beta_i,  beta_i = (alpha_ma - alpha_i) / N_i
-// with N_i = T (`sequence`) or i + 1 (`visible`), the model's affine_bias_divisor
-// (the gate multiplies the output, not the weights). Statistics are averaged over
+// with N_i = i + 1 (`visible`) or, under `sequence`, the training length (the model's
+// affine_inference_n train_length) or T (keys) (the gate multiplies the output, not the weights). Statistics are averaged over
 // queries i >= 1: query 0 sees only itself and makes no allocation choice. The
 // paper's Fig. 3 quantity is the per-query weight sum over every token, sum_j w_ij
 // (1 for baseline, 1 - S_i for sink, alpha_i + (i + 1) beta_i for affine), averaged
@@ -57,7 +57,7 @@ class AttentionAnalyzer {
   };
   ModelConfig config_;
   AttentionVariant variant_;
-  AffineBiasDivisor bias_divisor_;
+  AttentionFeatures features_;  // the model's: its divisor and fixed N
   AnalysisOptions options_;
   int64_t sequences_ = 0;
   int64_t seq_len_ = 0;

@@ -75,9 +75,28 @@ std::string resolve_model_dir(const std::string& path) {
   return latest_checkpoint(path);
 }
 
-std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& backend) {
+// Says which N an affine `sequence` model divides by outside training, and warns when
+// train_length was asked for but the checkpoint records no training length.
+static void announce_affine_n(const AttentionConfig& a, const std::string& dir) {
+  if (!features_of(a.variant).affine || a.affine_bias_divisor != AffineBiasDivisor::sequence) return;
+  if (a.affine_inference_n == AffineInferenceN::keys) {
+    spdlog::info("{}: affine N = the keys of each call (affine_inference_n keys)", dir);
+  } else if (a.affine_train_length > 0) {
+    spdlog::info("{}: affine N = {}, the training length (affine_inference_n train_length)", dir,
+                 a.affine_train_length);
+  } else {
+    spdlog::warn("{}: affine_inference_n is train_length but the checkpoint records no training length "
+                 "(config.json affine_train_length, run_config.json train.seq_len): N = the keys of each call",
+                 dir);
+  }
+}
+
+std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& backend,
+                                           std::optional<AffineInferenceN> affine_n) {
   const std::string dir = resolve_model_dir(path);
   LoadedModel loaded = load_model_dir(dir);
+  if (affine_n) loaded.attention.affine_inference_n = *affine_n;
+  announce_affine_n(loaded.attention, dir);
   auto model = std::make_unique<Model>(loaded.model, loaded.attention, backend, ModelUse::frozen);
   model->set_params(loaded.params);
   return model;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "data/dataset.h"
@@ -44,8 +45,11 @@ PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dat
 // directory whose checkpoints/latest names one.
 std::string resolve_model_dir(const std::string& path);
 
-// Loads a checkpoint (resolve_model_dir) forward-only onto `backend`.
-std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& backend);
+// Loads a checkpoint (resolve_model_dir) forward-only onto `backend`; `affine_n`, when
+// given, replaces its attention.affine_inference_n (docs/model.md, "The affine divisor at
+// inference"). An affine `sequence` model is announced with the N it will use.
+std::unique_ptr<Model> load_model_for_eval(const std::string& path, Backend& backend,
+                                           std::optional<AffineInferenceN> affine_n = std::nullopt);
 
 // The window length of eval and analyze. `given` (kSeqLenNotGiven: the flag was
 // not given) is checked against min_len and max_position_embeddings. Not given:

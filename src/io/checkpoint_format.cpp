@@ -16,6 +16,7 @@
 #include "io/file_util.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_modeling_sources.h"
+#include "io/run_layout.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
 
@@ -144,6 +145,10 @@ json hf_config_json(const ModelConfig& m, const AttentionConfig& a) {
   doc["alpha_activation"] = to_string(a.alpha_activation);
   doc["alpha_momentum"] = a.alpha_momentum;
   doc["affine_bias_divisor"] = to_string(a.affine_bias_divisor);
+  if (features_of(a.variant).affine) {
+    doc["affine_inference_n"] = to_string(a.affine_inference_n);
+    if (a.affine_train_length > 0) doc["affine_train_length"] = a.affine_train_length;
+  }
   doc["transformers_version"] = kTransformersVersion;
   if (a.variant != AttentionVariant::baseline) {
     // A variant is not a stock LLaMA / Qwen2: named as one, transformers would load
@@ -235,10 +240,28 @@ void parse_hf_config(const json& doc, const std::string& source, ModelConfig* mo
         get_string(doc["affine_bias_divisor"], "affine_bias_divisor", source));
   else if (features_of(a.variant).affine)
     a.affine_bias_divisor = AffineBiasDivisor::visible;
+  if (optional("affine_inference_n"))
+    a.affine_inference_n = parse_choice<AffineInferenceN>(
+        get_string(doc["affine_inference_n"], "affine_inference_n", source));
+  if (optional("affine_train_length")) {
+    a.affine_train_length = get_int(doc["affine_train_length"], "affine_train_length", source);
+    KD_CHECK(a.affine_train_length >= 1, source, ": affine_train_length must be at least 1, got ",
+             a.affine_train_length);
+  }
   check_model_limits(m, source, "");
   check_hf_supported(doc, m, source);
   *model = m;
   *attention = a;
+}
+
+// The train.seq_len of the run that wrote checkpoint `dir` (its run_config.json), or 0.
+static int64_t trained_seq_len(const fs::path& dir) {
+  const fs::path run_config = dir / kRunConfigFile;
+  if (!fs::is_regular_file(run_config)) return 0;
+  const json doc = read_json_file(run_config.string());
+  const json* t = doc.is_object() && doc.contains("train") ? &doc["train"] : nullptr;
+  if (!t || !t->contains("seq_len") || !(*t)["seq_len"].is_number_integer()) return 0;
+  return std::max<int64_t>(0, (*t)["seq_len"].get<int64_t>());
 }
 
 void read_hf_config(const std::string& config_path, ModelConfig* model, AttentionConfig* attention) {
@@ -250,6 +273,7 @@ void read_hf_config(const std::string& config_path, ModelConfig* model, Attentio
          "checkpoints, e.g. the latest: ", (dir / "checkpoints" / latest).string());
   }
   parse_hf_config(read_json_file(config_path), config_path, model, attention);
+  if (attention->affine_train_length == 0) attention->affine_train_length = trained_seq_len(dir);
 }
 
 void write_model_files(const std::string& dir, const ModelConfig& model,

@@ -1,7 +1,9 @@
 // Model checkpoint directories, in Hugging Face layout so other tools read them:
 //   <dir>/config.json        HF keys plus kdtrain's attention_variant, alpha_activation,
 //                            alpha_momentum, affine_bias_divisor (absent in an affine
-//                            checkpoint: `visible`, what kdtrain did before); the baseline is a LlamaForCausalLM /
+//                            checkpoint: `visible`, what kdtrain did before), and for
+//                            affine variants affine_inference_n and affine_train_length (absent:
+//                            the train.seq_len of run_config.json beside it, if any); the baseline is a LlamaForCausalLM /
 //                            Qwen2ForCausalLM, every other variant a KdtrainForCausalLM
 //                            (model_type "kdtrain", base_model_type the family, auto_map),
 //                            which stock transformers loads only with trust_remote_code

@@ -86,6 +86,18 @@ void check_output_dir(const ExportOptions& o) {
   claim_output_dir(o.out, {"--out", {}, o.force});
 }
 
+// What N the exported `sequence` model divides its bias by (docs/export.md).
+std::string affine_n_note(const AttentionConfig& a) {
+  if (a.affine_inference_n == AffineInferenceN::keys)
+    return "affine N = the keys of each call (affine_inference_n keys): a row depends on the call's length, "
+           "lm-eval must score one request at a time, and cached generation differs from a full forward";
+  if (a.affine_train_length > 0)
+    return "affine N = " + std::to_string(a.affine_train_length) +
+           ", the training length (affine_inference_n train_length): a row depends only on its prefix";
+  return "affine_inference_n is train_length but the checkpoint records no training length "
+         "(affine_train_length, run_config.json): the export divides by the keys of each call";
+}
+
 }  // namespace
 
 ExportDtype parse_export_dtype(const std::string& name) {
@@ -110,7 +122,9 @@ json hf_export_config(const ModelConfig& m, const AttentionConfig& a, ExportDtyp
   c["torch_dtype"] = dtype == ExportDtype::bf16 ? "bfloat16" : "float32";
   c["use_cache"] = arch != kKdtrainClass;
   if (arch != kKdtrainClass)
-    for (const char* key : {"attention_variant", "alpha_activation", "alpha_momentum", "affine_bias_divisor"}) c.erase(key);
+    for (const char* key : {"attention_variant", "alpha_activation", "alpha_momentum", "affine_bias_divisor",
+                            "affine_inference_n", "affine_train_length"})
+      c.erase(key);
   if (arch == kLlamaClass) {
     c["model_type"] = "llama";
     c["attention_bias"] = false;
@@ -134,6 +148,7 @@ ExportSummary export_hf_checkpoint(const ExportOptions& o) {
   ModelConfig m;
   AttentionConfig a;
   read_hf_config((fs::path(o.checkpoint) / "config.json").string(), &m, &a);
+  if (o.affine_n) a.affine_inference_n = *o.affine_n;
   const ParamLayout layout = make_param_layout(m, a);
   std::vector<float> arena(static_cast<size_t>(layout.total));
   load_model_weights(o.checkpoint, layout, arena.data());
@@ -147,6 +162,8 @@ ExportSummary export_hf_checkpoint(const ExportOptions& o) {
     summary.notes.push_back("a llama-family model with q/k/v bias exports as Qwen2ForCausalLM "
                             "(stock LlamaForCausalLM's attention_bias also adds an o_proj bias)");
 
+  if (features_of(a.variant).affine && a.affine_bias_divisor == AffineBiasDivisor::sequence)
+    summary.notes.push_back(affine_n_note(a));
   std::vector<TensorRef> tensors = layout_tensors(layout, arena.data());
   // Stock Qwen2 always has q/k/v biases: a model without them gets zeros (one
   // shared zero buffer, as long as the largest of them).

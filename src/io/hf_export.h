@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct ExportOptions {
   std::string tokenizer;   // "" or a directory (or a tokenizer.json file) to copy
   ExportDtype dtype = ExportDtype::f32;
   bool force = false;      // replace a non-empty `out`
+  std::optional<AffineInferenceN> affine_n;  // replaces the checkpoint's affine_inference_n
 };
 
 struct ExportSummary {

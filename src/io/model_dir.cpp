@@ -69,7 +69,9 @@ void check_same_architecture(const ModelConfig& a, const AttentionConfig& aa, co
            " differs from the configured ", b.vocab_size);
   const nlohmann::json ja = io::hf_config_json(a, aa), jb = io::hf_config_json(b, ba);
   for (auto it = ja.begin(); it != ja.end(); ++it) {
-    if (it.key() == "alpha_momentum" || it.key() == "initializer_range") continue;  // not architecture
+    if (it.key() == "alpha_momentum" || it.key() == "initializer_range" || it.key() == "affine_inference_n" ||
+        it.key() == "affine_train_length")
+      continue;  // not architecture
     if (it.key() == "affine_bias_divisor" && !features_of(aa.variant).affine) continue;  // unused
     const nlohmann::json other = jb.contains(it.key()) ? jb[it.key()] : nlohmann::json();
     KD_CHECK(it.value() == other, source, ": architecture key '", it.key(), "' is ", it.value().dump(),

@@ -5,7 +5,8 @@
 //   subtracted) and lse_i = log of its denominator (the sink term e^{s_h} included
 //   for `sink`) is stored per (b, h, i). Accumulation is in T.
 // - affine: out_i = alpha_i (PV)_i + beta_i S_i with beta_i = (alpha_ma - alpha_i)/N_i,
-//   S_i = sum_{j<=i} v_j, N_i = T (`sequence`) or i + 1 (`visible`), affine_bias_count().
+//   S_i = sum_{j<=i} v_j, N_i = T or the fixed training length (`sequence`) or i + 1
+//   (`visible`), affine_bias_count().
 //   `gated` and `affine_gated` share the core of baseline and affine (the gate is a
 //   separate op).
 // - Products are single-threaded BLAS calls on strided views of the packed qkv
@@ -63,7 +64,7 @@ void causal_softmax(T* S, T* lse, int64_t Tn, const T* sink) {
 // N_i of the affine bias of query row i, in the element type.
 template <typename T>
 T bias_count(const AttentionFeatures& features, int64_t i, int64_t Tn) {
-  return static_cast<T>(affine_bias_count(features.bias_divisor, i, Tn));
+  return static_cast<T>(affine_bias_count(features, i, Tn));
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ flash::AttentionParams common_params(const Args& a) {
   p.sink = a.features.sink;
   p.affine = a.features.affine;
   p.bias_visible = a.features.bias_divisor == AffineBiasDivisor::visible;
+  p.bias_keys = a.features.bias_keys;
   KD_CHECK(!p.sink || a.sinks != nullptr, "attention (sink): sinks must be given");
   KD_CHECK(!p.affine || (a.alpha != nullptr && a.alpha_ma != nullptr),
            "attention (affine variants): alpha and alpha_ma must be given");
