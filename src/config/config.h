@@ -123,6 +123,7 @@ struct CheckpointConfig {
 
 struct LogConfig {
   int64_t interval = 1;
+  int64_t logit_mean_interval = 0;  // attn_logit_mean_abs_all every N steps; 0 = with validation only
 };
 
 struct EvalConfig {

@@ -158,6 +158,9 @@ void visit(V& v, CheckpointConfig& c) {
 template <typename V>
 void visit(V& v, LogConfig& c) {
   v.integer("interval", c.interval, 1, "steps between progress lines");
+  v.integer("logit_mean_interval", c.logit_mean_interval, 0,
+            "steps between logs of the all-position attention-logit mean, Fig. 2 "
+            "(0 = only with validation; host work O(L H B T^2 D), docs/evaluation.md)");
 }
 
 template <typename V>

@@ -25,6 +25,10 @@ bool validation_due(const Config& config, int64_t step) {
   return (config.eval.interval > 0 && step % config.eval.interval == 0) || step == config.train.steps;
 }
 
+bool logit_mean_due(const Config& config, int64_t step) {
+  return config.log.logit_mean_interval > 0 && step % config.log.logit_mean_interval == 0;
+}
+
 void Reporter::log_setup(const dist::GradReducer& reducer) const {
   const Config& c = parts_.config;
   const Model& student = *parts_.student;
@@ -85,9 +89,14 @@ std::string Reporter::report(int64_t step, const StepResult& r, double seconds, 
   // before validation overwrites them.
   if (progress) record["attn_logit_mean_abs"] = probe_mean_abs_attention_logit(*parts_.student, 128);
   // The paper's Fig. 2 quantity, every position of every sequence of that micro-batch:
-  // O(L H B T^2 D) host work, so only where validation runs (eval.interval, last step).
+  // O(L H B T^2 D) host work, so at its own cadence and where validation runs; the
+  // seconds it took are logged beside it.
   const bool validate = validation_due(parts_.config, step);
-  if (validate) record["attn_logit_mean_abs_all"] = probe_mean_abs_attention_logit(*parts_.student, 0, 0);
+  if (validate || logit_mean_due(parts_.config, step)) {
+    const auto t0 = Clock::now();
+    record["attn_logit_mean_abs_all"] = probe_mean_abs_attention_logit(*parts_.student, 0, 0);
+    record["attn_logit_mean_abs_all_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
   if (validate) add_validation(record);
   try {
     metrics_->write(record);

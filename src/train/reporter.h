@@ -24,6 +24,8 @@ bool progress_due(const Config& config, int64_t step, int64_t first_step, Clock:
                   Clock::duration quiet);
 // Validation: every eval.interval steps (0: never) and on the last step.
 bool validation_due(const Config& config, int64_t step);
+// Whether step logs attn_logit_mean_abs_all at log.logit_mean_interval (validation steps always do).
+bool logit_mean_due(const Config& config, int64_t step);
 
 class Reporter {
  public:
