@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The paper's Tables 1-5 and Figures 2-10 from kdtrain run directories.
+"""The paper's Tables 1-5 and Figures 2-11 from kdtrain run directories.
 
     python3 scripts/report/report.py RUN_DIR... --out DIR [--title T] [--note TEXT]...
 
@@ -16,7 +16,7 @@ Missing pieces leave empty cells or skip a figure; they are never an error.
 Writes to DIR: table1..table5 .md and .csv (Table 1: baseline / sink / affine;
 Table 2: baseline / gated / affine-gated; Tables 1-2 take the paper's linear-clip
 α; Table 3: every affine run labelled with its α activation; Tables 4-5: every
-run, over the steps actually used), figures fig2..fig10 PNG, and index.md that
+run, over the steps actually used), figures fig2..fig11 PNG, and index.md that
 gathers them with the runs and what each column measured.
 """
 from __future__ import annotations

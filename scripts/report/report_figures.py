@@ -1,9 +1,10 @@
-"""The paper's Figures 2-10 from runs (scripts/report/report.py; docs/evaluation.md, "Report").
+"""The paper's Figures 2-11 from runs (scripts/report/report.py; docs/evaluation.md, "Report").
 
 Each function draws one figure kind and returns [(file name, caption)]. Curves and
 per-layer lines are drawn per model size (one line per run); Fig. 3 is one grid per
 model size (a row per analysed run: the paper's quantity, kdtrain's all-but-the-first
-view, the softmax part); Figs. 5 and 9 are one file per analysed run.
+view, the softmax part); Figs. 5 and 9 are one file per analysed run; Fig. 11 (the two
+α activations) needs no run.
 """
 from __future__ import annotations
 
@@ -69,10 +70,11 @@ def figures(runs: list[Run], out: Path, late_fraction: float) -> list[tuple[str,
     every = all(logit_key(r) == LOGIT_ALL_KEY for r in runs if r.metrics)
     curves(logit_key, "fig2_logit_magnitude", "Mean |QKᵀ/√d|", "mean |logit|",
            "Fig. 2: mean |q·k/√d| over layers, heads and causal pairs, "
-           + ("every position of every sequence of the step's last micro-batch, at the validation steps"
-              if every else "every position of the last micro-batch at the validation steps where the "
-              "run logged it (attn_logit_mean_abs_all), else the first 128 positions of one sequence "
-              "per step (older runs)"))
+           + ("every position of every sequence of the step's last micro-batch, every "
+              "log.logit_mean_interval steps and at the validation steps"
+              if every else "every position of the last micro-batch at the steps where the run logged "
+              "it (attn_logit_mean_abs_all), else the first 128 positions of one sequence per step "
+              "(older runs)"))
     curves(Run.loss_key, "fig7_loss", "Training loss", loss_label,
            "Fig. 7: training loss per step — teacher soft cross-entropy (KL + teacher entropy) "
            "for distilled runs")
@@ -108,7 +110,27 @@ def figures(runs: list[Run], out: Path, late_fraction: float) -> list[tuple[str,
         if r.analysis:
             head_heatmap(plt, r, save)
             attention_map(plt, r, save)
+    activation_curves(plt, save)
     return made
+
+
+def activation_curves(plt, save) -> None:
+    """Fig. 11: the α activations over their input z = x W_α, as docs/model.md defines
+    them: sigmoid(z) and linear clip, 0.1 z + 0.5 clamped to [0, 1]."""
+    import math
+    zs = [k / 20 for k in range(-200, 201)]
+    fig, ax = plt.subplots(figsize=(5.2, 3.6), layout="constrained")
+    ax.plot(zs, [1.0 / (1.0 + math.exp(-z)) for z in zs], label="sigmoid")
+    ax.plot(zs, [min(1.0, max(0.0, 0.1 * z + 0.5)) for z in zs], label="linear clip")
+    ax.axhline(0.5, color="0.8", lw=0.8, zorder=0)
+    ax.set_xlabel("z = x W_α")
+    ax.set_ylabel("α = φ(z)")
+    ax.set_title("α activations")
+    ax.legend(fontsize=8)
+    save(fig, "fig11_alpha_activations.png",
+         "Fig. 11: the α activations, sigmoid and linear clip (attention.alpha_activation); "
+         "linear clip's slope is 0.1 on (−5, 5) and 0 outside, sigmoid's at most 0.25 and vanishing "
+         "towards both ends")
 
 
 def loss_label(runs: list[Run]) -> str:
