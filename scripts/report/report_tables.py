@@ -232,10 +232,15 @@ TABLE3_NOTE = ("The paper's Table 3 compares the α activations on 1B Affine-Sca
 
 
 def alpha_pairs(runs: list[Run], variant: str) -> list[Run]:
-    """The runs of `variant` at the sizes where it was run with two α activations."""
+    """The runs of `variant` at the (size, affine divisor) pairs where it was run with two
+    α activations: a run under another divisor (1B-affine-visible) compares no activation."""
     rs = [r for r in runs if r.variant == variant]
-    sizes = {r.model for r in rs if any(o.model == r.model and o.alpha != r.alpha for o in rs)}
-    return [r for r in rs if r.model in sizes]
+
+    def key(r: Run):
+        return r.model, r.divisor
+
+    pairs = {key(r) for r in rs if any(key(o) == key(r) and o.alpha != r.alpha for o in rs)}
+    return [r for r in rs if key(r) in pairs]
 
 
 def table3_runs(runs: list[Run]) -> tuple[list[Run], list[Run]]:

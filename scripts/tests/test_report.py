@@ -200,7 +200,8 @@ def test_report_tables_and_figures(tmp_path):
     for name in ["fig2_logit_magnitude_1B.png", "fig7_loss_1B.png", "fig8_grad_norm_1B.png",
                  "fig10_loss_late_1B.png", "fig4_first_token_1B.png", "fig6_entropy_1B.png",
                  "fig3_query_mass_1B.png", "fig5_head_heatmap_1B_aff.png",
-                 "fig9_attention_map_1B_aff.png", "fig9_attention_map_1B_old.png"]:
+                 "fig9_attention_map_1B_aff.png", "fig9_attention_map_1B_old.png",
+                 "fig11_alpha_activations.png"]:
         assert name in pngs, name
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({name})" in index
@@ -239,3 +240,20 @@ def test_bad_metrics_line_names_the_file(tmp_path):
         f.write("{not json\n")
     with pytest.raises(SystemExit, match="metrics.jsonl:3"):
         report.Run(run)
+
+
+def test_table3_pairs_activations_under_one_divisor_only(tmp_path):
+    """A `visible` run beside a `sequence` pair of the same size joins no activation pair:
+    Table 3 compares α activations, not divisors."""
+    from report_runs import Run
+
+    losses = [3.0, 2.9, 2.8, 2.75, 2.7, 2.71, 2.69, 2.74, 2.72]
+    runs = [Run(write_run(tmp_path, name, "affine-gated", losses, [1.0] * 9, alpha=alpha, divisor=divisor))
+            for name, alpha, divisor in (("ag", None, "sequence"), ("ag-sig", "sigmoid", "sequence"),
+                                         ("ag-vis", None, "visible"))]
+    main, extra = report_tables.table3_runs(runs)
+    assert [r.name for r in main] == ["ag", "ag-sig"] and extra == []
+    # Two activations under different divisors are no pair.
+    runs = [Run(write_run(tmp_path, name, "affine", losses, [1.0] * 9, alpha=alpha, divisor=divisor))
+            for name, alpha, divisor in (("a", None, "sequence"), ("a-sig-vis", "sigmoid", "visible"))]
+    assert report_tables.alpha_pairs(runs, "affine") == []
