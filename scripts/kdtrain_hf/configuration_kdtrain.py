@@ -8,12 +8,16 @@ for every variant other than `baseline`, so that
 
 loads the model. The keys mirror LlamaConfig / Qwen2Config; kdtrain adds
 `attention_variant`, `alpha_activation`, `alpha_momentum`, `affine_bias_divisor` (absent:
-"visible", what kdtrain wrote before the key existed) and `base_model_type` (the
-architecture the model was shaped after: "llama" or "qwen2").
+"visible", what kdtrain wrote before the key existed), `affine_inference_n` and
+`affine_train_length` (the N of the "sequence" divisor: "train_length" fixes it at the
+train.seq_len the weights trained at, "keys" uses the keys of each call; absent length:
+the keys of each call) and `base_model_type` (the architecture the model was shaped
+after: "llama" or "qwen2").
 """
 from transformers.configuration_utils import PretrainedConfig
 
-from .variants import AFFINE_BIAS_DIVISOR_BEFORE_KEY, AFFINE_BIAS_DIVISORS, ALPHA_ACTIVATIONS, ATTENTION_VARIANTS
+from .variants import (AFFINE_BIAS_DIVISOR_BEFORE_KEY, AFFINE_BIAS_DIVISORS, AFFINE_INFERENCE_NS, ALPHA_ACTIVATIONS,
+                       ATTENTION_VARIANTS)
 
 
 class KdtrainConfig(PretrainedConfig):
@@ -42,6 +46,8 @@ class KdtrainConfig(PretrainedConfig):
         alpha_activation="linear_clip",
         alpha_momentum=0.9,
         affine_bias_divisor=AFFINE_BIAS_DIVISOR_BEFORE_KEY,
+        affine_inference_n=AFFINE_INFERENCE_NS[0],
+        affine_train_length=None,
         base_model_type="llama",
         use_cache=True,
         **kwargs,
@@ -71,6 +77,15 @@ class KdtrainConfig(PretrainedConfig):
         if self.affine_bias_divisor not in AFFINE_BIAS_DIVISORS:
             raise ValueError(
                 f"config.json: affine_bias_divisor {self.affine_bias_divisor!r} is not one of {AFFINE_BIAS_DIVISORS}"
+            )
+        if self.affine_inference_n not in AFFINE_INFERENCE_NS:
+            raise ValueError(
+                f"config.json: affine_inference_n {self.affine_inference_n!r} is not one of {AFFINE_INFERENCE_NS}"
+            )
+        if self.affine_train_length is not None and (
+                not isinstance(self.affine_train_length, int) or self.affine_train_length < 1):
+            raise ValueError(
+                f"config.json: affine_train_length {self.affine_train_length!r} must be a positive integer or null"
             )
         if self.hidden_act != "silu":
             raise ValueError(f"config.json: hidden_act {self.hidden_act!r} is not supported (only silu)")

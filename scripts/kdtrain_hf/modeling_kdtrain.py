@@ -6,16 +6,25 @@ The decoder is LLaMA / Qwen2's (SPEC §1): pre-norm, RMSNorm, rotary embeddings
 attention, optional q/k/v bias, SwiGLU MLP, tied or untied LM head. Tensor
 names are Hugging Face's, so kdtrain's safetensors load as they are.
 
-The attention core implements SPEC §2 for query i, keys j <= i, N_i = i + 1:
+The attention core implements SPEC §2 for query i, keys j <= i:
   baseline      O = P V, P = softmax(q k^T / sqrt(d)) over visible keys
   sink          p_ij = e^{x_ij} / (sum_j e^{x_ij} + e^{s_h}), s_h = self_attn.sinks[h]
   affine        O_i = alpha_i (P V)_i + beta_i sum_{j<=i} V_j,
                 alpha_i = phi(x_i W_alpha^T) (phi = linear_clip or sigmoid),
-                beta_i = (alpha_ma - alpha_i) / N_i, alpha_ma the saved buffer
+                beta_i = (alpha_ma - alpha_i) / N, alpha_ma the saved buffer
   gated         O' = O * sigmoid(x W_g^T) per channel, before o_proj
   affine-gated  affine, then the gate
 alpha_ma is a buffer: kdtrain updates it during training; here it is used as
-saved (evaluation).
+saved (evaluation). N is what config.json says (docs/model.md, "The affine divisor
+at inference"):
+  affine_bias_divisor "visible"                      N_i = i + 1, the keys query i sees
+  "sequence", affine_inference_n "train_length"      N = affine_train_length, the
+                                                     train.seq_len the weights trained at
+  "sequence", affine_inference_n "keys" (or no       N = the keys of the call: the
+    affine_train_length)                             prompt's in one forward, past + 1
+                                                     in a cached generation step
+Under the first two a row's output depends only on its prefix; under the last it
+depends on the length of the call.
 
 Numerics: rotary tables in float64 rounded to the model dtype; attention
 (torch's scaled_dot_product_attention) and the affine mix in float32 (float64
@@ -27,13 +36,18 @@ DynamicCache holding each layer's rotated keys and values, and a later forward
 given it as past_key_values runs only the new tokens, at positions past + t;
 so generate() costs one new token per step. Queries attend to every cached key
 (the sink adds its denominator term as without the cache), and the affine
-prefix sum and N_i run over the cached values too. The logits equal those of a
-full forward over the whole sequence (scripts/tests/test_hf_modeling.py checks
-it stepwise for every variant). Positions are position_ids when given, else
+prefix sum and N run over the cached values too. Where a row depends only on its
+prefix (every variant but affine with N = the keys of the call), the logits equal
+those of a full forward over the whole sequence (scripts/tests/test_hf_modeling.py
+checks it stepwise). With N = the keys of the call they do not once the model has
+two or more layers: each step divides by past + 1 while the cached states of the
+earlier tokens were computed with the shorter calls' N; the model warns once when
+it generates so. Positions are position_ids when given, else
 past + t; generate() derives them from the attention mask as transformers'
 LLaMA does.
 """
 import math
+import warnings
 from typing import Optional, Tuple, Union
 
 import torch
@@ -49,7 +63,7 @@ except ImportError:  # pragma: no cover - old transformers
     GenerationMixin = object
 
 from .configuration_kdtrain import KdtrainConfig
-from .variants import features as variant_features
+from .variants import affine_fixed_n, features as variant_features
 
 
 def rope_inverse_frequencies(config) -> list:
@@ -95,17 +109,22 @@ def alpha_activation(z: torch.Tensor, kind: str) -> torch.Tensor:
 
 def affine_mix(out: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor, alpha_ma: torch.Tensor,
                bias_divisor: str = "sequence", key_valid: Optional[torch.Tensor] = None,
-               past: int = 0) -> torch.Tensor:
+               past: int = 0, fixed_n: Optional[int] = None) -> torch.Tensor:
     """The affine variant's output (SPEC §2): alpha * out + beta * prefix(v) with
     beta = (alpha_ma - alpha) / N, in the dtype of `out`. out (B, H, T, D) is P V
     of the T new queries; v (B, H, S, D) every key's value, S = past + T (the
     prefix sum runs over cached keys too, the new rows are the last T); alpha
     (B, H, T) activated; alpha_ma (H); key_valid (B, S) or None. N (SPEC §2):
-    `sequence` divides by the keys of the call, past + current (a padded row's
-    real keys); `visible` by the keys each query sees. scripts/peers/torch_attention.py
-    uses it too."""
+    `sequence` divides by fixed_n when given (the training length), else by the
+    keys of the call, past + current (a padded row's real keys); `visible` by the
+    keys each query sees. scripts/peers/torch_attention.py uses it too."""
     T, S = out.shape[2], v.shape[2]
     work = out.dtype
+    if bias_divisor == "sequence" and fixed_n:
+        key_valid_f = None if key_valid is None else key_valid.to(work)[:, None, :, None]
+        v_prefix = (v if key_valid_f is None else v * key_valid_f).cumsum(dim=2)[:, :, past:]
+        beta = (alpha_ma.view(1, -1, 1) - alpha) / float(fixed_n)
+        return alpha[..., None] * out + beta[..., None] * v_prefix
     if key_valid is None:
         v_prefix = v.cumsum(dim=2)[:, :, past:]
         if bias_divisor == "sequence":
@@ -171,6 +190,8 @@ class KdtrainAttention(nn.Module):
         self.variant = config.attention_variant
         self.activation = config.alpha_activation
         self.bias_divisor = config.affine_bias_divisor
+        self.fixed_n = affine_fixed_n(config.affine_bias_divisor, config.affine_inference_n,
+                                      config.affine_train_length)
         C, H, Hkv, D = (config.hidden_size, config.num_attention_heads,
                         config.num_key_value_heads, config.head_dim)
         self.num_heads, self.num_kv_heads, self.head_dim = H, Hkv, D
@@ -249,7 +270,8 @@ class KdtrainAttention(nn.Module):
 
         if self.has_affine:
             alpha = alpha_activation(self.alpha_proj(x).to(work), self.activation).transpose(1, 2)  # (B, H, T)
-            out = affine_mix(out, v, alpha, self.alpha_ma.to(work), self.bias_divisor, key_valid, past)
+            out = affine_mix(out, v, alpha, self.alpha_ma.to(work), self.bias_divisor, key_valid, past,
+                             self.fixed_n)
 
         out = out.transpose(1, 2).reshape(B, T, H * D).to(x.dtype)
         if self.has_gate:
@@ -299,6 +321,13 @@ class KdtrainModel(KdtrainPreTrainedModel):
         self.layers = nn.ModuleList(KdtrainDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = KdtrainRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary_emb = KdtrainRotaryEmbedding(config)
+        # An affine model whose N is the keys of each call: from two layers on, a cached
+        # step differs from a full forward (the module docstring); said once per model.
+        self._warn_on_cache = (variant_features(config.attention_variant).affine
+                               and config.affine_bias_divisor == "sequence"
+                               and config.num_hidden_layers >= 2
+                               and affine_fixed_n(config.affine_bias_divisor, config.affine_inference_n,
+                                                  config.affine_train_length) is None)
         self.post_init()
 
     def get_input_embeddings(self):
@@ -321,6 +350,14 @@ class KdtrainModel(KdtrainPreTrainedModel):
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache()
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if past > 0 and self._warn_on_cache:
+            self._warn_on_cache = False
+            warnings.warn(
+                "kdtrain: this affine model divides its bias by the keys of each call (affine_bias_divisor "
+                "'sequence' with affine_inference_n 'keys' or no affine_train_length), so with a KV cache its "
+                f"{self.config.num_hidden_layers} layers give logits that differ from a full forward over the "
+                "same tokens; affine_inference_n='train_length' with the training length in "
+                "affine_train_length makes them equal", stacklevel=3)
         if position_ids is None:
             position_ids = torch.arange(past, past + T, device=h.device).unsqueeze(0).expand(B, T)
         key_valid = None

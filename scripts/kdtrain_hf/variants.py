@@ -36,6 +36,17 @@ ALPHA_ACTIVATIONS = ("linear_clip", "sigmoid")
 # the key predates it and means "visible".
 AFFINE_BIAS_DIVISORS = ("sequence", "visible")
 AFFINE_BIAS_DIVISOR_BEFORE_KEY = "visible"
+# N of "sequence" outside training (the C++ AffineInferenceN; the first is the default):
+# "train_length" = N fixed at the train.seq_len the weights trained at (config key
+# affine_train_length; unknown: the call's keys), "keys" = the keys of the call.
+AFFINE_INFERENCE_NS = ("train_length", "keys")
+
+
+def affine_fixed_n(bias_divisor, inference_n, train_length):
+    """The fixed N of an affine model's bias, or None when N is the call's keys (or i + 1)."""
+    if bias_divisor == "sequence" and inference_n == "train_length" and train_length:
+        return int(train_length)
+    return None
 # Every (variant, alpha activation) pair with maths of its own, for the tests: each
 # activation where the affine term uses alpha, linear_clip (unused) elsewhere.
 VARIANT_CASES = tuple((v, a) for v, f in FEATURES.items()

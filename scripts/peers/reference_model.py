@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/, for kdtrain_hf
-from kdtrain_hf.variants import (AFFINE_BIAS_DIVISOR_BEFORE_KEY, AFFINE_BIAS_DIVISORS, ALPHA_ACTIVATIONS,  # noqa: E402
-                                 ATTENTION_VARIANTS as VARIANTS, features)
+from kdtrain_hf.variants import (AFFINE_BIAS_DIVISOR_BEFORE_KEY, AFFINE_BIAS_DIVISORS, AFFINE_INFERENCE_NS,  # noqa: E402
+                                 ALPHA_ACTIVATIONS, ATTENTION_VARIANTS as VARIANTS, affine_fixed_n, features)
 DTYPE = torch.float64
 
 SHARD_HEADER_INTS = 256
@@ -63,6 +63,9 @@ class RefConfig:
     alpha_momentum: float = 0.9
     # N of beta (docs/model.md); a config.json without the key predates it: "visible".
     affine_bias_divisor: str = AFFINE_BIAS_DIVISOR_BEFORE_KEY
+    # "sequence" outside training: N fixed at affine_train_length (when known) or the call's keys.
+    affine_inference_n: str = AFFINE_INFERENCE_NS[0]
+    affine_train_length: int = 0
     extra: dict = field(default_factory=dict)  # keys we do not use, kept for inspection
 
     @property
@@ -98,6 +101,8 @@ def config_from_dict(d: dict) -> RefConfig:
     if cfg.affine_bias_divisor not in AFFINE_BIAS_DIVISORS:
         raise ValueError(f"config.json: affine_bias_divisor {cfg.affine_bias_divisor!r} not in "
                          f"{AFFINE_BIAS_DIVISORS}")
+    if cfg.affine_inference_n not in AFFINE_INFERENCE_NS:
+        raise ValueError(f"config.json: affine_inference_n {cfg.affine_inference_n!r} not in {AFFINE_INFERENCE_NS}")
     if cfg.num_attention_heads % cfg.num_key_value_heads != 0:
         raise ValueError("config.json: num_key_value_heads must divide num_attention_heads")
     if cfg.head_dim % 2 != 0:
@@ -288,13 +293,14 @@ def alpha_activation(z: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 def attention_core(q, k, v, variant: str, *, sinks=None, alpha=None, alpha_ma=None,
-                   bias_divisor: str = "sequence", return_weights: bool = False):
+                   bias_divisor: str = "sequence", fixed_n: Optional[int] = None,
+                   return_weights: bool = False):
     """Causal attention for every variant (docs/model.md), before the gate and o_proj.
 
     q (B, H, T, D); k, v (B, Hkv, T, D) with RoPE applied; query head h reads kv head
     h // (H/Hkv). sinks (H) for `sink`; alpha (B, H, T) activated and alpha_ma (H) for
     the affine variants, whose bias beta_i = (alpha_ma - alpha_i) / N sits on the visible
-    keys with N = T (bias_divisor "sequence") or i + 1 ("visible"). Returns O (B, H, T, D) and, if asked, the effective weights
+    keys with N = T, or fixed_n when given (bias_divisor "sequence"), or i + 1 ("visible"). Returns O (B, H, T, D) and, if asked, the effective weights
     W (B, H, T, T) with O = W V (the affine bias folded in as beta on every visible key).
     """
     B, H, T, D = q.shape
@@ -316,7 +322,7 @@ def attention_core(q, k, v, variant: str, *, sinks=None, alpha=None, alpha_ma=No
     if f.affine:
         a = alpha.unsqueeze(-1)                                   # (B, H, T, 1)
         if bias_divisor == "sequence":
-            n_keys = torch.full((1, 1, 1, 1), float(T), dtype=DTYPE)
+            n_keys = torch.full((1, 1, 1, 1), float(fixed_n or T), dtype=DTYPE)
         elif bias_divisor == "visible":
             n_keys = torch.arange(1, T + 1, dtype=DTYPE).view(1, 1, T, 1)
         else:
@@ -358,7 +364,9 @@ def attention_block(x, p: Dict[str, torch.Tensor], prefix: str, cfg: RefConfig, 
         if "alpha_ma" in overrides:
             alpha_ma = torch.full_like(alpha_ma, overrides["alpha_ma"])
     o = attention_core(q, k, v, cfg.attention_variant, sinks=p.get(a + "sinks"), alpha=alpha,
-                       alpha_ma=alpha_ma, bias_divisor=cfg.affine_bias_divisor)
+                       alpha_ma=alpha_ma, bias_divisor=cfg.affine_bias_divisor,
+                       fixed_n=affine_fixed_n(cfg.affine_bias_divisor, cfg.affine_inference_n,
+                                              cfg.affine_train_length))
     o = o.transpose(1, 2).reshape(B, T, H * D)  # heads concatenated, head-major, as HF
     if cfg.has_gate:
         gate = torch.sigmoid(F.linear(x, p[a + "gate_proj.weight"]))

@@ -32,6 +32,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -263,18 +264,33 @@ def summarize(results: dict, limit: int | None, data: dict[str, TaskData] | None
     return out
 
 
-def padding_changes_scores(model: str) -> bool:
-    """True for an affine model under the `sequence` divisor (N = the keys of the call):
-    lm-eval right-pads a batch without an attention mask, so the pad keys would count in N
-    and change the real tokens' scores. Such a model is scored one request at a time."""
+def affine_bias_n(model: str):
+    """The N an affine export divides its bias by: "i + 1" (`visible`), the fixed training
+    length (an int), "keys" (the keys of each call), or None for a model without the
+    affine term (docs/model.md, "The affine divisor at inference")."""
     try:
         config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    from kdtrain_hf.variants import AFFINE_BIAS_DIVISOR_BEFORE_KEY, FEATURES
+        return None
+    from kdtrain_hf.variants import (AFFINE_BIAS_DIVISOR_BEFORE_KEY, AFFINE_INFERENCE_NS, FEATURES,
+                                     affine_fixed_n)
     feats = FEATURES.get(config.get("attention_variant", "baseline"))
+    if not (feats and feats.affine):
+        return None
     divisor = config.get("affine_bias_divisor", AFFINE_BIAS_DIVISOR_BEFORE_KEY)
-    return bool(feats and feats.affine and divisor == "sequence")
+    if divisor != "sequence":
+        return "i + 1"
+    fixed = affine_fixed_n(divisor, config.get("affine_inference_n", AFFINE_INFERENCE_NS[0]),
+                           config.get("affine_train_length"))
+    return fixed if fixed is not None else "keys"
+
+
+def padding_changes_scores(model: str) -> bool:
+    """True for an affine model whose N is the keys of each call: lm-eval right-pads a batch
+    without an attention mask, so the pad keys would count in N and change the real tokens'
+    scores. Such a model is scored one request at a time. With N fixed (the training length)
+    or N_i = i + 1 a row depends only on its prefix and batches score as single requests."""
+    return affine_bias_n(model) == "keys"
 
 
 def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAULT_EVAL_DATA,
@@ -286,9 +302,10 @@ def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAU
 
     unpadded = padding_changes_scores(model)
     if unpadded and batch_size != 1:
-        print(f"[zero-shot] {model}: affine with the sequence divisor: batch size 1 (padding would "
-              "change N and so the scores)", file=sys.stderr)
+        print(f"[zero-shot] {model}: affine with N = the keys of each call: batch size 1 (padding "
+              "would change N and so the scores)", file=sys.stderr)
         batch_size = 1
+    start = time.monotonic()
     cleanup = work_dir is None
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kdtrain_zero_shot_"))
     try:
@@ -311,6 +328,8 @@ def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAU
     summary["lm_eval_version"] = getattr(lm_eval, "__version__", LM_EVAL_VERSION)
     summary["eval_data"] = str(Path(eval_data).resolve())
     summary["batch_size"] = batch_size
+    summary["affine_bias_n"] = affine_bias_n(model)
+    summary["seconds"] = round(time.monotonic() - start, 1)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")

@@ -3,7 +3,9 @@ the baseline equals transformers' LLaMA / Qwen2, each variant's attention equals
 a per-query float64 loop written from docs/model.md (affine under both bias divisors),
 the sink limit is the baseline, left padding with an attention mask leaves the real
 tokens' logits alone, and a KV cache gives what a full forward over the keys so far
-gives (under `sequence`, N is the keys of the call: past + current)."""
+gives (under `sequence` with affine_inference_n "keys", N is the keys of the call:
+past + current; with "train_length" N is fixed and every row depends only on its
+prefix, so the cache and padding change nothing, for any number of layers)."""
 import math
 import os
 import sys
@@ -17,8 +19,12 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 from kdtrain_hf import KdtrainConfig, KdtrainForCausalLM  # noqa: E402
 from kdtrain_hf.variants import AFFINE_BIAS_DIVISORS, ATTENTION_VARIANTS as VARIANTS, features  # noqa: E402
 
-DIVISORS = list(AFFINE_BIAS_DIVISORS)
-# Every variant, the affine ones under both divisors.
+# The affine N: "sequence" = the keys of the call (affine_inference_n "keys"),
+# "sequence-fixed" = N fixed at the training length TRAIN_LENGTH, "visible" = i + 1.
+DIVISORS = ["sequence", "sequence-fixed", "visible"]
+assert set(AFFINE_BIAS_DIVISORS) < set(DIVISORS)
+TRAIN_LENGTH = 16
+# Every variant, the affine ones under each N.
 VARIANT_DIVISORS = [(v, d) for v in VARIANTS for d in (DIVISORS if features(v).affine else DIVISORS[:1])]
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
@@ -31,7 +37,9 @@ def kdtrain_config(variant="baseline", activation="linear_clip", bias=False, tie
                          max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=500.0,
                          rope_scaling=LLAMA3, attention_bias=bias, tie_word_embeddings=tied,
                          attention_variant=variant, alpha_activation=activation,
-                         affine_bias_divisor=divisor)
+                         affine_bias_divisor="sequence" if divisor == "sequence-fixed" else divisor,
+                         affine_inference_n="train_length" if divisor == "sequence-fixed" else "keys",
+                         affine_train_length=TRAIN_LENGTH)
 
 
 def randomize_(model, seed):
@@ -118,7 +126,12 @@ def naive_attention(attn, x, position_ids, config):
                         a = 1.0 / (1.0 + torch.exp(-z))
                     else:  # linear_clip
                         a = torch.clamp(0.1 * z + 0.5, 0.0, 1.0)
-                    n_keys = T if config.affine_bias_divisor == "sequence" else i + 1
+                    if config.affine_bias_divisor == "visible":
+                        n_keys = i + 1
+                    elif config.affine_inference_n == "train_length":
+                        n_keys = config.affine_train_length
+                    else:
+                        n_keys = T
                     beta = (attn.alpha_ma[h].double() - a) / n_keys
                     o = a * o + beta * v[b, : i + 1, g].sum(0)
                 out[b, i, h] = o
@@ -136,7 +149,8 @@ def attn_inv_freq(config):
 
 @pytest.mark.parametrize("variant,activation,divisor",
                          [(v, "linear_clip", d) for v, d in VARIANT_DIVISORS] +
-                         [("affine", "sigmoid", "sequence"), ("affine-gated", "sigmoid", "visible")])
+                         [("affine", "sigmoid", "sequence"), ("affine-gated", "sigmoid", "visible"),
+                          ("affine-gated", "sigmoid", "sequence-fixed")])
 def test_attention_matches_spec_loop(variant, activation, divisor):
     config = kdtrain_config(variant, activation, bias=True, divisor=divisor)
     model = randomize_(KdtrainForCausalLM(config), 3).double().eval()
@@ -257,12 +271,14 @@ def prefix_logits(model, ids, chunks, mask=None, positions=None):
 
 
 def is_causal(variant, divisor):
-    return "affine" not in variant or divisor == "visible"
+    """Whether every row depends only on its prefix: all but affine with N = the call's keys."""
+    return "affine" not in variant or divisor != "sequence"
 
 
 def layers_for_cache(variant, divisor):
-    """Two layers where a cache is exact, one for affine under `sequence` (comment above)."""
-    return 2 if is_causal(variant, divisor) else 1
+    """Three layers where a cache is exact, one for affine with N = the call's keys
+    (comment above)."""
+    return 3 if is_causal(variant, divisor) else 1
 
 
 @pytest.mark.parametrize("variant,divisor", VARIANT_DIVISORS)
@@ -302,7 +318,7 @@ def test_kv_cache_with_left_padding_equals_full_forward(variant, divisor):
 
 @pytest.mark.parametrize("variant,divisor", [("baseline", "sequence"), ("sink", "sequence"),
                                              ("affine", "sequence"), ("affine-gated", "sequence"),
-                                             ("affine-gated", "visible")])
+                                             ("affine", "sequence-fixed"), ("affine-gated", "visible")])
 def test_generate_uses_the_cache_and_matches_uncached(variant, divisor):
     config = kdtrain_config(variant, divisor=divisor, layers=layers_for_cache(variant, divisor))
     model = randomize_(KdtrainForCausalLM(config), 15).eval()
@@ -327,7 +343,7 @@ def test_sequence_divisor_cache_keeps_the_shorter_calls_states():
     model = randomize_(KdtrainForCausalLM(kdtrain_config("affine", divisor="sequence")), 19).double().eval()
     ids = torch.randint(0, 53, (1, 8), generator=torch.Generator().manual_seed(20))
     chunks = [4, 1, 1, 2]
-    with torch.no_grad():
+    with torch.no_grad(), pytest.warns(UserWarning, match="differ from a full forward"):
         steps = stepwise_logits(model, ids, chunks)
         want = prefix_logits(model, ids, chunks)
     assert (steps[:, :4] - want[:, :4]).abs().max().item() < 1e-10
@@ -340,3 +356,66 @@ def test_a_presized_cache_is_refused():
     cache = transformers.StaticCache(config=model.config, max_cache_len=16)
     with torch.no_grad(), pytest.raises(ValueError, match="DynamicCache"):
         model(ids, past_key_values=cache, use_cache=True)
+
+
+# ---- N fixed at the training length (affine_inference_n "train_length"): a row depends
+# only on its prefix whatever the call's length, so right padding without a mask (what
+# lm-eval does) and the cache change nothing, and at exactly the training length the
+# model is the one that trained (N = T).
+
+@pytest.mark.parametrize("variant,divisor", [(v, d) for v, d in VARIANT_DIVISORS if "affine" in v])
+def test_right_padding_without_a_mask_changes_no_score_unless_n_is_the_calls(variant, divisor):
+    model = randomize_(KdtrainForCausalLM(kdtrain_config(variant, divisor=divisor, layers=3)), 21).double().eval()
+    ids = torch.randint(1, 53, (2, 11), generator=torch.Generator().manual_seed(22))
+    ids[1, 7:] = 0  # row 1 holds 7 real tokens, then padding as lm-eval pads a batch
+    with torch.no_grad():
+        batch = model(ids).logits
+        alone = model(ids[1:, :7]).logits
+    diff = (batch[1:, :7] - alone).abs().max().item()
+    assert (diff < 1e-10) == is_causal(variant, divisor), diff
+
+
+def test_fixed_n_equals_the_calls_keys_at_the_training_length_only():
+    fixed = randomize_(KdtrainForCausalLM(kdtrain_config("affine-gated", divisor="sequence-fixed", layers=3)),
+                       23).double().eval()
+    keys = KdtrainForCausalLM(kdtrain_config("affine-gated", divisor="sequence", layers=3)).double().eval()
+    keys.load_state_dict(fixed.state_dict())
+    ids = torch.randint(0, 53, (2, TRAIN_LENGTH), generator=torch.Generator().manual_seed(24))
+    with torch.no_grad():
+        assert (fixed(ids).logits - keys(ids).logits).abs().max().item() < 1e-12
+        short = ids[:, :TRAIN_LENGTH // 2]
+        assert (fixed(short).logits - keys(short).logits).abs().max().item() > 1e-3
+
+
+def test_fixed_n_with_no_training_length_divides_by_the_calls_keys():
+    """An export without affine_train_length (written before the key) keeps the old N."""
+    config = kdtrain_config("affine", divisor="sequence-fixed")
+    config.affine_train_length = None
+    model = randomize_(KdtrainForCausalLM(config), 25).double().eval()
+    ref = KdtrainForCausalLM(kdtrain_config("affine", divisor="sequence")).double().eval()
+    ref.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 53, (1, 9), generator=torch.Generator().manual_seed(26))
+    with torch.no_grad():
+        assert (model(ids).logits - ref(ids).logits).abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("divisor,layers,warns", [("sequence", 2, True), ("sequence", 1, False),
+                                                  ("sequence-fixed", 2, False), ("visible", 2, False)])
+def test_cached_generation_warns_once_where_it_differs_from_a_full_forward(divisor, layers, warns):
+    import warnings
+
+    model = randomize_(KdtrainForCausalLM(kdtrain_config("affine", divisor=divisor, layers=layers)), 27).eval()
+    prompt = torch.randint(0, 53, (1, 5), generator=torch.Generator().manual_seed(28))
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        model.generate(prompt, max_new_tokens=4, do_sample=False, use_cache=True)
+        model.generate(prompt, max_new_tokens=4, do_sample=False, use_cache=True)
+    ours = [w for w in caught if "kdtrain:" in str(w.message)]
+    assert len(ours) == (1 if warns else 0), [str(w.message) for w in ours]
+
+
+def test_config_refuses_a_bad_inference_n_or_training_length():
+    with pytest.raises(ValueError, match="affine_inference_n"):
+        KdtrainConfig(attention_variant="affine", affine_inference_n="sequence")
+    with pytest.raises(ValueError, match="affine_train_length"):
+        KdtrainConfig(attention_variant="affine", affine_train_length=0)

@@ -42,6 +42,25 @@ def test_affine_bias_divisors_equal_the_cpp_choices():
     assert variants.AFFINE_BIAS_DIVISOR_BEFORE_KEY in variants.AFFINE_BIAS_DIVISORS
 
 
+def test_affine_inference_ns_equal_the_cpp_choices():
+    """variants.py's inference N choices and their order (the first is the default) as
+    `kdtrain config --list` prints attention.affine_inference_n."""
+    if not KDTRAIN.exists():
+        pytest.skip(f"{KDTRAIN} not built")
+    out = subprocess.run([str(KDTRAIN), "config", "--list"], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("attention.affine_inference_n"))
+    assert f'"{variants.AFFINE_INFERENCE_NS[0]}"' in line
+    assert line.endswith("accepts " + ", ".join(variants.AFFINE_INFERENCE_NS))
+
+
+def test_affine_fixed_n_only_for_sequence_with_a_length():
+    assert variants.affine_fixed_n("sequence", "train_length", 2048) == 2048
+    assert variants.affine_fixed_n("sequence", "train_length", None) is None
+    assert variants.affine_fixed_n("sequence", "keys", 2048) is None
+    assert variants.affine_fixed_n("visible", "train_length", 2048) is None
+
+
 def test_unknown_variant_names_the_choices():
     with pytest.raises(ValueError, match="one of baseline, sink"):
         variants.features("sinks")
