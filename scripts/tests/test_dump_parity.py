@@ -224,3 +224,55 @@ def test_dump_reads_uint32_shards(tmp_path):
     assert set(outputs[0]) == set(outputs[1])
     for name in outputs[0]:
         assert np.array_equal(outputs[0][name], outputs[1][name]), name
+
+
+# The affine N outside training (docs/model.md, "The affine divisor at inference"): a
+# `sequence` checkpoint whose config.json records its training length TRAIN_LENGTH, read
+# with affine_inference_n train_length (N fixed at TRAIN_LENGTH) or keys (N = the keys
+# of the call). kdtrain's logits and gradients equal the float64 reference's under
+# both, for the full-length call and a shorter one. Under train_length every row of the
+# shorter call equals the same row of the full call (what a KV cache and padding rely
+# on; kdtrain has no cache of its own), to the fp32 bound of the logits (each is within
+# REL_TOL of the same float64 value); under keys they differ, at every layer count the
+# presets give (tiny-llama has more than one).
+TRAIN_LENGTH = T
+SHORT = 5
+
+
+@pytest.mark.parametrize("inference_n", ["train_length", "keys"])
+@pytest.mark.parametrize("variant", ["affine", "affine-gated"])
+def test_dump_under_each_inference_n_rows_depend_on_the_prefix_only_when_n_is_fixed(
+        variant, inference_n, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    _run(["init", "--preset", "tiny-llama", "--attention", variant, "--seed", "99", "--out", str(ckpt),
+          "--set", "attention.affine_bias_divisor=sequence", "--set", f"attention.affine_inference_n={inference_n}"],
+         "kdtrain init")
+    config = json.loads((ckpt / "config.json").read_text())
+    assert config["affine_inference_n"] == inference_n and config["num_hidden_layers"] >= 2
+    config["affine_train_length"] = TRAIN_LENGTH
+    (ckpt / "config.json").write_text(json.dumps(config, indent=2))
+    _record_checksum(ckpt, "config.json")
+    _redraw_weights(ckpt, seed=zlib.crc32(f"fixed-n/{variant}".encode()))
+    cfg, params = ref.load_checkpoint(str(ckpt))
+    assert (cfg.affine_inference_n, cfg.affine_train_length) == (inference_n, TRAIN_LENGTH)
+
+    shard = tmp_path / "data.bin"
+    ref.write_shard(str(shard), np.frombuffer(TEXT, dtype=np.uint8), version=1)
+    logits = {}
+    for length in (TRAIN_LENGTH, SHORT):
+        dumped = tmp_path / f"dump_{length}.safetensors"
+        _run(["dump", "--checkpoint", str(ckpt), "--data", str(shard), "--batch-size", "1",
+              "--seq-len", str(length), "--out", str(dumped), "--grads"], "kdtrain dump")
+        got = load_file(str(dumped))
+        inputs, targets = ref.batch_from_tokens(ref.read_shard(str(shard)), 1, length, cfg.vocab_size)
+        want, _, grads = ref.loss_and_grads(cfg, params, inputs, targets)
+        _compare(f"logits (T={length})", got["logits"], want.numpy(), REL_TOL)
+        for n, g in grads.items():
+            _compare(f"grad.{n} (T={length})", got["grad." + n], g.numpy(), REL_TOL)
+        logits[length] = np.asarray(got["logits"], dtype=np.float64)
+    prefix = logits[TRAIN_LENGTH][:, :SHORT]
+    diff = np.abs(logits[SHORT] - prefix).max() / np.abs(prefix).max()
+    if inference_n == "train_length":
+        assert diff <= 2 * REL_TOL, f"rows of the {SHORT}-token call moved by {diff:.2e} of the logits' scale"
+    else:
+        assert diff > 100 * REL_TOL, f"under keys the {SHORT}-token call should differ, moved by {diff:.2e}"

@@ -362,16 +362,32 @@ def make_word_tokenizer(directory):
     return directory
 
 
-@pytest.mark.parametrize("divisor", ["visible", "sequence"])
+def record_train_length(ckpt: str, length: int) -> None:
+    """What a training checkpoint records (its run_config.json's train.seq_len, which the
+    export turns into affine_train_length), written into config.json directly."""
+    path = os.path.join(ckpt, "config.json")
+    config = json.load(open(path))
+    config["affine_train_length"] = length
+    with open(path, "w") as f:
+        json.dump(config, f)
+    record_checksum(ckpt, "config.json")
+
+
+@pytest.mark.parametrize("divisor", ["visible", "sequence", "sequence-fixed"])
 def test_export_copies_tokenizer_and_scores_like_lm_eval(tmp_path, divisor):
     """The path lm-eval-harness's `--model hf` takes: AutoTokenizer and
     AutoModelForCausalLM from one directory (trust_remote_code), right-padded
-    batches without a mask, log-softmax of the logits. Under the `sequence` divisor the
-    pad keys count in N, so run_zero_shot.py scores such a model one request at a time."""
+    batches without a mask, log-softmax of the logits. Under the `sequence` divisor with N
+    the keys of the call (here: no training length recorded) the pad keys count in N, so
+    run_zero_shot.py scores such a model one request at a time; with N fixed at the
+    recorded training length ("sequence-fixed") padding changes nothing."""
     import run_zero_shot
     need("init", "export")
     ckpt = str(tmp_path / "ckpt")
-    make_kdtrain_checkpoint(ckpt, "tiny-llama", "affine", "linear_clip", seed=3, divisor=divisor)
+    make_kdtrain_checkpoint(ckpt, "tiny-llama", "affine", "linear_clip", seed=3,
+                            divisor=divisor.replace("-fixed", ""))
+    if divisor == "sequence-fixed":
+        record_train_length(ckpt, 16)
     tok_dir = make_word_tokenizer(tmp_path / "tok")
     hf_dir = str(tmp_path / "hf")
     run("export", "--checkpoint", ckpt, "--out", hf_dir, "--tokenizer", str(tok_dir))
@@ -388,11 +404,13 @@ def test_export_copies_tokenizer_and_scores_like_lm_eval(tmp_path, divisor):
     with torch.no_grad():
         padded = torch.log_softmax(model(batch).logits.double(), dim=-1)
         alone = torch.log_softmax(model(torch.tensor([enc[1]])).logits.double(), dim=-1)
-    # Right padding never changes the scores of the real tokens of a causal model; under
-    # `sequence` it does (N = the padded width), hence batch size 1 in run_zero_shot.py.
-    causal = divisor == "visible"
+    # Right padding never changes the scores of the real tokens of a causal model; with N
+    # the keys of the call it does (N = the padded width), hence batch size 1 in run_zero_shot.py.
+    causal = divisor != "sequence"
     assert torch.allclose(padded[1, : len(enc[1])], alone[0], atol=1e-6) == causal
     assert run_zero_shot.padding_changes_scores(hf_dir) == (not causal)
+    assert run_zero_shot.affine_bias_n(hf_dir) == {"visible": "i + 1", "sequence": "keys",
+                                                   "sequence-fixed": 16}[divisor]
 
     # Left padding with an attention mask: padded keys are invisible.
     left = torch.tensor([[254] * (width - len(enc[1])) + enc[1]])
@@ -520,3 +538,44 @@ def test_hf_checkpoint_as_teacher_and_init(tmp_path):
     first = [r for r in records if r.get("step") == 1 and "kd" in r][0]
     assert abs(first["kd"]) < 1e-6
     assert 1.0 < first["ce"] < 20.0
+
+
+@pytest.mark.parametrize("inference_n", ["train_length", "keys"])
+def test_export_under_each_inference_n_against_the_float64_reference(tmp_path, inference_n):
+    """A multi-layer affine-gated `sequence` model whose checkpoint records its training
+    length L, exported with --affine-n. In float64 the export's full forward equals
+    scripts/reference_model.py's at L and at a shorter length (each with the N of the
+    choice). Cached generation (one DynamicCache, chunks of new tokens) equals the
+    reference's full forward over the whole sequence with N fixed; with N the call's keys
+    it does not (layer 2's cached states were computed with shorter calls' N).
+    Tolerance 1e-9: both sides float64 from the same fp32 weights, differing only in
+    summation order (~1e-14 relative), with headroom."""
+    import reference_model as ref
+    need("init", "export")
+    L = 16
+    ckpt = str(tmp_path / "ckpt")
+    make_kdtrain_checkpoint(ckpt, "tiny-llama", "affine-gated", "linear_clip", seed=31)
+    record_train_length(ckpt, L)
+    hf_dir = str(tmp_path / "hf")
+    out = run("export", "--checkpoint", ckpt, "--out", hf_dir, "--affine-n", inference_n)
+    assert ("affine N = 16, the training length" in out) == (inference_n == "train_length")
+    model, config = load_exported(hf_dir, dtype=torch.float64)
+    assert (config["affine_inference_n"], config["affine_train_length"]) == (inference_n, L)
+    assert config["num_hidden_layers"] >= 2
+    cfg, params = ref.load_checkpoint(hf_dir)
+    ids = torch.tensor(shard_tokens(256, L, seed=32)[None, :L].astype(np.int64))
+
+    with torch.no_grad():
+        for length in (L, 6):
+            got = model(ids[:, :length], use_cache=False).logits
+            want = ref.forward(cfg, params, ids[:, :length])
+            assert (got - want).abs().max().item() < 1e-9 * want.abs().max().item()
+        full = ref.forward(cfg, params, ids)
+        cache, rows = None, []
+        for start, n in ((0, 5), (5, 1), (6, 3), (9, 1), (10, 6)):
+            r = model(ids[:, start:start + n], past_key_values=cache, use_cache=True)
+            cache = r.past_key_values
+            rows.append(r.logits)
+        cached = torch.cat(rows, dim=1)
+    diff = (cached - full).abs().max().item() / full.abs().max().item()
+    assert (diff < 1e-9) == (inference_n == "train_length"), diff
