@@ -19,6 +19,7 @@ struct AttnProblem {
   AttentionShape dims;
   AttentionVariant variant;
   AffineBiasDivisor divisor = AffineBiasDivisor::sequence;
+  int64_t bias_keys = 0;  // `sequence`: N fixed at this count (the training length); 0 = T
   std::vector<double> qkv, sinks, alpha, alpha_ma, w;
 
   AttnProblem(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, AttentionVariant v,
@@ -33,7 +34,11 @@ struct AttnProblem {
   size_t out_size() const { return static_cast<size_t>(dims.B * dims.T * dims.H * dims.D); }
   size_t lse_size() const { return static_cast<size_t>(dims.B * dims.H * dims.T); }
   double scale() const { return 1.0 / std::sqrt(static_cast<double>(dims.D)); }
-  AttentionFeatures features() const { return features_of(variant, divisor); }
+  AttentionFeatures features() const {
+    AttentionFeatures f = features_of(variant, divisor);
+    f.bias_keys = bias_keys;
+    return f;
+  }
 
   void forward(std::vector<double>& out, std::vector<double>& lse) const {
     out.assign(out_size(), 0.0);
@@ -66,7 +71,7 @@ std::vector<AffineBiasDivisor> divisors_of(AttentionVariant v) {
   return {AffineBiasDivisor::sequence};
 }
 
-void check_fd(AttentionVariant v, AffineBiasDivisor divisor) {
+void check_fd(AttentionVariant v, AffineBiasDivisor divisor, int64_t bias_keys = 0) {
   const int64_t shapes[][5] = {
       // B, T, H, Hkv, D
       {2, 1, 6, 2, 6}, {2, 5, 6, 2, 10}, {1, 11, 6, 2, 6}, {2, 5, 3, 3, 6}, {1, 11, 3, 3, 10}};
@@ -74,7 +79,8 @@ void check_fd(AttentionVariant v, AffineBiasDivisor divisor) {
   for (const auto& s : shapes) {
     AttnProblem p(s[0], s[1], s[2], s[3], s[4], v, seed++);
     p.divisor = divisor;
-    INFO("variant " << variant_name(v) << " divisor " << divisor << " B=" << s[0] << " T=" << s[1]
+    p.bias_keys = bias_keys;
+    INFO("variant " << variant_name(v) << " divisor " << divisor << " fixed N " << bias_keys << " B=" << s[0] << " T=" << s[1]
                     << " H=" << s[2] << " Hkv=" << s[3] << " D=" << s[4]);
     std::vector<double> dqkv, dsinks, dalpha;
     p.backward(dqkv, dsinks, dalpha);
@@ -85,6 +91,8 @@ void check_fd(AttentionVariant v, AffineBiasDivisor divisor) {
 }
 void check_fd(AttentionVariant v) {
   for (AffineBiasDivisor d : divisors_of(v)) check_fd(v, d);
+  // N fixed at a training length longer than every call (affine_inference_n train_length).
+  if (features_of(v).affine) check_fd(v, AffineBiasDivisor::sequence, 13);
 }
 
 }  // namespace
@@ -108,18 +116,21 @@ TEST_CASE("attention forward: out and lse match a direct float64 evaluation", "[
     AttentionVariant v;
     AffineBiasDivisor divisor;
     int64_t T;
+    int64_t bias_keys = 0;  // N fixed at the training length (affine_inference_n train_length)
   };
   const Case cases[] = {{AttentionVariant::baseline, AffineBiasDivisor::sequence, 7},
                         {AttentionVariant::sink, AffineBiasDivisor::sequence, 7},
                         {AttentionVariant::affine, AffineBiasDivisor::sequence, 7},
                         {AttentionVariant::affine, AffineBiasDivisor::sequence, 16},
+                        {AttentionVariant::affine, AffineBiasDivisor::sequence, 7, 16},
                         {AttentionVariant::affine, AffineBiasDivisor::visible, 7},
                         {AttentionVariant::affine, AffineBiasDivisor::visible, 16}};
   for (const Case& c : cases) {
     const AttentionVariant v = c.v;
-    INFO("variant " << variant_name(v) << " divisor " << c.divisor << " T=" << c.T);
+    INFO("variant " << variant_name(v) << " divisor " << c.divisor << " T=" << c.T << " fixed N " << c.bias_keys);
     AttnProblem p(2, c.T, 6, 2, 6, v, 7);
     p.divisor = c.divisor;
+    p.bias_keys = c.bias_keys;
     std::vector<double> out, lse;
     p.forward(out, lse);
     const auto& d = p.dims;
@@ -143,7 +154,9 @@ TEST_CASE("attention forward: out and lse match a direct float64 evaluation", "[
           // affine: alpha_i PV + beta_i sum_{j<=i} v_j, beta_i = (alpha_ma - alpha_i) / N_i (docs/model.md)
           const bool affine = features_of(v).affine;
           const double a = affine ? p.alpha[(b * d.T + i) * d.H + h] : 1.0;
-          const double n_keys = c.divisor == AffineBiasDivisor::visible ? double(i + 1) : double(d.T);
+          const double n_keys = c.divisor == AffineBiasDivisor::visible ? double(i + 1)
+                                : c.bias_keys > 0                        ? double(c.bias_keys)
+                                                                         : double(d.T);
           const double beta = affine ? (p.alpha_ma[h] - a) / n_keys : 0.0;
           for (int64_t k = 0; k < d.D; ++k) {
             double o = 0.0;
