@@ -1,12 +1,12 @@
 # coding=utf-8
 """PyTorch modeling code of kdtrain's models for Hugging Face transformers.
 
-The decoder is LLaMA / Qwen2's (SPEC §1): pre-norm, RMSNorm, rotary embeddings
+The decoder is LLaMA / Qwen2's (docs/model.md): pre-norm, RMSNorm, rotary embeddings
 (rotate_half convention, optional Llama-3 frequency scaling), grouped-query
 attention, optional q/k/v bias, SwiGLU MLP, tied or untied LM head. Tensor
 names are Hugging Face's, so kdtrain's safetensors load as they are.
 
-The attention core implements SPEC §2 for query i, keys j <= i:
+The attention core implements docs/model.md's variants for query i, keys j <= i:
   baseline      O = P V, P = softmax(q k^T / sqrt(d)) over visible keys
   sink          p_ij = e^{x_ij} / (sum_j e^{x_ij} + e^{s_h}), s_h = self_attn.sinks[h]
   affine        O_i = alpha_i (P V)_i + beta_i sum_{j<=i} V_j,
@@ -29,7 +29,7 @@ depends on the length of the call.
 Numerics: rotary tables in float64 rounded to the model dtype; attention
 (torch's scaled_dot_product_attention) and the affine mix in float32 (float64
 for a float64 model); the rest in the model dtype. A 2-D attention_mask of 0/1 removes padded keys
-from the softmax, from the prefix sum and from N_i.
+from the softmax, from the prefix sum and from an N that counts keys.
 
 KV cache: with use_cache (the default) a forward returns a transformers
 DynamicCache holding each layer's rotated keys and values, and a later forward
@@ -110,11 +110,11 @@ def alpha_activation(z: torch.Tensor, kind: str) -> torch.Tensor:
 def affine_mix(out: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor, alpha_ma: torch.Tensor,
                bias_divisor: str = "sequence", key_valid: Optional[torch.Tensor] = None,
                past: int = 0, fixed_n: Optional[int] = None) -> torch.Tensor:
-    """The affine variant's output (SPEC §2): alpha * out + beta * prefix(v) with
+    """The affine variant's output (docs/model.md): alpha * out + beta * prefix(v) with
     beta = (alpha_ma - alpha) / N, in the dtype of `out`. out (B, H, T, D) is P V
     of the T new queries; v (B, H, S, D) every key's value, S = past + T (the
     prefix sum runs over cached keys too, the new rows are the last T); alpha
-    (B, H, T) activated; alpha_ma (H); key_valid (B, S) or None. N (SPEC §2):
+    (B, H, T) activated; alpha_ma (H); key_valid (B, S) or None. N (docs/model.md):
     `sequence` divides by fixed_n when given (the training length), else by the
     keys of the call, past + current (a padded row's real keys); `visible` by the
     keys each query sees. scripts/peers/torch_attention.py uses it too."""

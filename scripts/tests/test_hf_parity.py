@@ -544,7 +544,7 @@ def test_hf_checkpoint_as_teacher_and_init(tmp_path):
 def test_export_under_each_inference_n_against_the_float64_reference(tmp_path, inference_n):
     """A multi-layer affine-gated `sequence` model whose checkpoint records its training
     length L, exported with --affine-n. In float64 the export's full forward equals
-    scripts/reference_model.py's at L and at a shorter length (each with the N of the
+    scripts/peers/reference_model.py's at L and at a shorter length (each with the N of the
     choice). Cached generation (one DynamicCache, chunks of new tokens) equals the
     reference's full forward over the whole sequence with N fixed; with N the call's keys
     it does not (layer 2's cached states were computed with shorter calls' N).
