@@ -29,29 +29,29 @@ def test_variants_py_equals_the_cpp_table():
         assert (f.sink, f.affine, f.gate) == (row["sink"], row["affine"], row["gate"]), row["name"]
 
 
-def test_affine_bias_divisors_equal_the_cpp_choices():
-    """variants.py's divisors and their order (the first is the default) as `kdtrain config
-    --list` prints attention.affine_bias_divisor."""
+def check_choices_equal_cpp(key, choices):
+    """`kdtrain config --list` prints key with choices[0] as its default and accepts exactly
+    choices, in order."""
     if not KDTRAIN.exists():
         pytest.skip(f"{KDTRAIN} not built")
     out = subprocess.run([str(KDTRAIN), "config", "--list"], capture_output=True, text=True,
                          timeout=60, check=True).stdout
-    line = next(l for l in out.splitlines() if l.startswith("attention.affine_bias_divisor"))
-    assert f'"{variants.AFFINE_BIAS_DIVISORS[0]}"' in line
-    assert line.endswith("accepts " + ", ".join(variants.AFFINE_BIAS_DIVISORS))
+    line = next(l for l in out.splitlines() if l.startswith(key))
+    assert f'"{choices[0]}"' in line
+    assert line.endswith("accepts " + ", ".join(choices))
+
+
+def test_affine_bias_divisors_equal_the_cpp_choices():
+    """variants.py's divisors and their order (the first is the default) as `kdtrain config
+    --list` prints attention.affine_bias_divisor."""
+    check_choices_equal_cpp("attention.affine_bias_divisor", variants.AFFINE_BIAS_DIVISORS)
     assert variants.AFFINE_BIAS_DIVISOR_BEFORE_KEY in variants.AFFINE_BIAS_DIVISORS
 
 
 def test_affine_inference_ns_equal_the_cpp_choices():
     """variants.py's inference N choices and their order (the first is the default) as
     `kdtrain config --list` prints attention.affine_inference_n."""
-    if not KDTRAIN.exists():
-        pytest.skip(f"{KDTRAIN} not built")
-    out = subprocess.run([str(KDTRAIN), "config", "--list"], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
-    line = next(l for l in out.splitlines() if l.startswith("attention.affine_inference_n"))
-    assert f'"{variants.AFFINE_INFERENCE_NS[0]}"' in line
-    assert line.endswith("accepts " + ", ".join(variants.AFFINE_INFERENCE_NS))
+    check_choices_equal_cpp("attention.affine_inference_n", variants.AFFINE_INFERENCE_NS)
 
 
 def test_affine_fixed_n_only_for_sequence_with_a_length():
