@@ -47,7 +47,7 @@ struct AffineModel {
     attention.affine_bias_divisor = AffineBiasDivisor::sequence;
     attention.affine_inference_n = n;
     attention.affine_train_length = kTrainLength;
-    model = std::make_unique<Model>(config, attention, *backend, false);
+    model = std::make_unique<Model>(config, attention, *backend, ModelUse::frozen);
     std::vector<float> params = init_params(model->layout(), config, attention, 41);
     SplitMix64 rng(42);  // alpha_ma away from alpha, so the bias term is large
     for (const ParamSpec& s : model->layout().specs)
