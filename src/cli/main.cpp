@@ -13,6 +13,7 @@
 #include "cli/suggest.h"
 #include "core/error.h"
 #include "io/file_util.h"
+#include "io/staging.h"
 
 int main(int argc, char** argv) {
   // A console write to a pipe whose reader is gone (`| head`, a restarted log
@@ -20,6 +21,9 @@ int main(int argc, char** argv) {
   // checkpoints and says so) instead of killing the process silently.
   std::signal(SIGPIPE, SIG_IGN);
   kdtrain::io::install_mapped_file_fault_handler();
+  // An interrupted command removes what it staged (train replaces these
+  // handlers: it checkpoints and exits instead).
+  kdtrain::io::remove_staged_on_interrupt();
   CLI::App app{"kdtrain: pretrain LLaMA/Qwen-style students by knowledge distillation"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kdtrain 0.1.0");
