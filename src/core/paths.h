@@ -9,8 +9,11 @@
 
 namespace kdtrain {
 
-// Lexically normal (no `.`, no `x/..`, no repeated `/`), without a trailing
-// `/` (except the root itself). "" stays "". Does not touch the file system.
+// Normal (no `.`, no `x/..`, no repeated `/`), without a trailing `/` (except
+// the root itself), and naming what the OS names: `x/..` is dropped lexically
+// only when x is a directory, not a link; `lnk/../y` becomes the link target's
+// parent followed by y (absolute), as open() would read it. "" stays "".
+// Reads the file system only to ask whether a component before `..` is a link.
 std::string normal_path(const std::string& path);
 
 // True when a and b name the same existing file or directory (same device and

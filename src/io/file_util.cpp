@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/staging.h"
 
 namespace kdtrain::io {
 
@@ -152,8 +153,14 @@ void MappedFile::release() {
 }
 
 AtomicFileWriter::AtomicFileWriter(const std::string& path)
-    : path_(path), temp_path_(path + ".tmp." + std::to_string(::getpid())) {
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    : path_(path), temp_path_(sibling_staging_path(path, "tmp")) {
+  // A stale temporary of an earlier process with our pid goes first; O_EXCL and
+  // O_NOFOLLOW then create a new file of ours, never writing through a link or
+  // into a file another name shares.
+  ::unlink(temp_path_.c_str());
+  register_staged(temp_path_);
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) unregister_staged(temp_path_);
   KD_CHECK(fd_ >= 0, temp_path_, ": cannot create (writing ", path_, "): ", errno_text());
 }
 
@@ -161,6 +168,7 @@ AtomicFileWriter::~AtomicFileWriter() {
   if (committed_) return;
   if (fd_ >= 0) ::close(fd_);
   ::unlink(temp_path_.c_str());
+  unregister_staged(temp_path_);
 }
 
 void AtomicFileWriter::write(const void* bytes, size_t n) {
@@ -181,10 +189,35 @@ void AtomicFileWriter::commit() {
   int rc = ::close(fd_);
   fd_ = -1;
   KD_CHECK(rc == 0, temp_path_, ": close failed: ", errno_text());
-  KD_CHECK(::rename(temp_path_.c_str(), path_.c_str()) == 0, "cannot rename ", temp_path_,
-           " to ", path_, ": ", errno_text());
-  committed_ = true;
+  {
+    // rename replaces a link at `path` itself, never the file it points to.
+    const auto hold = lock_staged();
+    KD_CHECK(::rename(temp_path_.c_str(), path_.c_str()) == 0, "cannot rename ", temp_path_,
+             " to ", path_, ": ", errno_text());
+    committed_ = true;
+  }
+  unregister_staged(temp_path_);
   fsync_directory(parent_directory(path_));
+}
+
+bool is_link_to_a_file(const std::string& path) {
+  struct stat st {}, target {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return false;
+  return ::stat(path.c_str(), &target) != 0 || !S_ISCHR(target.st_mode);
+}
+
+bool own_file_before_writing(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return false;
+  KD_CHECK(!is_link_to_a_file(path), path, ": is a symbolic link; kdtrain writes only files of its own, never "
+           "through a link (its target lies outside the directory). Replace the link by a copy of the file");
+  if (!S_ISREG(st.st_mode)) return false;  // a link to a device, written through
+  if (st.st_nlink <= 1) return false;
+  const std::string text = read_text_file(path, std::string::npos);
+  AtomicFileWriter copy(path);  // a new inode under the same name; the other names keep the old one
+  copy.write(text.data(), text.size());
+  copy.commit();
+  return true;
 }
 
 void fsync_directory(const std::string& dir) {

@@ -39,9 +39,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Writes `path` atomically: bytes go to "<path>.tmp.<pid>", which is fsynced and
-// renamed over `path` on commit(), then the parent directory is fsynced so the
-// rename itself survives a crash. Destroying an uncommitted writer deletes the
+// Writes `path` atomically: bytes go to a new file "<path>.tmp.<pid>"
+// (io/staging.h: created, never opened through a link), which is fsynced and
+// renamed over `path` on commit() (replacing a link there, not its target),
+// then the parent directory is fsynced so the rename itself survives a crash.
+// Destroying an uncommitted writer, or interrupting the command, deletes the
 // temporary, so a failed write never leaves a half-written file under `path`.
 class AtomicFileWriter : NonCopyable {
  public:
@@ -65,6 +67,18 @@ class AtomicFileWriter : NonCopyable {
 // names the file (every live MappedFile registers its range) and exits with
 // status 1. The CLI installs it once at start.
 void install_mapped_file_fault_handler();
+
+// A symbolic link kdtrain must not write through: any link but one to a
+// character device (/dev/null, /dev/full), where nothing can be truncated or
+// overwritten (the disk-full tests write metrics.jsonl through one).
+bool is_link_to_a_file(const std::string& path);
+
+// Before a file kdtrain keeps appending to or rewriting in place (a run's
+// metrics.jsonl) is opened: refuses a link (is_link_to_a_file: its target lies
+// outside the run), and gives a file that shares its inode with another name (a
+// run copied with `cp -al`) an inode of its own, same content, so the other copy
+// never changes. Returns true when it made that copy. A missing file is left alone.
+bool own_file_before_writing(const std::string& path);
 
 // fsync of a directory (so renames and new entries in it are durable).
 void fsync_directory(const std::string& dir);

@@ -1,11 +1,14 @@
 #include "train/metrics.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <sstream>
+
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 #include "io/file_util.h"
@@ -40,7 +43,11 @@ bool keep_records(const std::string& text, int64_t resume_step, std::string* kep
 MetricsLog::MetricsLog(const std::string& path, int64_t resume_step, const nlohmann::json& pending)
     : path_(path) {
   KD_CHECK(resume_step >= 0, path, ": cannot resume metrics at step ", resume_step);
+  // O_NOFOLLOW unless own_file_before_writing found a link to a device, the one link it allows.
   int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC;
+  if (io::own_file_before_writing(path))
+    spdlog::warn("{}: shared its inode with another file (a run copied with hard links, cp -al); this run "
+                 "now writes a copy of its own, and the other copy stays as it was", path);
   if (resume_step > 0) {
     std::string text, kept;
     if (::access(path.c_str(), F_OK) == 0) text = read_text_file(path, std::string::npos);
@@ -60,6 +67,8 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step, const nlohm
   } else {
     flags |= O_TRUNC;
   }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) flags |= O_NOFOLLOW;
   fd_ = ::open(path.c_str(), flags, 0644);
   KD_CHECK(fd_ >= 0, path, ": cannot open metrics file: ", errno_text());
   const off_t end = ::lseek(fd_, 0, SEEK_END);

@@ -1,6 +1,7 @@
 #include "train/run_lock.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -60,6 +61,16 @@ RunLock::RunLock(const std::string& run_dir) {
   const std::string path = (std::filesystem::path(run_dir) / kRunLockFile).string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   KD_CHECK(fd_ >= 0, path, ": cannot open the run directory's lock file: ", errno_text());
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0 && st.st_nlink > 1) {
+    // A run copied with hard links (cp -al) shares the original's lock file:
+    // this directory gets one of its own, so the two runs never lock, or write
+    // their holder's record into, each other's.
+    ::close(fd_);
+    ::unlink(path.c_str());
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    KD_CHECK(fd_ >= 0, path, ": cannot create the run directory's own lock file: ", errno_text());
+  }
   int rc;
   do {
     rc = ::flock(fd_, LOCK_EX | LOCK_NB);
