@@ -2,6 +2,8 @@
 
 #include "cli/commands.h"
 #include "config/choices.h"
+#include "config/limits.h"
+#include "io/output_dir.h"
 
 namespace kdtrain::cli {
 
@@ -12,10 +14,12 @@ void add_checkpoint_input_options(CLI::App& command, CheckpointInputOptions& opt
       ->required()
       ->transform(normal_path_option());
   command.add_option("--data", options.data, "token shards (paths or glob patterns)")->required();
-  command.add_option("--seq-len", options.seq_len,
-                     "tokens per " + window +
-                         " (default: the checkpoint's train.seq_len, else 1024 clamped to "
-                         "max_position_embeddings)");
+  command
+      .add_option("--seq-len", options.seq_len,
+                  "tokens per " + window +
+                      " (default: the checkpoint's train.seq_len, else 1024 clamped to "
+                      "max_position_embeddings)")
+      ->check(in_range<int64_t>(1, SizeLimits::seq_len));
   command.add_option("--device", options.device, device_help);
   add_affine_n_option(command, options.affine_n);
 }
@@ -30,6 +34,13 @@ void add_affine_n_option(CLI::App& command, std::string& value) {
 std::optional<AffineInferenceN> parse_affine_n_option(const std::string& value) {
   if (value.empty()) return std::nullopt;
   return parse_choice<AffineInferenceN>(value);
+}
+
+void check_output_not_input(const std::string& out, const std::string& flag, const CheckpointInputOptions& in) {
+  if (out.empty()) return;
+  std::vector<std::string> inputs = data::expand_shard_patterns(in.data);
+  inputs.push_back(in.checkpoint);
+  io::claim_output_file(out, flag, inputs);
 }
 
 CheckpointInput::CheckpointInput(const CheckpointInputOptions& options, int64_t min_seq_len)

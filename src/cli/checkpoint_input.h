@@ -33,6 +33,10 @@ void add_affine_n_option(CLI::App& command, std::string& value);
 void add_checkpoint_input_options(CLI::App& command, CheckpointInputOptions& options, const std::string& window,
                                   const std::string& device_help);
 
+// A file output of such a command (eval --out) is none of its inputs: the
+// checkpoint, the shards (io::claim_output_file).
+void check_output_not_input(const std::string& out, const std::string& flag, const CheckpointInputOptions& in);
+
 struct CheckpointInput {
   // Windows shorter than min_seq_len tokens are refused (eval::resolve_seq_len).
   CheckpointInput(const CheckpointInputOptions& options, int64_t min_seq_len);

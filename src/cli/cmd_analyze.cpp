@@ -13,10 +13,12 @@
 #include "backend/backend.h"
 #include "cli/checkpoint_input.h"
 #include "cli/commands.h"
+#include "config/limits.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "eval/attention_analysis.h"
 #include "eval/perplexity.h"
+#include "io/atomic_dir.h"
 #include "io/output_dir.h"
 
 namespace kdtrain::cli {
@@ -36,7 +38,7 @@ struct AnalyzeFlags {
 void run_analyze(const AnalyzeFlags& f) {
   KD_CHECK(f.num_seqs >= 1, "--num-seqs must be at least 1, got ", f.num_seqs);
   KD_CHECK(f.layer_map >= 1, "--layer-map is a 1-based layer number, got ", f.layer_map);
-  io::claim_output_dir(f.out, {"--out", {kAnalysisFile}, f.force});
+  io::claim_output_dir(f.out, {"--out", {}, f.force, "analyze", true});
   const CheckpointInput in(f.input, 2);
   Model& model = *in.model;
   const ModelConfig& m = model.config();
@@ -77,9 +79,12 @@ void run_analyze(const AnalyzeFlags& f) {
   j["data"] = f.input.data;
   j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  std::filesystem::create_directories(f.out);
+  // Staged whole, so an interrupted or failed run leaves the earlier output as it was.
+  io::StagedDir stage(f.out);
+  eval::write_text_file(stage.file(kAnalysisFile), j.dump(1) + "\n");
+  io::write_output_manifest(stage.staging_path(), "analyze");
+  stage.commit();
   const std::string path = (std::filesystem::path(f.out) / kAnalysisFile).string();
-  eval::write_text_file(path, j.dump(1) + "\n");
   std::printf("wrote %s: %s, %lld sequences x %lld tokens, mean |QK^T/sqrt(d)| %.4f, "
               "first-token weight (mean over layers) %.4f\n",
               path.c_str(), to_string(model.attention().variant),
@@ -100,14 +105,18 @@ void register_analyze(CLI::App& app) {
   add_checkpoint_input_options(*command, flags->input, "sequence",
                                "cpu or cuda (statistics are computed on the host)");
   command->add_option("--num-seqs", flags->num_seqs,
-                      "the first N windows are analysed (default 10, or all the data holds when fewer)");
+                      "the first N windows are analysed (default 10, or all the data holds when fewer)")
+      ->check(in_range<int64_t>(1, SizeLimits::batch));
   command->add_option("--layer-map", flags->layer_map,
-                      "1-based layer whose attention map is kept (default 8, clamped to the depth)");
-  command->add_option("--map-size", flags->map_size, "attention map of the first N tokens (default 30)");
-  command->add_option("--bins", flags->bins, "per-query mass histogram bins over [0, 1] (default 50)");
+                      "1-based layer whose attention map is kept (default 8, clamped to the depth)")
+      ->check(in_range<int64_t>(1, SizeLimits::layers));
+  command->add_option("--map-size", flags->map_size, "attention map of the first N tokens (default 30)")
+      ->check(in_range<int64_t>(1, 4096));
+  command->add_option("--bins", flags->bins, "per-query mass histogram bins over [0, 1] (default 50)")
+      ->check(in_range<int64_t>(1, 1 << 20));
   command->add_option("--out", flags->out, "output directory (analysis.json)")->required()->transform(normal_path_option());
   command->add_flag("--force", flags->force,
-                    "write into a non-empty --out (never a training run or a checkpoint)");
+                    "replace an earlier `kdtrain analyze` output in --out (a rerun does so anyway)");
   command->callback([flags, command] {
     flags->num_seqs_given = command->count("--num-seqs") > 0;
     run_analyze(*flags);

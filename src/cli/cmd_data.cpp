@@ -5,6 +5,7 @@
 //                                                       tenth) go to V, the rest to F
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,7 +53,7 @@ void register_data(CLI::App& app) {
 
   auto options = std::make_shared<DataWriteOptions>();
   auto* write = data->add_subcommand("write", "Write a shard from token ids (text) or from raw bytes");
-  write->add_option("--out", options->out, "Shard file to write (atomically)")->required()->transform(normal_path_option());
+  add_output_file_option(*write, "--out", options->out, "Shard file to write (atomically)")->required();
   write->add_option("--version", options->version,
                     "1: uint16 tokens, 7: uint32 tokens (default: the smallest that fits)")
       ->check(CLI::IsMember({1, 7}));
@@ -61,11 +62,11 @@ void register_data(CLI::App& app) {
   auto* bytes = write->add_option("--bytes", options->bytes_path, "Any file; each byte becomes a token 0..255")
                     ->check(CLI::ExistingFile);
   ids->excludes(bytes);
-  write->add_option("--val-out", options->val_out,
-                    "also write a validation shard: the first --val-tokens tokens go here, the rest to --out")
-      ->transform(normal_path_option());
+  add_output_file_option(*write, "--val-out", options->val_out,
+                         "also write a validation shard: the first --val-tokens tokens go here, the rest to --out");
   write->add_option("--val-tokens", options->val_tokens,
-                    "tokens held out for --val-out (default: a tenth of the input)");
+                    "tokens held out for --val-out (default: a tenth of the input)")
+      ->check(in_range<int64_t>(1, std::numeric_limits<int64_t>::max()));
   write->callback([options] {
     KD_CHECK(!options->ids_path.empty() || !options->bytes_path.empty(),
              "kdtrain data write: give --ids FILE or --bytes FILE");
@@ -73,9 +74,7 @@ void register_data(CLI::App& app) {
     const std::string input = options->ids_path.empty() ? options->bytes_path : options->ids_path;
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--out", options->out}, {"--val-out", options->val_out}}) {
       if (path.empty()) continue;
-      io::claim_output_file(path, flag);
-      KD_CHECK(!same_file(path, input), flag, " ", path, ": is the input file ", input,
-               "; writing it would destroy the input. Choose another ", flag);
+      io::claim_output_file(path, flag, {input});
     }
     KD_CHECK(options->val_out.empty() || !same_file(options->out, options->val_out), "--out ", options->out,
              " and --val-out ", options->val_out, " name the same file; the training tokens would overwrite "

@@ -6,7 +6,9 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "config/limits.h"
 #include "core/error.h"
+#include "io/output_dir.h"
 #include "data/shard.h"
 #include "io/checkpoint_format.h"
 #include "io/safetensors.h"
@@ -25,6 +27,7 @@ struct DumpFlags {
 void run_dump(const DumpFlags& f) {
   KD_CHECK(f.batch_size >= 1, "--batch-size must be at least 1");
   KD_CHECK(f.seq_len >= 1, "--seq-len must be at least 1");
+  io::claim_output_file(f.out, "--out", {f.checkpoint, f.data});
   io::ModelCheckpoint header;  // config only; weights load straight into the arena
   io::read_hf_config(f.checkpoint + "/config.json", &header.model, &header.attention);
   auto backend = make_backend(f.device, 0);
@@ -78,9 +81,9 @@ void register_dump(CLI::App& app) {
       "dump", "One forward (and backward) on a shard's first tokens, written as safetensors");
   command->add_option("--checkpoint", flags->checkpoint, "model checkpoint directory")->required()->transform(normal_path_option());
   command->add_option("--data", flags->data, "token shard (llm.c .bin)")->required();
-  command->add_option("--batch-size", flags->batch_size, "B: sequences")->required();
-  command->add_option("--seq-len", flags->seq_len, "T: tokens per sequence")->required();
-  command->add_option("--out", flags->out, "output .safetensors file")->required()->transform(normal_path_option());
+  command->add_option("--batch-size", flags->batch_size, "B: sequences")->required()->check(in_range<int64_t>(1, SizeLimits::batch));
+  command->add_option("--seq-len", flags->seq_len, "T: tokens per sequence")->required()->check(in_range<int64_t>(1, SizeLimits::seq_len));
+  add_output_file_option(*command, "--out", flags->out, "output .safetensors file")->required();
   command->add_flag("--grads", flags->grads, "also write grad.<name> for every trained parameter");
   command->add_option("--device", flags->device, "cpu or cuda");
   command->callback([flags] { run_dump(*flags); });

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "cli/checkpoint_input.h"
 #include "cli/commands.h"
+#include "config/limits.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/shard_manifest.h"
@@ -94,6 +95,7 @@ nlohmann::json eval_record(const CheckpointInput& in, const EvalFlags& f, const 
 
 void run_eval(const EvalFlags& f) {
   KD_CHECK(f.batch_size >= 1, "--batch-size must be at least 1, got ", f.batch_size);
+  check_output_not_input(f.out, "--out", f.input);
   const CheckpointInput in(f.input, 1);
   // Provenance from the shards' manifest, and the bytes-per-token table it names
   // (or --token-bytes) for bits per byte.
@@ -149,14 +151,16 @@ void register_eval(CLI::App& app) {
   auto* command = app.add_subcommand(
       "eval", "Mean cross-entropy and token perplexity of a checkpoint on held-out shards");
   add_checkpoint_input_options(*command, flags->input, "window", "cpu or cuda");
-  command->add_option("--batch-size", flags->batch_size, "windows per forward (default 4)");
+  command->add_option("--batch-size", flags->batch_size, "windows per forward (default 4)")
+      ->check(in_range<int64_t>(1, SizeLimits::batch));
   command->add_option("--max-windows", flags->max_windows,
                       "score only the first N windows (default: all)");
-  command->add_option("--chunk-tokens", flags->chunk_tokens, "rows of logits at once (default 1024)");
+  command->add_option("--chunk-tokens", flags->chunk_tokens, "rows of logits at once (default 1024)")
+      ->check(in_range<int64_t>(1, SizeLimits::chunk_tokens));
   command->add_option("--token-bytes", flags->token_bytes,
                       "bytes-per-token table for bits per byte (default: the token_bytes.json "
                       "named by the shards' manifest.json)");
-  command->add_option("--out", flags->out, "also write the JSON result to this file")->transform(normal_path_option());
+  add_output_file_option(*command, "--out", flags->out, "also write the JSON result to this file");
   command->add_flag("--json", flags->json, "print the result as JSON");
   command->callback([flags] { run_eval(*flags); });
 }

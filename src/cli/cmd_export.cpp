@@ -52,7 +52,7 @@ void register_export(CLI::App& app) {
   command->add_option("--tokenizer", flags->tokenizer,
                       "tokenizer directory (or tokenizer.json) whose files are copied into --out");
   add_affine_n_option(*command, flags->affine_n);
-  command->add_flag("--force", flags->force, "replace --out when it exists and is not empty");
+  command->add_flag("--force", flags->force, "replace --out when it holds an earlier `kdtrain export` output (nothing else)");
   command->callback([flags] { run_export(*flags); });
 }
 

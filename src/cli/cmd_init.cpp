@@ -27,16 +27,16 @@ void register_init(CLI::App& app) {
   command->add_option("--seed", flags->seed, "initialisation seed (default train.seed)");
   command->add_option("--out", flags->out, "checkpoint directory to write")->required()->transform(normal_path_option());
   command->add_flag("--force", flags->force,
-                    "replace --out when it holds files (never a training run or its checkpoints)");
+                    "replace --out when it holds an earlier `kdtrain init` output (nothing else)");
   command->callback([flags, command] {
     // Checked before the config: a wrong --out is the costliest mistake here.
-    io::claim_output_dir(flags->out, {"--out", {}, flags->force});
+    io::claim_output_dir(flags->out, {"--out", {}, flags->force, "init"});
     Config config = load_config(flags->common.config_path, flags->common.preset,
                                 flags->common.attention, flags->common.overrides);
     const uint64_t seed = command->count("--seed") ? flags->seed : config.train.seed;
     const ParamLayout layout = make_param_layout(config.model, config.attention);
     const std::vector<float> params = init_params(layout, config.model, config.attention, seed);
-    io::write_model_checkpoint(flags->out, config.model, config.attention, layout, params.data());
+    io::write_model_checkpoint(flags->out, config.model, config.attention, layout, params.data(), "init");
     std::printf("wrote %s: %s, attention %s, %.3fM parameters, seed %llu\n", flags->out.c_str(),
                 config.model.preset.empty() ? "custom model" : config.model.preset.c_str(),
                 to_string(config.attention.variant), layout.trainable_count() / 1e6,

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "config/limits.h"
 #include "cli/teacher_cache_builder.h"
 #include "core/error.h"
 
@@ -24,14 +25,18 @@ void register_teacher_cache(CLI::App& app) {
   command->add_option("--seq-len", o->seq_len, "T: tokens per window, as train.seq_len");
   command->add_option("--out", o->out, "output directory")->required()->transform(normal_path_option());
   command->add_flag("--force", o->force, "write into a non-empty --out (never a run or a checkpoint)");
-  command->add_option("--top-k", o->top_k, "K: token ids kept per position");
-  command->add_option("--batch-size", o->batch_size, "windows per teacher forward");
-  command->add_option("--chunk-tokens", o->chunk_tokens, "rows of logits held at once");
+  command->add_option("--top-k", o->top_k, "K: token ids kept per position")
+      ->check(in_range<int64_t>(1, SizeLimits::vocab_size));
+  command->add_option("--batch-size", o->batch_size, "windows per teacher forward")
+      ->check(in_range<int64_t>(1, SizeLimits::batch));
+  command->add_option("--chunk-tokens", o->chunk_tokens, "rows of logits held at once")
+      ->check(in_range<int64_t>(1, SizeLimits::chunk_tokens));
   command->add_option("--shard-windows", o->shard_windows, "windows per cache shard (0: about 1 GiB each)");
   command->add_option("--dtype", *dtype, "log-prob storage: bf16 (default) or f32")
       ->check(CLI::IsMember({"bf16", "f32"}));
   command->add_option("--device", o->device, "cpu or cuda");
-  command->add_option("--threads", o->threads, "CPU threads, 0 = all cores");
+  command->add_option("--threads", o->threads, "CPU threads, 0 = all cores")
+      ->check(in_range<int64_t>(0, SizeLimits::threads));
   command->add_option("--convert", *convert, "rewrite this version-1 cache directory as a sharded cache in --out")
       ->transform(normal_path_option());
   command->callback([o, dtype, convert] {

@@ -47,7 +47,9 @@ void run_train(const TrainFlags& flags) {
     // A resumed run reads its own resolved config unless one is given.
     const std::string own_run = run_dir_of(flags.resume);
     options.run_dir = flags.run_dir.empty() ? own_run : flags.run_dir;
-    io::claim_run_dir(options.run_dir, !same_file(options.run_dir, own_run), flags.resume);
+    io::claim_run_dir(options.run_dir,
+                      same_file(options.run_dir, own_run) ? io::RunClaim::resume_own : io::RunClaim::resume_branch,
+                      flags.resume);
     // A checkpoint resumed into a new --run-dir (say, on another number of ranks)
     // falls back to the checkpoint's own resolved config.
     if (config_path.empty()) {
@@ -60,13 +62,15 @@ void run_train(const TrainFlags& flags) {
                               flags.common.overrides);
   if (flags.resume.empty()) {
     options.run_dir = flags.run_dir.empty() ? default_run_dir(config, config_path) : flags.run_dir;
-    io::claim_run_dir(options.run_dir, false, "");
+    io::claim_run_dir(options.run_dir, io::RunClaim::new_run, "");
     // A run directory another process is using is reported as busy, naming the
     // holder, before anything else is said about its contents.
     if (fs::exists(options.run_dir)) RunLock probe(options.run_dir);
-    KD_CHECK(!fs::exists(fs::path(options.run_dir) / "checkpoints" / "latest"), "--run-dir ",
-             options.run_dir, " already holds a run with checkpoints; pass --resume ",
-             options.run_dir, " to continue it or choose another --run-dir");
+    // Any checkpoint, not only one `latest` names: a run killed after its first
+    // checkpoint and before `latest` has only step_<N> (docs/reliability.md).
+    const std::string newest = newest_checkpoint_name(options.run_dir);
+    KD_CHECK(newest.empty(), "--run-dir ", options.run_dir, " already holds a run with checkpoints (", newest,
+             "); pass --resume ", options.run_dir, " to continue it or choose another --run-dir");
   }
   train(config, options);
 }

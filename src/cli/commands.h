@@ -24,6 +24,19 @@ void add_common_options(CLI::App& command, CommonOptions& options);
 // spelling per path before any command sees it.
 CLI::Validator normal_path_option();
 
+// A file a command writes (eval --out, dump --out, data write --out): a path
+// option whose value passes io::claim_output_file as soon as it is parsed,
+// before anything runs. The caller adds the check against its inputs.
+CLI::Option* add_output_file_option(CLI::App& command, const std::string& name, std::string& path,
+                                    const std::string& help);
+
+// A count flag's range, checked when the command line is parsed, before
+// anything is read or written: CLI11 names the flag and the range.
+template <typename T>
+CLI::Validator in_range(T low, T high) {
+  return CLI::Range(low, high);
+}
+
 // Every subcommand below, in the order `kdtrain --help` lists them; `observer`
 // as register_train's.
 void register_commands(CLI::App& app, TrainObserver* observer = nullptr);

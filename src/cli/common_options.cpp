@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 #include "config/attention_variant.h"
 #include "core/paths.h"
+#include "io/output_dir.h"
 
 namespace kdtrain::cli {
 
@@ -21,6 +22,18 @@ CLI::Validator normal_path_option() {
         return std::string();
       },
       "", "");
+}
+
+CLI::Option* add_output_file_option(CLI::App& command, const std::string& name, std::string& path,
+                                    const std::string& help) {
+  return command.add_option(name, path, help)
+      ->transform(normal_path_option())
+      ->check(CLI::Validator(
+          [name](std::string& value) {
+            io::claim_output_file(value, name);
+            return std::string();
+          },
+          "", ""));
 }
 
 void add_common_options(CLI::App& command, CommonOptions& options) {

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/atomic_dir.h"
 #include "io/checksums.h"
+#include "io/output_manifest.h"
 #include "io/file_util.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_modeling_sources.h"
@@ -298,9 +299,11 @@ void write_model_files(const std::string& dir, const ModelConfig& model,
 }
 
 void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
-                            const AttentionConfig& attention, const std::vector<TensorRef>& tensors) {
+                            const AttentionConfig& attention, const std::vector<TensorRef>& tensors,
+                            const std::string& output_command) {
   StagedDir stage(dir);
   write_model_files(stage.staging_path(), model, attention, tensors);
+  if (!output_command.empty()) write_output_manifest(stage.staging_path(), output_command);
   write_checksums(stage.staging_path());
   stage.commit();
 }
@@ -314,8 +317,8 @@ std::vector<TensorRef> layout_tensors(const ParamLayout& layout, const float* ar
 
 void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
                             const AttentionConfig& attention, const ParamLayout& layout,
-                            const float* arena) {
-  write_model_checkpoint(dir, model, attention, layout_tensors(layout, arena));
+                            const float* arena, const std::string& output_command) {
+  write_model_checkpoint(dir, model, attention, layout_tensors(layout, arena), output_command);
 }
 
 ModelCheckpoint read_model_checkpoint(const std::string& dir) {

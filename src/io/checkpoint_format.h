@@ -63,11 +63,14 @@ void write_model_files(const std::string& dir, const ModelConfig& model,
                        const AttentionConfig& attention, const std::vector<TensorRef>& tensors);
 
 // Atomic: stages "<dir>.tmp.<pid>", fsyncs, renames to dir (replacing it).
+// `output_command` ("init"): the command whose output manifest
+// (io/output_dir.h) the directory gets, listed in its checksums; "" for none.
 void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
-                            const AttentionConfig& attention, const std::vector<TensorRef>& tensors);
+                            const AttentionConfig& attention, const std::vector<TensorRef>& tensors,
+                            const std::string& output_command = "");
 void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
                             const AttentionConfig& attention, const ParamLayout& layout,
-                            const float* arena);
+                            const float* arena, const std::string& output_command = "");
 
 // Every tensor of a layout as a TensorRef into the arena.
 std::vector<TensorRef> layout_tensors(const ParamLayout& layout, const float* arena);

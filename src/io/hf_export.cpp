@@ -1,4 +1,3 @@
-#include "io/output_dir.h"
 #include "io/hf_export.h"
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include "io/file_util.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_modeling_sources.h"
+#include "io/output_dir.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
 
@@ -75,15 +75,14 @@ std::vector<fs::path> tokenizer_files(const std::string& source, int64_t vocab_s
   return files;
 }
 
-// Refuses to replace anything but an empty directory unless --force, never a
-// run or a training checkpoint (io/output_dir.h), and never the checkpoint being read.
+// Refuses anything but a new or empty directory or, with --force, an earlier
+// export's output (io/output_dir.h), and never the checkpoint being read.
 void check_output_dir(const ExportOptions& o) {
   const fs::path out(o.out);
   KD_CHECK(!o.out.empty(), "--out: no directory given");
-  if (!fs::exists(out)) return;
   KD_CHECK(!fs::is_directory(out) || !fs::equivalent(out, fs::path(o.checkpoint)), "--out ", o.out,
            ": is the checkpoint being exported; choose another directory");
-  claim_output_dir(o.out, {"--out", {}, o.force});
+  claim_output_dir(o.out, {"--out", {}, o.force, "export"});
 }
 
 // What N the exported `sequence` model divides its bias by (docs/export.md).
@@ -207,6 +206,7 @@ ExportSummary export_hf_checkpoint(const ExportOptions& o) {
     KD_CHECK(!ec, f.string(), ": cannot copy into ", o.out, ": ", ec.message());
     summary.files.push_back(name);
   }
+  write_output_manifest(stage.staging_path(), "export");
   stage.commit();
   return summary;
 }

@@ -42,19 +42,37 @@ bool parse_step_name(const std::string& name, int64_t* step) {
   return true;
 }
 
-std::string latest_checkpoint(const std::string& run_dir) {
-  const fs::path checkpoints = fs::path(run_dir) / "checkpoints";
+namespace {
+
+// The step_<N> name `latest` holds: a checkpoint of this run, nothing else (no path, no link out).
+std::string latest_name(const fs::path& checkpoints) {
   const fs::path latest = checkpoints / kLatestCheckpointFile;
-  KD_CHECK(fs::exists(latest), run_dir, ": not a run directory (no checkpoints/", kLatestCheckpointFile, ")");
   std::string name = read_text_file(latest.string(), 4096);
   name.erase(std::remove_if(name.begin(), name.end(),
                             [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
              name.end());
-  // `latest` names a checkpoint of this run, nothing else: no path, no link out.
   int64_t step = 0;
   KD_CHECK(parse_step_name(name, &step), latest.string(), " names '", name,
            "', which is not a checkpoint of this run (it must hold the name of a step_<N> directory in ",
            checkpoints.string(), ")");
+  return name;
+}
+
+}  // namespace
+
+int64_t latest_named_step(const std::string& run_dir) {
+  const fs::path checkpoints = fs::path(run_dir) / kCheckpointsDir;
+  if (!fs::exists(checkpoints / kLatestCheckpointFile)) return 0;
+  int64_t step = 0;
+  parse_step_name(latest_name(checkpoints), &step);
+  return step;
+}
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  const fs::path checkpoints = fs::path(run_dir) / "checkpoints";
+  const fs::path latest = checkpoints / kLatestCheckpointFile;
+  KD_CHECK(fs::exists(latest), run_dir, ": not a run directory (no checkpoints/", kLatestCheckpointFile, ")");
+  const std::string name = latest_name(checkpoints);
   const fs::path dir = checkpoints / name;
   KD_CHECK(!fs::is_symlink(dir) && fs::is_directory(dir), latest.string(), " names ", name,
            ", which is not a checkpoint directory in ", checkpoints.string());

@@ -27,6 +27,9 @@ std::vector<float> params_for(const LoadedModel& loaded, const Model& target,
 // The checkpoint directory <run>/checkpoints/latest names; throws unless it is a
 // step_<N> directory of this run (no path, no link out) holding a model.
 std::string latest_checkpoint(const std::string& run_dir);
+// The step <run>/checkpoints/latest names, whether or not that checkpoint still
+// exists; 0 when there is no `latest`. Throws when it names no step_<N>.
+int64_t latest_named_step(const std::string& run_dir);
 // The step of a checkpoint directory name "step_<at least 8 digits>"; false for
 // any other name (staging and moved-aside leftovers, links, paths).
 bool parse_step_name(const std::string& name, int64_t* step);

@@ -1,12 +1,16 @@
 #include "io/output_dir.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
 
 #include "core/error.h"
 #include "core/paths.h"
+#include "io/file_util.h"
 #include "io/model_dir.h"
+#include "io/output_manifest.h"
 #include "io/run_layout.h"
 
 namespace kdtrain::io {
@@ -23,10 +27,32 @@ std::set<std::string> entries_of(const fs::path& dir) {
   return names;
 }
 
+bool is_link(const fs::path& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+// `latest` or a step_<N> directory: what only a run's checkpoints/ folder holds.
+bool holds_checkpoints(const fs::path& dir) {
+  for (const std::string& name : entries_of(dir)) {
+    int64_t step = 0;
+    if (name == kLatestCheckpointFile || (parse_step_name(name, &step) && fs::is_directory(dir / name))) return true;
+  }
+  return false;
+}
+
 bool is_step_under_checkpoints(const fs::path& dir) {
   int64_t step = 0;
   const fs::path p(normal_path(fs::absolute(dir).string()));
   return parse_step_name(p.filename().string(), &step) && p.parent_path().filename() == kCheckpointsDir;
+}
+
+// Where the OS leads: every link in the existing part of the path followed.
+fs::path resolved(const std::string& path) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(normal_path(path), ec);
+  const fs::path p = fs::weakly_canonical(abs, ec);
+  return ec ? abs : p;
 }
 
 const char* kind_text(DirContent c) {
@@ -34,11 +60,50 @@ const char* kind_text(DirContent c) {
     case DirContent::absent: return "does not exist";
     case DirContent::empty: return "an empty directory";
     case DirContent::run: return "a training run directory";
+    case DirContent::run_checkpoints: return "the checkpoints folder of a training run";
     case DirContent::training_checkpoint: return "a checkpoint of a training run";
     case DirContent::model: return "a model checkpoint";
     case DirContent::other: return "a directory of other files";
   }
   return "?";
+}
+
+bool written_by_train_only(DirContent c) {
+  return c == DirContent::run || c == DirContent::run_checkpoints || c == DirContent::training_checkpoint;
+}
+
+// The nearest directory above `path` that no command but `train` writes inside
+// (a run, its checkpoints folder, a checkpoint) or none does (a model), "" when
+// there is none. Links and `..` are followed as the OS follows them.
+std::string protected_ancestor(const std::string& path) {
+  const fs::path p = resolved(path);
+  for (fs::path a = p.parent_path(); !a.empty(); a = a.parent_path()) {
+    const DirContent c = dir_content(a.string());
+    if (written_by_train_only(c) || c == DirContent::model) return a.string();
+    if (a == a.root_path()) break;
+  }
+  return "";
+}
+
+void refuse_inside_protected(const std::string& path, const std::string& flag) {
+  const std::string above = protected_ancestor(path);
+  if (above.empty()) return;
+  const std::string why = flag == "--run-dir"
+                              ? "; a run directory is never inside another run or a checkpoint"
+                              : "; only `train` writes inside a run directory, and this command never writes into a "
+                                "training run or its checkpoints, nor into a model checkpoint, --force or not";
+  fail(flag, " ", path, ": is inside ", above, ", ", describe_dir(above), why,
+       " (their checksums and `latest` would no longer hold). Choose another ", flag);
+}
+
+// "" when every entry of `dir` is a regular file named in `own`; else the others, for a message.
+std::string not_among(const std::string& dir, const std::vector<std::string>& own) {
+  std::string extra;
+  for (const std::string& name : entries_of(dir)) {
+    const bool ours = std::find(own.begin(), own.end(), name) != own.end() && !is_link(fs::path(dir) / name);
+    if (!ours) extra += (extra.empty() ? "" : ", ") + name;
+  }
+  return extra.empty() ? "" : "holds files this command did not write: " + extra;
 }
 
 }  // namespace
@@ -53,7 +118,11 @@ DirContent dir_content(const std::string& dir) {
     return DirContent::training_checkpoint;
   if (names.count("config.json") && (names.count("model.safetensors") || names.count("model.safetensors.index.json")))
     return DirContent::model;
-  if (names.count(kRunLockFile) || names.count(kCheckpointsDir) || names.count(kMetricsFile)) return DirContent::run;
+  const fs::path p(dir);
+  if (names.count(kRunLockFile) || (names.count(kCheckpointsDir) && holds_checkpoints(p / kCheckpointsDir)) ||
+      (names.count(kMetricsFile) && names.count(kRunConfigJson)))
+    return DirContent::run;
+  if (resolved(dir).filename() == kCheckpointsDir && holds_checkpoints(p)) return DirContent::run_checkpoints;
   return names.empty() ? DirContent::empty : DirContent::other;
 }
 
@@ -78,54 +147,62 @@ std::string describe_dir(const std::string& dir) {
 
 void claim_output_dir(const std::string& dir, const OutputSpec& spec) {
   KD_CHECK(!dir.empty(), spec.flag, ": no directory given");
+  refuse_inside_protected(dir, spec.flag);
+  KD_CHECK(!is_link(dir), spec.flag, " ", dir, ": is a symbolic link; kdtrain writes a directory of its own, "
+           "never through a link. Give the directory itself");
   const DirContent c = dir_content(dir);
   if (c == DirContent::absent || c == DirContent::empty) return;
-  const std::string holds = describe_dir(dir);
-  KD_CHECK(c != DirContent::run && c != DirContent::training_checkpoint, spec.flag, " ", dir, ": is ", holds,
-           "; this command never writes into a training run or its checkpoints, --force or not. Choose another ",
-           spec.flag);
   std::error_code ec;
   KD_CHECK(fs::is_directory(dir, ec), spec.flag, " ", dir, ": exists and is not a directory");
-  if (c == DirContent::other) {
-    const std::set<std::string> names = entries_of(dir);
-    const bool own = std::all_of(names.begin(), names.end(), [&](const std::string& n) {
-      return std::find(spec.own_files.begin(), spec.own_files.end(), n) != spec.own_files.end();
-    });
-    if (own) return;  // this command's own earlier output, replaced
-  }
-  KD_CHECK(c != DirContent::model || spec.force, spec.flag, " ", dir, ": is ", holds,
-           " (a teacher or another model?); pass --force to replace it, or choose another ", spec.flag);
-  KD_CHECK(spec.force, spec.flag, " ", dir, ": exists and is not empty: ", holds,
-           "; pass --force to write into it anyway, or choose another ", spec.flag);
+  const std::string holds = describe_dir(dir);
+  KD_CHECK(!written_by_train_only(c), spec.flag, " ", dir, ": is ", holds,
+           "; this command never writes into a training run or its checkpoints, --force or not. Choose another ",
+           spec.flag);
+  const std::string in_the_way =
+      spec.own_files.empty() ? not_own_output(dir, spec.command) : not_among(dir, spec.own_files);
+  KD_CHECK(in_the_way.empty(), spec.flag, " ", dir, ": is ", holds, " and ", in_the_way,
+           "; kdtrain replaces only a directory that holds exactly an earlier output of the same command "
+           "(listed in its ", kOutputManifest, "), --force or not. Choose a new or empty ", spec.flag);
+  KD_CHECK(spec.force || spec.rerun_replaces || !spec.own_files.empty(), spec.flag, " ", dir, ": holds an earlier output of `kdtrain ",
+           spec.command, "` (", holds, "); pass --force to replace it, or choose another ", spec.flag);
 }
 
-void claim_run_dir(const std::string& dir, bool branch, const std::string& resumed) {
+void claim_run_dir(const std::string& dir, RunClaim claim, const std::string& resumed) {
+  refuse_inside_protected(dir, "--run-dir");
+  for (const char* own : {kMetricsFile, kRunConfigJson, kRunLockFile, kCheckpointsDir}) {
+    const fs::path p = fs::path(dir) / own;
+    KD_CHECK(!is_link_to_a_file(p.string()), "--run-dir ", dir, ": ", p.string(), " is a symbolic link; a run writes only files "
+             "of its own, never through a link out of its directory (put the whole --run-dir where the "
+             "link points instead)");
+  }
   const DirContent c = dir_content(dir);
   if (c == DirContent::absent || c == DirContent::empty) return;
-  std::error_code ec;
   KD_CHECK(c == DirContent::run, "--run-dir ", dir, ": is ", describe_dir(dir),
            ", not a run directory; train writes a run only into a new or empty directory or a run "
            "directory of its own. Choose another --run-dir");
-  if (!branch) return;
-  const fs::path checkpoints = fs::path(dir) / kCheckpointsDir;
-  bool history = fs::exists(checkpoints / kLatestCheckpointFile, ec);
-  for (const std::string& name : entries_of(checkpoints)) {
-    int64_t step = 0;
-    history = history || parse_step_name(name, &step);
-  }
+  if (claim != RunClaim::resume_branch) return;
+  std::error_code ec;
   const fs::path metrics = fs::path(dir) / kMetricsFile;
-  history = history || (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0);
+  const bool history =
+      holds_checkpoints(fs::path(dir) / kCheckpointsDir) || (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0);
   KD_CHECK(!history, "--run-dir ", dir, " already holds another run (", describe_dir(dir), "); resuming ", resumed,
            " into it would mix the two runs' checkpoints and metrics. Choose a new --run-dir, or resume ", dir,
            " itself with --resume ", dir);
 }
 
-void claim_output_file(const std::string& path, const std::string& flag) {
-  const std::string parent = fs::path(normal_path(path)).parent_path().string();
-  const DirContent c = dir_content(parent.empty() ? "." : parent);
-  KD_CHECK(c != DirContent::training_checkpoint && c != DirContent::model, flag, " ", path,
-           ": its directory is ", describe_dir(parent.empty() ? "." : parent),
-           "; kdtrain never adds files to a checkpoint (its checksums would no longer match). Choose another ", flag);
+void claim_output_file(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs) {
+  KD_CHECK(!path.empty(), flag, ": no file given");
+  refuse_inside_protected(path, flag);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    KD_CHECK(!S_ISLNK(st.st_mode), flag, " ", path, ": is a symbolic link; kdtrain replaces a file of its own, "
+             "never writes through a link. Give the file itself");
+    KD_CHECK(S_ISREG(st.st_mode), flag, " ", path, ": exists and is ",
+             S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", "; give a file name");
+  }
+  for (const std::string& input : inputs)
+    KD_CHECK(input.empty() || !same_file(path, input), flag, " ", path, ": is the input file ", input,
+             "; writing it would destroy what this command reads. Choose another ", flag);
 }
 
 }  // namespace kdtrain::io

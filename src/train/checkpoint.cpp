@@ -7,6 +7,8 @@
 #include <fstream>
 #include <memory>
 
+#include <spdlog/spdlog.h>
+
 #include "config/limits.h"
 #include "core/error.h"
 #include "core/paths.h"
@@ -66,12 +68,55 @@ void remove_stale_staging(const fs::path& root) {
   }
 }
 
-// The step `latest` names now, 0 when there is none yet.
-int64_t latest_step(const fs::path& root) {
-  if (!fs::exists(root / kLatest)) return 0;
-  int64_t step = 0;
-  parse_step_name(fs::path(latest_checkpoint(root.parent_path().string())).filename().string(), &step);
-  return step;
+// The step `latest` names now, 0 when there is none yet (a vanished one too:
+// `latest` only moves forward, past what it named).
+int64_t latest_step(const fs::path& root) { return latest_named_step(root.parent_path().string()); }
+
+// The newest checkpoint of a run whose files all verify against their
+// checksums, "" when none does; `skipped` lists the newer ones that did not.
+std::string newest_verified(const fs::path& root, std::string* skipped) {
+  const auto all = list_checkpoints(root);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      io::verify_checksums(it->second.string());
+      if (fs::exists(it->second / kStateFile)) return it->second.string();
+      *skipped += "\n  " + it->second.string() + ": no " + kStateFile;
+    } catch (const std::exception& e) {
+      *skipped += "\n  " + std::string(e.what());
+    }
+  }
+  return "";
+}
+
+// A run whose `latest` is missing (killed after its first checkpoint and before
+// `latest`): its newest verified checkpoint. One whose `latest` names a
+// checkpoint that vanished is refused naming what is there to resume.
+fs::path checkpoint_of_run(const std::string& run) {
+  const fs::path root = fs::path(run) / kCheckpointsDir;
+  const bool has_latest = fs::exists(root / kLatest);
+  if (has_latest) {
+    const int64_t named = latest_named_step(run);
+    const auto all = list_checkpoints(root);
+    if (std::any_of(all.begin(), all.end(), [&](const auto& c) { return c.first == named; }) ||
+        fs::exists(root / step_name(named)))
+      return latest_checkpoint(run);  // which refuses a `latest` naming anything but a checkpoint
+    std::string skipped;
+    const std::string newest = newest_verified(root, &skipped);
+    fail((root / kLatest).string(), " names ", step_name(named), ", which no longer exists. ",
+         newest.empty() ? "No other checkpoint of the run verifies" + skipped
+                        : "The newest checkpoint that verifies is " + newest + "; continue from it with --resume " +
+                              newest + " --rewind");
+  }
+  KD_CHECK(!list_checkpoints(root).empty(), "--resume ", run, ": neither a checkpoint directory (no ", kStateFile,
+           ") nor a run directory (no checkpoints/", kLatest, ")");
+  std::string skipped;
+  const std::string newest = newest_verified(root, &skipped);
+  KD_CHECK(!newest.empty(), "--resume ", run, ": checkpoints/", kLatest, " is missing and no checkpoint verifies:",
+           skipped);
+  spdlog::warn("--resume {}: checkpoints/{} is missing (a run stopped before writing it); resuming the newest "
+               "checkpoint that verifies, {}{}",
+               run, kLatest, newest, skipped.empty() ? "" : " (newer ones did not:" + skipped + ")");
+  return newest;
 }
 
 fs::path resolve_checkpoint(const std::string& given) {
@@ -80,10 +125,7 @@ fs::path resolve_checkpoint(const std::string& given) {
   if (fs::exists(p / kStateFile)) return p;
   KD_CHECK(io::dir_content(path) != io::DirContent::training_checkpoint, path,
            ": not a complete training checkpoint (no ", kStateFile, ")");
-  KD_CHECK(fs::exists(p / "checkpoints" / kLatest), "--resume ", path,
-           ": neither a checkpoint directory (no ", kStateFile, ") nor a run directory (no checkpoints/",
-           kLatest, ")");
-  const fs::path dir = latest_checkpoint(path);
+  const fs::path dir = checkpoint_of_run(path);
   KD_CHECK(fs::exists(dir / kStateFile), dir.string(), ": not a complete training checkpoint (no ",
            kStateFile, ")");
   return dir;
@@ -315,6 +357,16 @@ TrainingState load_training_checkpoint(const std::string& path, const Config& co
   read_moments(dir, total, moments, state);
   (void)config;
   return state;
+}
+
+std::string newest_checkpoint_name(const std::string& run_dir) {
+  const auto all = list_checkpoints(fs::path(run_dir) / kCheckpointsDir);
+  return all.empty() ? "" : all.back().second.filename().string();
+}
+
+int64_t run_head_step(const std::string& run_dir) {
+  const auto all = list_checkpoints(fs::path(run_dir) / kCheckpointsDir);
+  return std::max(latest_named_step(run_dir), all.empty() ? int64_t{0} : all.back().first);
 }
 
 std::string run_dir_of(const std::string& resume_path) {

@@ -59,7 +59,8 @@ struct TrainingState {
 std::string save_training_checkpoint(const std::string& run_dir, const Config& config, Model& model,
                                      const TrainingState& state, int64_t keep,
                                      dist::Communicator& comm);
-// `path` is a run directory (its `latest` checkpoint) or a checkpoint directory.
+// `path` is a run directory (its `latest` checkpoint; without `latest`, its
+// newest checkpoint that verifies) or a checkpoint directory.
 // Loads the weights into `model` after checking that the architecture and
 // vocabulary match `config`, and the moments for arena range `moments`
 // (default: the whole arena) from the checkpoint's optimizer file(s).
@@ -69,6 +70,12 @@ TrainingState load_training_checkpoint(const std::string& path, const Config& co
 // they tile the arena, belong to this step and hold finite moments. Reads no
 // tensor into memory (for `kdtrain verify`).
 void verify_moments(const std::string& dir, int64_t total, int64_t step);
+// The name of a run's newest step_<N> checkpoint directory, whether `latest`
+// names it or not; "" when it has none.
+std::string newest_checkpoint_name(const std::string& run_dir);
+// How far a run got: the newest of the step `latest` names (even one that
+// vanished) and its step_<N> directories; 0 for none.
+int64_t run_head_step(const std::string& run_dir);
 // The run directory a --resume path belongs to.
 std::string run_dir_of(const std::string& resume_path);
 // <run>/config.json: the resolved config, written atomically.
