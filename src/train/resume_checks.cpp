@@ -32,6 +32,33 @@ const std::set<std::string> kOperationalKeys = {
     "train.steps",
 };
 
+// Keys that cannot change the trajectory of a run that goes on from a
+// checkpoint of `c`: used only to initialise weights (which the checkpoint
+// replaces), only by a variant `c` does not use, or only to trade memory for
+// recomputation with bit-identical results (docs/reliability.md, "Resume is
+// the same run, or refused").
+std::set<std::string> keys_without_effect(const Config& c) {
+  std::set<std::string> keys = {"model.initializer_range", "attention.sink_init_std", "train.recompute",
+                                "train.recompute_layers"};
+  if (!features_of(c.attention).affine)
+    for (const char* k : {"attention.alpha_activation", "attention.affine_bias_divisor", "attention.alpha_momentum"})
+      keys.insert(k);
+  return keys;
+}
+
+// A checkpoint's run_config.json. An affine run written before
+// attention.affine_bias_divisor existed divided by the visible keys, as its
+// model's config.json reads (docs/model.md): so does its run config.
+Config checkpoint_run_config(const std::string& path) {
+  const json doc = read_json_file(path);
+  Config c;
+  apply_json(c, doc, path);
+  const bool has_divisor = doc.contains("attention") && doc["attention"].is_object() &&
+                           doc["attention"].contains("affine_bias_divisor");
+  if (!has_divisor) c.attention.affine_bias_divisor = AffineBiasDivisor::visible;
+  return c;
+}
+
 std::string checkpoint_name(const std::string& dir) { return fs::path(dir).filename().string(); }
 
 // Rewinding: the run's newer checkpoints are dropped and `latest` names the
@@ -73,9 +100,10 @@ std::vector<std::string> trajectory_changes(const Config& before, const Config& 
   std::map<std::string, json> a, b;
   flatten_json(to_json(before), "", &a);
   flatten_json(to_json(now), "", &b);
+  const std::set<std::string> inert = keys_without_effect(now), inert_before = keys_without_effect(before);
   std::vector<std::string> changes;
   for (const auto& [key, value] : b) {
-    if (kOperationalKeys.count(key)) continue;
+    if (kOperationalKeys.count(key) || (inert.count(key) && inert_before.count(key))) continue;
     const auto it = a.find(key);
     const json old = it == a.end() ? json() : it->second;
     if (old != value) changes.push_back(key + ": " + old.dump() + " -> " + value.dump());
@@ -86,8 +114,7 @@ std::vector<std::string> trajectory_changes(const Config& before, const Config& 
 bool check_resume(const Config& now, const TrainingState& state, const ResumeContext& ctx) {
   const std::string where = "--resume " + ctx.checkpoint_dir;
   const fs::path run_config = fs::path(ctx.checkpoint_dir) / "run_config.json";
-  Config before;
-  apply_json(before, read_json_file(run_config.string()), run_config.string());
+  const Config before = checkpoint_run_config(run_config.string());
 
   // The sampler has drawn exactly step x global_batch windows of this data.
   const json& s = state.sampler;
@@ -119,15 +146,14 @@ bool check_resume(const Config& now, const TrainingState& state, const ResumeCon
   KD_CHECK(state.step <= now.train.steps, where, ": the checkpoint is at step ", state.step,
            ", beyond train.steps = ", now.train.steps);
 
-  // A checkpoint older than the run directory's `latest` would rewind the run.
-  const fs::path checkpoints = fs::path(ctx.run_dir) / "checkpoints";
-  if (!ctx.owns_run_dir || !fs::exists(checkpoints / "latest")) return false;
-  const std::string latest = latest_checkpoint(ctx.run_dir);
-  int64_t latest_step = 0;
-  parse_step_name(checkpoint_name(latest), &latest_step);
-  if (latest_step <= state.step) return false;
-  KD_CHECK(ctx.rewind, where, ": ", ctx.run_dir, " has a newer checkpoint (", checkpoint_name(latest),
-           "); resuming step ", state.step, " there would rewind the run, deleting the checkpoints and metrics "
+  // A checkpoint older than where the run directory got (what `latest` names,
+  // even a checkpoint that vanished since, or a newer step_<N> that `latest`
+  // never named) would rewind the run.
+  if (!ctx.owns_run_dir) return false;
+  const int64_t head = run_head_step(ctx.run_dir);
+  if (head <= state.step) return false;
+  KD_CHECK(ctx.rewind, where, ": ", ctx.run_dir, " got to step ", head, " (checkpoints/latest or a newer checkpoint)",
+           "; resuming step ", state.step, " there would rewind the run, deleting the checkpoints and metrics "
            "after it. Pass --rewind to do that, or --run-dir NEW to branch into a new run directory.");
   return true;
 }
