@@ -58,20 +58,15 @@ void Checkpointer::log_stop(int64_t step) const {
     spdlog::warn("another rank received a stop signal: checkpoint written at step {}, exiting", step);
 }
 
-void Checkpointer::save(int64_t step, const SkipCounts& skips, Reporter& reporter, std::string failure) {
-  if (failure.empty()) {
-    try {
-      reporter.sync();
-    } catch (const Error& e) {
-      failure = e.what();
-    }
-  }
-  if (failure.empty()) {
-    reporter.set_checkpoint(write(step, skips, reporter.pending_records()));
-    return;
+void Checkpointer::save_then_stop(int64_t step, const SkipCounts& skips, const LogsAtCheckpoint& logs) {
+  std::string failure = "the logs failed";
+  try {
+    std::rethrow_exception(logs.failure);
+  } catch (const std::exception& e) {
+    failure = e.what();
   }
   try {
-    reporter.set_checkpoint(write(step, skips, reporter.pending_records()));
+    save(step, skips, logs.pending);
   } catch (const std::exception& e) {
     fail(failure, "; the checkpoint attempted after it failed too (", e.what(),
          "); the last checkpoint written before is intact");
@@ -81,7 +76,7 @@ void Checkpointer::save(int64_t step, const SkipCounts& skips, Reporter& reporte
        parts_.run_dir);
 }
 
-std::string Checkpointer::write(int64_t step, const SkipCounts& skips, const nlohmann::json& pending) {
+std::string Checkpointer::save(int64_t step, const SkipCounts& skips, const nlohmann::json& pending) {
   TrainingState state;
   state.pending_metrics = pending;
   state.step = step;

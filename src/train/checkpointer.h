@@ -15,7 +15,7 @@
 #include <string>
 
 #include "train/checkpoint.h"
-#include "train/reporter.h"
+#include "train/metrics.h"
 #include "train/run_lock.h"
 #include "train/run_parts.h"
 #include "train/train_step.h"
@@ -46,15 +46,16 @@ class Checkpointer {
   bool stop_agreed(bool write_failed);
   void log_stop(int64_t step) const;
 
-  // Saves the checkpoint of `step` after syncing the metrics. When the logs
-  // failed (`failure` non-empty, or the sync fails), still saves (the
-  // checkpoint carries the unwritten records), then throws saying so.
-  void save(int64_t step, const SkipCounts& skips, Reporter& reporter, std::string failure);
+  // Saves the checkpoint of `step`, carrying the metrics records `pending`
+  // that metrics.jsonl lacks; returns its directory. Throws when it fails.
+  std::string save(int64_t step, const SkipCounts& skips, const nlohmann::json& pending);
+  // After the logs failed (logs.failure): still saves (the checkpoint carries
+  // the unwritten records), then throws that error, saying where the run
+  // stopped and how to go on, or that the checkpoint failed too.
+  [[noreturn]] void save_then_stop(int64_t step, const SkipCounts& skips, const LogsAtCheckpoint& logs);
   const std::string& last() const { return last_; }
 
  private:
-  std::string write(int64_t step, const SkipCounts& skips, const nlohmann::json& pending);
-
   RunParts& parts_;
   TrainOptions options_;
   std::unique_ptr<RunLock> lock_;  // rank 0: this process owns the run directory

@@ -3,11 +3,20 @@
 // console that stays readable in a log file (no carriage returns).
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 namespace kdtrain {
+
+// The logs when a checkpoint is due: the records metrics.jsonl lacks (the
+// checkpoint carries them; a resume writes them back) and, when writing them or
+// syncing the file failed, that error.
+struct LogsAtCheckpoint {
+  nlohmann::json pending = nlohmann::json::array();
+  std::exception_ptr failure;  // null: every record is durable in metrics.jsonl
+};
 
 class MetricsLog {
  public:

@@ -78,8 +78,8 @@ void Reporter::start(int64_t first_step, const nlohmann::json& pending) {
   started_ = Clock::now();
 }
 
-std::string Reporter::report(int64_t step, const StepResult& r, double seconds, int64_t skipped) {
-  if (!metrics_) return "";
+void Reporter::report(int64_t step, const StepResult& r, double seconds, int64_t skipped) {
+  if (!metrics_) return;
   const int64_t total = parts_.config.train.steps;
   const bool progress = progress_due(parts_.config, step, first_step_, Clock::now() - last_progress_,
                                      kProgressSeconds);
@@ -100,9 +100,10 @@ std::string Reporter::report(int64_t step, const StepResult& r, double seconds, 
   if (validate) add_validation(record);
   try {
     metrics_->write(record);
-  } catch (const Error& e) {
+  } catch (const Error&) {
     pending_.push_back(record);
-    return e.what();
+    if (!failure_) failure_ = std::current_exception();
+    return;
   }
   last_record_ = record;
   if (progress) {
@@ -117,13 +118,19 @@ std::string Reporter::report(int64_t step, const StepResult& r, double seconds, 
   }
   if (step == first_step_ + 1 || step == total) log_backend_report();
   // The console is a log too: when it goes to a file on a full disk, say so.
-  if (std::fflush(stdout) != 0 || std::ferror(stdout))
-    return "standard output (the console log): write failed: " + errno_text();
-  return "";
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && !failure_)
+    failure_ = std::make_exception_ptr(Error("standard output (the console log): write failed: " + errno_text()));
 }
 
-void Reporter::sync() {
-  if (metrics_) metrics_->sync();
+LogsAtCheckpoint Reporter::flush() {
+  if (metrics_ && !failure_) {
+    try {
+      metrics_->sync();
+    } catch (const Error&) {
+      failure_ = std::current_exception();
+    }
+  }
+  return {pending_, failure_};
 }
 
 void Reporter::finish(int64_t step, bool stopped) {

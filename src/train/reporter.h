@@ -42,13 +42,17 @@ class Reporter {
   // `pending` are the records a checkpoint carried because writing them failed.
   void start(int64_t first_step, const nlohmann::json& pending);
   // Rank 0: the record of step `step` (`seconds` of compute, `skipped` so far) and
-  // the console lines due. Returns "" or what failed to be written: the run then
-  // stops after a checkpoint, which keeps the unwritten record (pending_records()).
-  std::string report(int64_t step, const StepResult& r, double seconds, int64_t skipped);
-  // fsync of metrics.jsonl (rank 0), before each checkpoint; throws on failure.
-  void sync();
-  // Records not yet in metrics.jsonl, for the checkpoint to carry.
+  // the console lines due. A record that cannot be written is kept (pending
+  // records) and the failure remembered: write_failed() then says so, and the
+  // run stops after a checkpoint, which carries the record.
+  void report(int64_t step, const StepResult& r, double seconds, int64_t skipped);
+  bool write_failed() const { return failure_ != nullptr; }
+  // Before a checkpoint: fsyncs metrics.jsonl (rank 0), so a checkpoint is never
+  // durable ahead of its metrics, and returns what the checkpoint must carry.
+  LogsAtCheckpoint flush();
+  // Records not yet in metrics.jsonl.
   const nlohmann::json& pending_records() const { return pending_; }
+  // The checkpoint the summary names.
   void set_checkpoint(const std::string& dir) { last_checkpoint_ = dir; }
   // Closes metrics.jsonl (unless `stopped`) and writes the summary lines.
   void finish(int64_t step, bool stopped);
@@ -65,6 +69,7 @@ class Reporter {
   RunParts& parts_;
   std::unique_ptr<MetricsLog> metrics_;  // rank 0, from start()
   nlohmann::json pending_ = nlohmann::json::array();
+  std::exception_ptr failure_;  // the first failed write or sync of metrics.jsonl
   int64_t first_step_ = 0;
   Clock::time_point started_ = Clock::now(), last_progress_ = Clock::now();
   nlohmann::json last_record_, last_val_;  // for the summary

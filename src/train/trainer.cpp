@@ -41,10 +41,9 @@ class Trainer {
       const StepResult r = step_fn_->run(step_ + 1);
       ++step_;
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      const std::string write_error = reporter_.report(step_, r, seconds, step_fn_->skips().skipped);
-      stopped = checkpointer_.stop_agreed(!write_error.empty());
-      if (checkpoint_due(parts_.config, step_, stopped))
-        checkpointer_.save(step_, step_fn_->skips(), reporter_, write_error);
+      reporter_.report(step_, r, seconds, step_fn_->skips().skipped);
+      stopped = checkpointer_.stop_agreed(reporter_.write_failed());
+      if (checkpoint_due(parts_.config, step_, stopped)) save_checkpoint();
     }
     if (stopped) checkpointer_.log_stop(step_);
     reporter_.finish(step_, stopped);
@@ -78,6 +77,14 @@ class Trainer {
     checkpointer_.open_run();
     reporter_.log_setup(step_fn_->reducer());
     return pending;
+  }
+
+  // The metrics synced first, so a checkpoint is never durable ahead of them;
+  // the records they lack travel in the checkpoint.
+  void save_checkpoint() {
+    const LogsAtCheckpoint logs = reporter_.flush();
+    if (logs.failure) checkpointer_.save_then_stop(step_, step_fn_->skips(), logs);
+    reporter_.set_checkpoint(checkpointer_.save(step_, step_fn_->skips(), logs.pending));
   }
 
   TrainOptions options_;

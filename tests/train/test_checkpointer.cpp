@@ -52,9 +52,10 @@ TEST_CASE("checkpointer: a saved run resumes bit for bit into freshly built part
   TinyRun run(AttentionVariant::affine);
   Loop loop(*run.parts);
   auto& [options, step, reporter, checkpointer] = loop;
-  for (int64_t s = 1; s <= 2; ++s) REQUIRE(reporter.report(s, step.run(s), 0.1, 0).empty());
+  for (int64_t s = 1; s <= 2; ++s) reporter.report(s, step.run(s), 0.1, 0);
+  REQUIRE_FALSE(reporter.write_failed());
   step.skips() = {2, 1};  // as if steps 1 and 2 had been skipped (at most `step` may be)
-  checkpointer.save(2, step.skips(), reporter, "");
+  CHECK_THAT(checkpointer.save(2, step.skips(), reporter.flush().pending), Contains("step_00000002"));
   CHECK_THAT(checkpointer.last(), Contains("step_00000002"));
   const StepResult next = step.run(3);
 
@@ -89,8 +90,9 @@ TEST_CASE("checkpointer: after failed logs it still saves, then stops saying so"
   TinyRun run;
   Loop loop(*run.parts);
   loop.step.run(1);
-  const std::string message =
-      error_message([&] { loop.checkpointer.save(1, loop.step.skips(), loop.reporter, "disk full"); });
+  LogsAtCheckpoint logs;
+  logs.failure = std::make_exception_ptr(Error("disk full"));
+  const std::string message = error_message([&] { loop.checkpointer.save_then_stop(1, loop.step.skips(), logs); });
   CHECK_THAT(message, Contains("disk full"));
   CHECK_THAT(message, Contains("stopped after writing a checkpoint at step 1"));
   CHECK_THAT(message, Contains("--resume " + run.parts->run_dir));

@@ -44,7 +44,8 @@ TEST_CASE("reporter: each step's record in metrics.jsonl, with validation where 
   TrainStep step(*run.parts, nullptr);
   Reporter reporter(*run.parts);
   reporter.start(0, nlohmann::json::array());
-  for (int64_t s = 1; s <= 3; ++s) REQUIRE(reporter.report(s, step.run(s), 0.5, 0).empty());
+  for (int64_t s = 1; s <= 3; ++s) reporter.report(s, step.run(s), 0.5, 0);
+  REQUIRE_FALSE(reporter.write_failed());
   reporter.finish(3, false);
   const std::vector<nlohmann::json> rows = metrics_of(run.parts->run_dir);
   REQUIRE(rows.size() == 3);
@@ -80,8 +81,11 @@ TEST_CASE("reporter: a failed metrics write is returned and its record kept for 
   TrainStep step(*run.parts, nullptr);
   Reporter reporter(*run.parts);
   reporter.start(0, nlohmann::json::array());
-  const std::string error = reporter.report(1, step.run(1), 0.1, 0);
-  CHECK_THAT(error, Contains("metrics.jsonl"));
-  REQUIRE(reporter.pending_records().size() == 1);
-  CHECK(reporter.pending_records()[0]["step"] == 1);
+  reporter.report(1, step.run(1), 0.1, 0);
+  CHECK(reporter.write_failed());
+  const LogsAtCheckpoint logs = reporter.flush();
+  REQUIRE(logs.failure);
+  CHECK_THAT(error_message([&] { std::rethrow_exception(logs.failure); }), Contains("metrics.jsonl"));
+  REQUIRE(logs.pending.size() == 1);
+  CHECK(logs.pending[0]["step"] == 1);
 }
