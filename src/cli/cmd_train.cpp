@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/paths.h"
 #include "io/output_dir.h"
-#include "train/checkpoint.h"
+#include "train/training_checkpoint.h"
 #include "train/run_lock.h"
 #include "train/trainer.h"
 

@@ -13,7 +13,7 @@
 #include "io/output_dir.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
-#include "train/checkpoint.h"
+#include "train/training_checkpoint.h"
 #include "train/trainer_state.h"
 
 namespace kdtrain {

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "train/checkpoint.h"
+#include "train/training_checkpoint.h"
 #include "train/metrics.h"
 #include "train/run_lock.h"
 #include "train/run_parts.h"

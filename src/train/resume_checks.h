@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "train/checkpoint.h"
+#include "train/training_checkpoint.h"
 
 namespace kdtrain {
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "io/run_layout.h"
-#include "train/checkpoint.h"
+#include "train/training_checkpoint.h"
 
 namespace kdtrain {
 
