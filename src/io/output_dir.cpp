@@ -72,14 +72,26 @@ bool written_by_train_only(DirContent c) {
   return c == DirContent::run || c == DirContent::run_checkpoints || c == DirContent::training_checkpoint;
 }
 
-// The nearest directory above `path` that no command but `train` writes inside
-// (a run, its checkpoints folder, a checkpoint) or none does (a model), "" when
-// there is none. Links and `..` are followed as the OS follows them.
+// What a run directory holds that `train` writes or reads: no other command
+// writes these, or anything under them. Results derived from the run (the
+// layout scripts/report.py reads: RUN/eval_c4.json, RUN/analysis/, RUN/hf/)
+// may sit beside them.
+bool is_run_own_name(const std::string& name) {
+  return name == kRunLockFile || name == kRunConfigJson || name == kMetricsFile || name == kCheckpointsDir;
+}
+
+// The nearest directory above `path` that makes it a path no command but
+// `train` writes: a run when `path` lies under one of the run's own names, a
+// run's checkpoints folder or a checkpoint (training or model) anywhere above.
+// "" when there is none. Links and `..` are followed as the OS follows them.
 std::string protected_ancestor(const std::string& path) {
   const fs::path p = resolved(path);
-  for (fs::path a = p.parent_path(); !a.empty(); a = a.parent_path()) {
+  fs::path child = p;
+  for (fs::path a = p.parent_path(); !a.empty(); child = a, a = a.parent_path()) {
     const DirContent c = dir_content(a.string());
-    if (written_by_train_only(c) || c == DirContent::model) return a.string();
+    if (c == DirContent::run_checkpoints || c == DirContent::training_checkpoint || c == DirContent::model ||
+        (c == DirContent::run && is_run_own_name(child.filename().string())))
+      return a.string();
     if (a == a.root_path()) break;
   }
   return "";
@@ -89,9 +101,10 @@ void refuse_inside_protected(const std::string& path, const std::string& flag) {
   const std::string above = protected_ancestor(path);
   if (above.empty()) return;
   const std::string why = flag == "--run-dir"
-                              ? "; a run directory is never inside another run or a checkpoint"
-                              : "; only `train` writes inside a run directory, and this command never writes into a "
-                                "training run or its checkpoints, nor into a model checkpoint, --force or not";
+                              ? "; a run directory is never inside another run's files or a checkpoint"
+                              : "; only `train` writes a run's own files (kdtrain.lock, config.json, metrics.jsonl, "
+                                "checkpoints/), and this command never writes into a training run or its "
+                                "checkpoints, nor into a model checkpoint, --force or not";
   fail(flag, " ", path, ": is inside ", above, ", ", describe_dir(above), why,
        " (their checksums and `latest` would no longer hold). Choose another ", flag);
 }
