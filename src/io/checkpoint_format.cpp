@@ -303,7 +303,7 @@ void write_model_checkpoint(const std::string& dir, const ModelConfig& model,
                             const std::string& output_command) {
   StagedDir stage(dir);
   write_model_files(stage.staging_path(), model, attention, tensors);
-  if (!output_command.empty()) write_output_manifest(stage.staging_path(), output_command);
+  if (!output_command.empty()) write_output_manifest(stage.staging_path(), output_command, {kChecksumsFile});
   write_checksums(stage.staging_path());
   stage.commit();
 }

@@ -26,8 +26,9 @@ bool is_regular_not_link(const fs::path& p) {
 
 }  // namespace
 
-void write_output_manifest(const std::string& dir, const std::string& command) {
-  std::vector<std::string> files;
+void write_output_manifest(const std::string& dir, const std::string& command,
+                           const std::vector<std::string>& written_after) {
+  std::vector<std::string> files = written_after;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (e.is_regular_file() && name != kOutputManifest) files.push_back(name);

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -152,8 +153,10 @@ bool check_resume(const Config& now, const TrainingState& state, const ResumeCon
   if (!ctx.owns_run_dir) return false;
   const int64_t head = run_head_step(ctx.run_dir);
   if (head <= state.step) return false;
-  KD_CHECK(ctx.rewind, where, ": ", ctx.run_dir, " got to step ", head, " (checkpoints/latest or a newer checkpoint)",
-           "; resuming step ", state.step, " there would rewind the run, deleting the checkpoints and metrics "
+  char head_name[40];
+  std::snprintf(head_name, sizeof head_name, "step_%08lld", static_cast<long long>(head));
+  KD_CHECK(ctx.rewind, where, ": ", ctx.run_dir, " has a newer checkpoint (", head_name,
+           ", named by checkpoints/latest or on disk); resuming step ", state.step, " there would rewind the run, deleting the checkpoints and metrics "
            "after it. Pass --rewind to do that, or --run-dir NEW to branch into a new run directory.");
   return true;
 }

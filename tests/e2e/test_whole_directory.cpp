@@ -26,20 +26,6 @@ int cli(const TempDir& tmp, std::vector<std::string> args, std::string* out) {
   return kdtrain_cli(tmp, std::move(args), out);
 }
 
-// Every file under `dir`, with its bytes: what must not change.
-std::map<std::string, std::string> snapshot(const fs::path& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = read_bytes(e.path());
-  return files;
-}
-
-fs::path step_dir(const fs::path& run, int step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step_%08d", step);
-  return run / "checkpoints" / name;
-}
-
 }  // namespace
 
 TEST_CASE("whole directory: init --out refuses the user's files, a run and its checkpoints; --force a model only",

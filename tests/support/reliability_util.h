@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -87,6 +89,21 @@ inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path)
 
 inline std::vector<nlohmann::json> metrics_of(const std::filesystem::path& run_dir) {
   return read_jsonl(run_dir / "metrics.jsonl");
+}
+
+// Every file under `dir`, with its bytes: what must not change.
+inline std::map<std::string, std::string> snapshot(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[std::filesystem::relative(e.path(), dir).string()] = read_bytes(e.path());
+  return files;
+}
+
+// <run>/checkpoints/step_<8 digits>.
+inline std::filesystem::path step_dir(const std::filesystem::path& run, int step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08d", step);
+  return run / "checkpoints" / name;
 }
 
 // Runs the kdtrain binary with `args`, its output in `out` and a log file of its own

@@ -1,0 +1,191 @@
+// Nothing lost, round three, through the CLI: `--force` replaces only the same
+// command's earlier output, recognised by its manifest; no command but train
+// writes a run's own files, its checkpoints folder or a checkpoint, whatever
+// the path's spelling (a folder holding a run, RUN/.., RUN/checkpoints/step_N); paths mean
+// what the OS resolves (`lnk/..`), a run never writes through a link or a
+// shared inode; every command's file outputs pass the same check; a 255-byte
+// name works; flags are range-checked before anything is written. The rules:
+// io/output_dir.h and docs/reliability.md ("The whole directory").
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+
+#include "support/process_util.h"
+#include "support/reliability_util.h"
+#include "support/temp_dir.h"
+
+using namespace kdtrain;
+using namespace kdtrain::testing;
+
+namespace {
+
+std::vector<std::string> init_args(const fs::path& out, bool force = false) {
+  std::vector<std::string> a = {"init", "--preset", "tiny-llama", "--out", out.string()};
+  if (force) a.push_back("--force");
+  return a;
+}
+
+// A finished two-step run (one checkpoint) under tmp/<name>.
+fs::path small_run(const TempDir& tmp, const std::string& name, const std::string& shard) {
+  std::string out;
+  const fs::path dir = tmp.path / name;
+  REQUIRE(run(tiny_train_args(shard, dir.string(), 2, 2), &out, tmp.file(name + ".log")) == 0);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("force: never a run's checkpoints folder, a folder holding a run, RUN/.. or a path under checkpoints/",
+          "[reliability][force]") {
+  TempDir tmp("force_run");
+  std::string out;
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 3);
+  fs::create_directories(tmp.path / "exp");
+  const fs::path run_dir = small_run(tmp, "exp/run", shard);
+  const auto before = snapshot(tmp.path / "exp");
+  // Before: each of these exited 0 and deleted the run's checkpoints (or the whole run).
+  for (const fs::path& target : {run_dir / "checkpoints", tmp.path / "exp", run_dir / "..",
+                                 run_dir / "checkpoints" / "step_00000099"}) {
+    INFO(target);
+    CHECK(kdtrain_cli(tmp, init_args(target, true), &out) == 1);
+    require_all(out, {"--out"});
+    CHECK(kdtrain_cli(tmp, {"export", "--checkpoint", run_dir.string(), "--out", target.string(), "--force"}, &out) == 1);
+  }
+  CHECK(kdtrain_cli(tmp, init_args(tmp.path / "exp", true), &out) == 1);
+  require_all(out, {"kdtrain_output.json", "--force or not"});
+  CHECK(snapshot(tmp.path / "exp") == before);
+  CHECK(kdtrain_cli(tmp, {"verify", run_dir.string()}, &out) == 0);
+}
+
+TEST_CASE("force: replaces only an earlier output of the same command, recognised by its manifest",
+          "[reliability][force]") {
+  TempDir tmp("force_own");
+  std::string out;
+  const fs::path model = tmp.path / "model", exported = tmp.path / "hf";
+  REQUIRE(kdtrain_cli(tmp, init_args(model), &out) == 0);
+  REQUIRE(kdtrain_cli(tmp, {"export", "--checkpoint", model.string(), "--out", exported.string()}, &out) == 0);
+  const auto hf = snapshot(exported), teacher = snapshot(model);
+  // Before: init --force replaced the exported model; teacher-cache and analyze wrote into the model.
+  CHECK(kdtrain_cli(tmp, init_args(exported, true), &out) == 1);
+  require_all(out, {"`kdtrain export`", "not of `kdtrain init`"});
+  CHECK(snapshot(exported) == hf);
+  const std::string shard = text_shard(tmp.path, "train.bin", 4000, 5);
+  CHECK(kdtrain_cli(tmp, {"teacher-cache", "--teacher", model.string(), "--data", shard, "--seq-len", "16", "--top-k", "4",
+                  "--out", model.string(), "--force"}, &out) == 1);
+  CHECK(kdtrain_cli(tmp, {"analyze", "--checkpoint", model.string(), "--data", shard, "--num-seqs", "1", "--seq-len", "16",
+                  "--out", model.string(), "--force"}, &out) == 1);
+  CHECK(snapshot(model) == teacher);
+  // The same command's own output: --force replaces it.
+  CHECK(kdtrain_cli(tmp, {"export", "--checkpoint", model.string(), "--out", exported.string(), "--force"}, &out) == 0);
+  CHECK(kdtrain_cli(tmp, init_args(model, true), &out) == 0);
+  // A file the earlier output did not hold is in the way, --force or not.
+  write_bytes(model / "notes.txt", "mine");
+  CHECK(kdtrain_cli(tmp, init_args(model, true), &out) == 1);
+  require_all(out, {"notes.txt"});
+  CHECK(read_bytes(model / "notes.txt") == "mine");
+}
+
+TEST_CASE("paths: lnk/../x is where the OS puts it, not where the string says", "[reliability][paths]") {
+  TempDir tmp("dotdot_link");
+  std::string out;
+  fs::create_directories(tmp.path / "a" / "deep");
+  fs::create_directory_symlink(tmp.path / "a" / "deep", tmp.path / "lnk");
+  // Before: normalised to tmp/m, ignoring that lnk/.. is tmp/a.
+  REQUIRE(kdtrain_cli(tmp, init_args(tmp.path / "lnk" / ".." / "m"), &out) == 0);
+  CHECK(fs::exists(tmp.path / "a" / "m" / "model.safetensors"));
+  CHECK_FALSE(fs::exists(tmp.path / "m"));
+}
+
+TEST_CASE("paths: a run never writes through a symlinked metrics.jsonl", "[reliability][paths]") {
+  TempDir tmp("metrics_link");
+  std::string out;
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 3);
+  write_bytes(tmp.path / "victim.txt", "precious\n");
+  const fs::path run_dir = tmp.path / "run";
+  fs::create_directories(run_dir);
+  write_bytes(run_dir / "kdtrain.lock", "");
+  fs::create_symlink(tmp.path / "victim.txt", run_dir / "metrics.jsonl");
+  // Before: the new run truncated victim.txt and wrote its records there.
+  CHECK(run(tiny_train_args(shard, run_dir.string(), 2, 2), &out, tmp.file("t.log")) == 1);
+  require_all(out, {"metrics.jsonl", "symbolic link"});
+  CHECK(read_bytes(tmp.path / "victim.txt") == "precious\n");
+}
+
+TEST_CASE("paths: resuming a hard-linked copy of a run (cp -al) leaves the original's files alone",
+          "[reliability][paths]") {
+  TempDir tmp("hardlink_copy");
+  std::string out;
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 3);
+  const fs::path a = small_run(tmp, "a", shard), b = tmp.path / "b";
+  fs::copy(a, b, fs::copy_options::recursive | fs::copy_options::create_hard_links);
+  const auto original = snapshot(a);
+  // Before: the resumed copy appended its records to a's metrics.jsonl (one inode for both).
+  CHECK(kdtrain_cli(tmp, {"train", "--resume", b.string(), "--set", "train.steps=4"}, &out) == 0);
+  CHECK(snapshot(a) == original);
+  CHECK(metrics_of(b).size() == 4);
+  CHECK(metrics_of(a).size() == 2);
+}
+
+TEST_CASE("outputs: eval --out, dump --out and data write --out never replace a run's files or an input",
+          "[reliability][outputs]") {
+  TempDir tmp("other_outputs");
+  std::string out;
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 3);
+  const fs::path run_dir = small_run(tmp, "run", shard);
+  const auto before = snapshot(run_dir);
+  const std::string ckpt = (run_dir / "checkpoints" / "step_00000002").string();
+  // Before: eval --out RUN/metrics.jsonl and dump --out RUN/config.json replaced the run's own files, exit 0.
+  CHECK(kdtrain_cli(tmp, {"eval", "--checkpoint", run_dir.string(), "--data", shard, "--max-windows", "1", "--out",
+                  (run_dir / "metrics.jsonl").string()}, &out) == 1);
+  require_all(out, {"--out", "training run"});
+  CHECK(kdtrain_cli(tmp, {"dump", "--checkpoint", ckpt, "--data", shard, "--batch-size", "1", "--seq-len", "8", "--out",
+                  (run_dir / "config.json").string()}, &out) == 1);
+  CHECK(kdtrain_cli(tmp, {"data", "write", "--bytes", shard, "--out", (run_dir / "kdtrain.lock").string()}, &out) == 1);
+  CHECK(kdtrain_cli(tmp, {"data", "write", "--bytes", shard, "--out", (run_dir / "checkpoints" / "x.bin").string()}, &out) == 1);
+  CHECK(snapshot(run_dir) == before);
+  // The eval's own shard is an input, never its output.
+  const std::string data_before = read_bytes(shard);
+  CHECK(kdtrain_cli(tmp, {"eval", "--checkpoint", run_dir.string(), "--data", shard, "--max-windows", "1", "--out", shard},
+            &out) == 1);
+  require_all(out, {"is the input file"});
+  CHECK(read_bytes(shard) == data_before);
+}
+
+TEST_CASE("names: init and export write a 255-byte output name", "[reliability][paths]") {
+  TempDir tmp("long_name");
+  std::string out;
+  const fs::path model = tmp.path / std::string(255, 'm'), hf = tmp.path / std::string(255, 'h');
+  // Before: the staging name "<name>.tmp.<pid>" was longer than the file system allows.
+  REQUIRE(kdtrain_cli(tmp, init_args(model), &out) == 0);
+  CHECK(fs::exists(model / "model.safetensors"));
+  REQUIRE(kdtrain_cli(tmp, {"export", "--checkpoint", model.string(), "--out", hf.string()}, &out) == 0);
+  CHECK(fs::exists(hf / "config.json"));
+  CHECK(kdtrain_cli(tmp, {"data", "write", "--bytes", (model / "config.json").string(), "--out",
+                  (tmp.path / std::string(255, 'd')).string()}, &out) == 0);
+}
+
+TEST_CASE("flags: out-of-range counts are refused before anything is written", "[reliability][flags]") {
+  TempDir tmp("flag_ranges");
+  std::string out;
+  const fs::path model = tmp.path / "model";
+  REQUIRE(kdtrain_cli(tmp, init_args(model), &out) == 0);
+  const std::string shard = text_shard(tmp.path, "train.bin", 4000, 5);
+  // Before: --threads 100000 crashed, --threads -1 was accepted.
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"--threads", "100000"}, {"--threads", "-1"}, {"--batch-size", "0"}, {"--chunk-tokens", "0"},
+           {"--top-k", "0"}}) {
+    INFO(bad[0] << " " << bad[1]);
+    std::vector<std::string> args = {"teacher-cache", "--teacher", model.string(), "--data", shard, "--seq-len", "16",
+                                     "--top-k", "4", "--out", tmp.file("cache")};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const int code = kdtrain_cli(tmp, args, &out);
+    CHECK(code != 0);
+    CHECK(code < 128);  // refused, not killed by a signal
+    require_all(out, {bad[0]});
+    CHECK_FALSE(fs::exists(tmp.file("cache")));
+  }
+  CHECK(kdtrain_cli(tmp, {"analyze", "--checkpoint", model.string(), "--data", shard, "--bins", "0", "--out",
+                  tmp.file("analysis")}, &out) != 0);
+  CHECK_FALSE(fs::exists(tmp.file("analysis")));
+}
