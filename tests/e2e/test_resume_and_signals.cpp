@@ -121,7 +121,7 @@ TEST_CASE("resume: the documented remedy for an affine checkpoint older than aff
   CHECK(metrics_of(run_dir).size() == 3);
 }
 
-TEST_CASE("signals: SIGINT or SIGTERM during teacher-cache or export removes what it staged",
+TEST_CASE("signals: SIGTERM during export removes what it staged",
           "[reliability][signals]") {
   TempDir tmp("interrupt");
   std::string out;
@@ -137,8 +137,6 @@ TEST_CASE("signals: SIGINT or SIGTERM during teacher-cache or export removes wha
     int signal;
   };
   const std::vector<Case> cases = {
-      {{"teacher-cache", "--teacher", model.string(), "--data", shard, "--seq-len", "64", "--top-k", "8", "--out",
-        tmp.file("cache")}, tmp.path / "cache", SIGINT},
       {{"export", "--checkpoint", model.string(), "--dtype", "bf16", "--out", tmp.file("hf")}, tmp.path / "hf",
        SIGTERM}};
   for (const Case& c : cases) {
