@@ -207,7 +207,7 @@ class KdtrainAttention(nn.Module):
             self.sinks = nn.Parameter(torch.zeros(H))
         if self.has_affine:
             self.alpha_proj = nn.Linear(C, H, bias=False)
-            # Running mean of alpha from training (SPEC §2); saved, never trained.
+            # Running mean of alpha from training (docs/model.md); saved, never trained.
             self.register_buffer("alpha_ma", torch.zeros(H), persistent=True)
         if self.has_gate:
             self.gate_proj = nn.Linear(C, H * D, bias=False)
