@@ -155,7 +155,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
     CHECK(doc.contains(section));
   CHECK(doc["model"].size() == 17);
   CHECK(doc["model"]["rope_scaling"].size() == 5);
-  CHECK(doc["train"].size() == 11);
+  CHECK(doc["train"].size() == 12);
 
   // Through text, as it is written into a run directory.
   Config back;
