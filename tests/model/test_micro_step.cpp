@@ -11,7 +11,7 @@
 #include "backend/backend.h"
 #include "model/init.h"
 #include "model/micro_step.h"
-#include "model_fixtures.h"
+#include "support/model_fixtures.h"
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
