@@ -101,6 +101,18 @@ struct SparseProblem {
   }
 };
 
+// A bf16 top-8 cache of the fixture's data, and a tiny run (global batch 4 of micro-batches
+// of 2) that trains the fixture's student from it.
+Config cached_run_config(CacheFixture& f) {
+  cli::build_teacher_cache(f.options(8, data::CacheValueType::bf16));
+  Config c = testing::tiny_run_config(f.shard);
+  c.model = f.student_cfg;
+  c.kd.teacher_cache = f.dir.file("cache");
+  c.kd.cache_tail = CacheTail::bucket;
+  c.train.seq_len = f.T;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("teacher cache: top-k ids, log-probs and tail mass", "[teacher_cache]") {
@@ -305,12 +317,7 @@ TEST_CASE("teacher cache: K = V equals the online teacher (loss and gradients)",
 
 TEST_CASE("teacher cache: the trainer trains from a cache", "[teacher_cache][train]") {
   CacheFixture f(400);
-  cli::build_teacher_cache(f.options(8, data::CacheValueType::bf16));
-  Config c = testing::tiny_run_config(f.shard);  // global batch 4 of micro-batches of 2
-  c.model = f.student_cfg;
-  c.kd.teacher_cache = f.dir.file("cache");
-  c.kd.cache_tail = CacheTail::bucket;
-  c.train.seq_len = f.T;
+  Config c = cached_run_config(f);
   c.train.steps = 3;
   c.train.threads = 2;
   TrainOptions options;
@@ -341,12 +348,7 @@ TEST_CASE("teacher cache: the trainer trains from a cache", "[teacher_cache][tra
 TEST_CASE("teacher cache: the step reads each micro-batch's rows ahead, while the one before computes",
           "[teacher_cache][train]") {
   CacheFixture f(400);
-  cli::build_teacher_cache(f.options(8, data::CacheValueType::bf16));
-  Config c = testing::tiny_run_config(f.shard);  // global batch 4 of micro-batches of 2
-  c.model = f.student_cfg;
-  c.kd.teacher_cache = f.dir.file("cache");
-  c.kd.cache_tail = CacheTail::bucket;
-  c.train.seq_len = f.T;
+  Config c = cached_run_config(f);
   validate(c);
   dist::SingleCommunicator comm;
   RunParts parts(c, comm, f.dir.file("run"));
