@@ -88,9 +88,23 @@ std::string newest_verified(const fs::path& root, std::string* skipped) {
   return "";
 }
 
+// A run killed after its checkpoint moved into place and before `latest` did: the
+// newest checkpoint that verifies when it is newer than the one `latest` names
+// (`newest` is newest_verified's answer), else "". A step_<N> directory appears
+// only whole, by rename, so that one is the run's true head.
+std::string newer_than_latest(const std::string& run, int64_t named, const std::string& newest) {
+  int64_t step = 0;
+  if (newest.empty() || !parse_step_name(fs::path(newest).filename().string(), &step) || step <= named) return "";
+  spdlog::warn("--resume {}: checkpoints/{} names {}, but {} is complete (a run stopped between writing it and "
+               "moving {}); resuming {}",
+               run, kLatest, step_name(named), newest, kLatest, newest);
+  return newest;
+}
+
 // A run whose `latest` is missing (killed after its first checkpoint and before
-// `latest`): its newest verified checkpoint. One whose `latest` names a
-// checkpoint that vanished is refused naming what is there to resume.
+// `latest`) or behind (killed between a checkpoint and `latest`): its newest
+// verified checkpoint. One whose `latest` names a checkpoint that vanished is
+// refused naming what is there to resume.
 fs::path checkpoint_of_run(const std::string& run) {
   const fs::path root = fs::path(run) / kCheckpointsDir;
   const bool has_latest = fs::exists(root / kLatest);
@@ -98,8 +112,13 @@ fs::path checkpoint_of_run(const std::string& run) {
     const int64_t named = latest_named_step(run);
     const auto all = list_checkpoints(root);
     if (std::any_of(all.begin(), all.end(), [&](const auto& c) { return c.first == named; }) ||
-        fs::exists(root / step_name(named)))
-      return latest_checkpoint(run);  // which refuses a `latest` naming anything but a checkpoint
+        fs::exists(root / step_name(named))) {
+      const std::string named_dir = latest_checkpoint(run);  // which refuses a `latest` naming anything but a checkpoint
+      if (all.empty() || all.back().first <= named) return named_dir;
+      std::string skipped;
+      const std::string newer = newer_than_latest(run, named, newest_verified(root, &skipped));
+      return newer.empty() ? named_dir : newer;
+    }
     std::string skipped;
     const std::string newest = newest_verified(root, &skipped);
     fail((root / kLatest).string(), " names ", step_name(named), ", which no longer exists. ",

@@ -1,6 +1,7 @@
 // Nothing lost, round three, through the CLI: a run killed between its first
 // checkpoint and `latest` (a new train refuses it, --resume finds the newest
-// verified checkpoint, --rewind recovers from a `latest` naming a vanished one),
+// verified checkpoint, also one newer than what `latest` names, --rewind
+// recovers from a `latest` naming a vanished one),
 // resumes that change only what cannot change the trajectory, the documented
 // remedy for an affine checkpoint older than attention.affine_bias_divisor, and
 // commands interrupted by SIGINT / SIGTERM removing what they staged.
@@ -70,6 +71,23 @@ TEST_CASE("crash before latest: a new train refuses any step_* checkpoint, --res
   require_all(out, {"latest is missing", "step_00000002"});
   CHECK(metrics_of(run_dir).size() == 4);
   CHECK(read_bytes(run_dir / "checkpoints" / "latest") == "step_00000004\n");
+}
+
+TEST_CASE("crash before latest: --resume RUN continues from a checkpoint newer than latest, not a refusal to rewind",
+          "[reliability][resume]") {
+  FinishedRun r("behind_latest", 4, 2);
+  const TempDir& tmp = r.tmp;
+  const fs::path& run_dir = r.dir;
+  std::string out;
+  write_bytes(run_dir / "checkpoints" / "latest", "step_00000002\n");  // killed after step_4's rename, before latest
+  // Before: "has a newer checkpoint (step_00000004 ...); resuming step 2 there would rewind the run".
+  REQUIRE(kdtrain_cli(tmp, {"train", "--resume", run_dir.string(), "--set", "train.steps=6"}, &out) == 0);
+  require_all(out, {"names step_00000002", step_dir(run_dir, 4).string()});
+  CHECK(metrics_of(run_dir).size() == 6);
+  CHECK(read_bytes(run_dir / "checkpoints" / "latest") == "step_00000006\n");
+  // A checkpoint named explicitly still refuses to rewind past the newer one.
+  CHECK(kdtrain_cli(tmp, {"train", "--resume", step_dir(run_dir, 4).string()}, &out) == 1);
+  require_all(out, {"step_00000006", "--rewind"});
 }
 
 TEST_CASE("crash before latest: latest naming a vanished checkpoint is named, and --resume CKPT --rewind recovers",

@@ -157,8 +157,9 @@ TEST_CASE("train e2e: kill -9 at random moments, even mid-checkpoint, never brea
   // Whatever state the kills left, the run resumes and ends as the uninterrupted one.
   const auto final_args = started ? std::vector<std::string>{KDTRAIN_BINARY, "train", "--resume", run_dir.string()}
                                   : killed_args;
-  REQUIRE(run(final_args, &out, (tmp.path / "final.log").string()) == 0);
+  const int final_code = run(final_args, &out, (tmp.path / "final.log").string());
   INFO(out);
+  REQUIRE(final_code == 0);
   require_same_trajectory(metrics_of(run_dir), reference);
 }
 
