@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_attention  # noqa: E402
+from repo_paths import KDTRAIN  # noqa: E402
 
 
 def test_flop_convention():
@@ -34,8 +35,7 @@ def test_cpu_smoke():
 
 def test_with_kdtrain_attention_only():
     pytest.importorskip("torch")
-    import os
-    kdtrain = Path(os.environ.get("KDTRAIN_BINARY", ROOT / os.environ.get("KDTRAIN_BUILD_DIR", "build") / "kdtrain"))
+    kdtrain = KDTRAIN
     if not kdtrain.exists():
         pytest.skip(f"{kdtrain} not built")
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "peers" / "bench_attention.py"), "--device", "cpu",

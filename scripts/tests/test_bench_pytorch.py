@@ -1,7 +1,6 @@
 """scripts/peers/bench_pytorch.py: runs every variant on CPU with tiny shapes, and its
 preset table and FLOP formula agree with kdtrain (`info --json`, `bench --json`)."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "peers" / "bench_pytorch.py"
-_BUILD = os.environ.get("KDTRAIN_BUILD_DIR", "build")
-KDTRAIN = Path(os.environ.get("KDTRAIN_BINARY", ROOT / _BUILD / "kdtrain"))
+from repo_paths import KDTRAIN  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_pytorch  # noqa: E402

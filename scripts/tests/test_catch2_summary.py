@@ -2,7 +2,6 @@
 (which an earlier parser read as 4 passed, 0 failed), from every summary form of
 Catch2 2.13's compact and console reporters, and from real runs of kdtrain_tests."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import catch2_summary  # noqa: E402
 import gpu_report  # noqa: E402
 
 RECORDED = ROOT.parent / "shared" / "gpu-runs" / "2026-11-22-e64f2ce" / "cuda_tests.txt"
-TESTS = Path(os.environ.get("KDTRAIN_BUILD_DIR", ROOT / "build")) / "kdtrain_tests"
+from repo_paths import KDTRAIN_TESTS as TESTS  # noqa: E402
 
 
 def test_recorded_gpu_log():

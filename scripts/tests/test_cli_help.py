@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-KDTRAIN = Path(os.environ.get("KDTRAIN_BINARY", REPO / os.environ.get("KDTRAIN_BUILD_DIR", "build") / "kdtrain"))
+from repo_paths import KDTRAIN  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not KDTRAIN.exists(), reason="kdtrain is not built")
 

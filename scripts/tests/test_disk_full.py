@@ -16,7 +16,6 @@ errors, not mocks:
 """
 
 import json
-import os
 import shutil
 import struct
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-KDTRAIN = Path(os.environ.get("KDTRAIN_BINARY", ROOT / os.environ.get("KDTRAIN_BUILD_DIR", "build") / "kdtrain"))
+from repo_paths import KDTRAIN  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not KDTRAIN.exists(), reason=f"{KDTRAIN} not built")
 
@@ -81,7 +80,12 @@ def reference(shard, tmp_path_factory) -> list:
 
 def test_metrics_write_failure_stops_after_a_checkpoint_and_loses_nothing(shard, reference, tmp_path):
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    # A run directory of kdtrain's own that holds no checkpoint (train starts only in such a one,
+    # or a new or empty one), whose metrics file then lands on a full device: a link to
+    # /dev/full, the one link kdtrain writes through.
+    subprocess.run(train_args(shard, run_dir, steps=1), check=True, capture_output=True)
+    shutil.rmtree(run_dir / "checkpoints")
+    (run_dir / "metrics.jsonl").unlink()
     (run_dir / "metrics.jsonl").symlink_to("/dev/full")
     r = subprocess.run(train_args(shard, run_dir), capture_output=True, text=True)
     assert r.returncode == 1, r.stdout + r.stderr  # 0 before: every record silently dropped

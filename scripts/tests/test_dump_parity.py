@@ -38,8 +38,7 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD_DIR = Path(os.environ.get("KDTRAIN_BUILD_DIR", "build"))
-KDTRAIN = (BUILD_DIR if BUILD_DIR.is_absolute() else REPO / BUILD_DIR) / "kdtrain"
+from repo_paths import KDTRAIN  # noqa: E402
 
 B, T = 2, 13
 REL_TOL = 1e-4

@@ -4,7 +4,6 @@ scripts/gpu/gpu_check.sh, gpu_bench.sh and gpu_window.sh (DEVICE=cpu: the script
 themselves, no GPU numbers). The GPU-mode dry runs of the window are in test_gpu_window.py."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import gpu_report  # noqa: E402
 import window_report  # noqa: E402
 
 RECORDED = ROOT.parent / "shared" / "gpu-runs" / "2026-11-22-e64f2ce"
-BUILD = Path(os.environ.get("KDTRAIN_BUILD_DIR", ROOT / "build"))
+from repo_paths import BUILD  # noqa: E402
 
 
 def write(path, text):

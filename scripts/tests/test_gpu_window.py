@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
 import gpu_docs  # noqa: E402
 import kernel_choices  # noqa: E402
 
-BUILD = Path(os.environ.get("KDTRAIN_BUILD_DIR", ROOT / "build"))
+from repo_paths import BUILD  # noqa: E402
 WINDOW = ROOT / "scripts" / "gpu" / "gpu_window.sh"
 FAKE_GPU = "NVIDIA H100 80GB HBM3"
 

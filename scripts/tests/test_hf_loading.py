@@ -23,7 +23,8 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-KDTRAIN = os.environ.get("KDTRAIN_BINARY", os.path.join(ROOT, os.environ.get("KDTRAIN_BUILD_DIR", "build"), "kdtrain"))
+from repo_paths import KDTRAIN as _KDTRAIN  # noqa: E402
+KDTRAIN = str(_KDTRAIN)
 LLAMA3 = os.path.join(os.path.dirname(ROOT), "shared", "data", "tokenizers", "llama3")
 
 pytestmark = pytest.mark.skipif(not os.access(KDTRAIN, os.X_OK), reason="kdtrain is not built")

@@ -17,9 +17,7 @@ lacks a needed subcommand.
 """
 import json
 import os
-import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -32,9 +30,8 @@ from kdtrain_hf.variants import VARIANT_CASES  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-# The binary: $KDTRAIN_BINARY, else <$KDTRAIN_BUILD_DIR or build>/kdtrain (scripts/test.sh sets the latter).
-_BUILD_DIR = os.environ.get("KDTRAIN_BUILD_DIR", "build")
-KDTRAIN = os.environ.get("KDTRAIN_BINARY", os.path.join(ROOT, _BUILD_DIR, "kdtrain"))
+from repo_paths import KDTRAIN as _KDTRAIN  # noqa: E402
+KDTRAIN = str(_KDTRAIN)
 TOL = 1e-4
 # transformers >= 4.56 renamed from_pretrained's torch_dtype to dtype.
 DTYPE_KW = "dtype" if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"

@@ -18,7 +18,7 @@ DATA = Path(os.environ.get("KDTRAIN_SHARED_DATA", REPO.parent / "shared" / "data
 FINEWEB = DATA / "text" / "fineweb_edu_sample10BT.rows000-099.csv"
 LLAMA3 = DATA / "tokenizers" / "llama3"
 QWEN2 = DATA / "tokenizers" / "qwen2"
-KDTRAIN = Path(os.environ.get("KDTRAIN_BINARY", REPO / os.environ.get("KDTRAIN_BUILD_DIR", "build") / "kdtrain"))
+from repo_paths import KDTRAIN  # noqa: E402
 
 needs_data = pytest.mark.skipif(not (FINEWEB.is_file() and LLAMA3.is_dir() and QWEN2.is_dir()),
                                 reason="../shared/data (FineWeb-Edu sample, tokenizers) absent")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD = REPO / os.environ.get("KDTRAIN_BUILD_DIR", "build")
+from repo_paths import BUILD  # noqa: E402
 SHARED_TEXT = REPO.parent / "shared" / "data" / "text" / "fineweb_edu_sample10BT.rows000-099.csv"
 LICENSES = Path("/usr/share/common-licenses")
 

@@ -2,7 +2,6 @@
 must equal the C++ table (config/attention_variant.h) as `kdtrain info --variants --json`
 prints it, and every script that names variants reads that module."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_BUILD = os.environ.get("KDTRAIN_BUILD_DIR", "build")
-KDTRAIN = Path(os.environ.get("KDTRAIN_BINARY", ROOT / _BUILD / "kdtrain"))
+from repo_paths import KDTRAIN  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from kdtrain_hf import variants  # noqa: E402
