@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/, for kdtrain_hf
+
 REPO = Path(__file__).resolve().parents[2]
 TASK_DIR = REPO / "scripts" / "lm_eval_tasks"
 DEFAULT_EVAL_DATA = REPO.parent / "shared" / "data" / "evals"
