@@ -3,14 +3,17 @@
 # train the same tiny runs, and their metrics.jsonl (timings and memory aside)
 # and checkpoint files must be identical byte for byte; the exported Python
 # sources a checkpoint carries (scripts/kdtrain_hf/, embedded in the binary) are
-# code, and a change to them is reported, not failed. Runs: a CE teacher, then
-# a KD student of every variant with validation and several checkpoints, each
-# resumed once halfway; with mpirun present, an affine student on 2 ranks
-# (ZeRO-1 and all-reduce). About 2 minutes on 2 cores.
+# code, and a change to them is reported, not failed. The settings files
+# (config.json, run_config.json) are compared key by key: every key the before
+# side writes must agree, and a key only the after side writes (a new setting)
+# is listed. Runs: a CE teacher, then a KD student of every variant with
+# validation and several checkpoints, each resumed once halfway; with mpirun
+# present, an affine student on 2 ranks (ZeRO-1 and all-reduce). About 2
+# minutes on 2 cores.
 #
 #   scripts/same_runs.sh BEFORE_BINARY AFTER_BINARY [--out DIR]   (default: a temp dir)
 set -euo pipefail
-(($# >= 2)) || { sed -n '2,9p' "$0"; exit 2; }
+(($# >= 2)) || { sed -n '2,15p' "$0"; exit 2; }
 BEFORE="$(realpath "$1")"
 AFTER="$(realpath "$2")"
 shift 2
@@ -69,11 +72,32 @@ done
 python3 - "$OUT" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
-timing = {"tokens_per_s", "step_time_s", "peak_memory_bytes"}
-bad = 0
+CONFIGS = ("config.json", "run_config.json")  # settings: compared key by key, below
+
+
+def timing(key):
+    return key in {"tokens_per_s", "step_time_s", "peak_memory_bytes"} or key.endswith("_seconds")
+
+
+def flat(doc, prefix=""):
+    items = {}
+    for k, v in doc.items():
+        items.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return items
+
+
+def config_diff(a, b, added):
+    """Keys both config files hold must agree; a key only the after side writes (a new
+    setting, at its default since the runs pass none) is reported, not failed."""
+    x, y = (flat(json.loads(f.read_text())) for f in (a, b))
+    added.update(set(y) - set(x))
+    return sorted(k for k in x if k not in y or x[k] != y[k])
+
+
+bad, added_keys = 0, set()
 for before in sorted(p for p in (out / "before").iterdir() if p.is_dir()):
     after = out / "after" / before.name
-    rows = [[{k: v for k, v in json.loads(l).items() if k not in timing}
+    rows = [[{k: v for k, v in json.loads(l).items() if not timing(k)}
              for l in (d / "metrics.jsonl").read_text().splitlines()] for d in (before, after)]
     same = rows[0] == rows[1] and len(rows[0]) == 8
     ck = [before / "checkpoints", after / "checkpoints"]
@@ -85,9 +109,12 @@ for before in sorted(p for p in (out / "before").iterdir() if p.is_dir()):
         elif f.endswith(".py"):  # scripts/kdtrain_hf/ as embedded in the binary: code, not state
             if (ck[0] / f).read_bytes() != (ck[1] / f).read_bytes():
                 code.add(f.rsplit("/", 1)[-1])
-        elif f.endswith("checksums.json"):  # the same, but for the embedded sources' entries
-            sums = [{k: v for k, v in json.loads((c / f).read_text())["files"].items() if not k.endswith(".py")}
-                    for c in ck]
+        elif f.endswith(CONFIGS):
+            keys = config_diff(ck[0] / f, ck[1] / f, added_keys)
+            differ += [f"{f} ({', '.join(keys)})"] if keys else []
+        elif f.endswith("checksums.json"):  # the same, but for the entries compared above
+            sums = [{k: v for k, v in json.loads((c / f).read_text())["files"].items()
+                     if not k.endswith((".py",) + CONFIGS)} for c in ck]
             differ += [f] if sums[0] != sums[1] else []
         elif (ck[0] / f).read_bytes() != (ck[1] / f).read_bytes():
             differ.append(f)
@@ -96,6 +123,8 @@ for before in sorted(p for p in (out / "before").iterdir() if p.is_dir()):
     print(f"{before.name:<14} metrics {'same' if same else 'DIFFER'} ({len(rows[0])} rows), "
           f"{len(names[0])} checkpoint files {'same' if not differ else 'DIFFER: ' + ', '.join(differ)}"
           + (f" (embedded Python sources changed: {', '.join(sorted(code))})" if code else ""))
+if added_keys:
+    print(f"settings only the after side writes (new keys at their defaults): {', '.join(sorted(added_keys))}")
 print("identical" if bad == 0 else f"{bad} run(s) differ")
 sys.exit(1 if bad else 0)
 EOF
