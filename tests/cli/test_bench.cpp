@@ -94,7 +94,10 @@ TEST_CASE("bench: every variant on tiny-llama reports consistent JSON", "[bench]
       const json& p = r["phase_ms"];
       for (const char* k : {"teacher_forward", "student_forward_loss", "backward", "optimizer"})
         REQUIRE(p.contains(k));
-      CHECK(p["teacher_forward"].get<double>() < 1.0 + 0.25 * r["step_ms"].get<double>());  // no teacher
+      // No teacher: none is named or counted. (Its phase's time is not checked: on a loaded
+      // machine a descheduling lands in any phase; CI once saw 20 of a 68 ms step there.)
+      CHECK(r["teacher"].is_null());
+      CHECK(r["flops_per_token"]["teacher_forward"] == 0.0);
       // Medians of the phases need not add up exactly to the median step; with two
       // steps they are means of two, so the sum matches within rounding.
       const double sum = p["teacher_forward"].get<double>() + p["student_forward_loss"].get<double>() +
