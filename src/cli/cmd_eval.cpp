@@ -154,7 +154,8 @@ void register_eval(CLI::App& app) {
   command->add_option("--batch-size", flags->batch_size, "windows per forward (default 4)")
       ->check(in_range<int64_t>(1, SizeLimits::batch));
   command->add_option("--max-windows", flags->max_windows,
-                      "score only the first N windows (default: all)");
+                      "score only the first N windows (default: all)")
+      ->check(in_range<int64_t>(1, SizeLimits::windows));
   command->add_option("--chunk-tokens", flags->chunk_tokens, "rows of logits at once (default 1024)")
       ->check(in_range<int64_t>(1, SizeLimits::chunk_tokens));
   command->add_option("--token-bytes", flags->token_bytes,

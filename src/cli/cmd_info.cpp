@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "config/config.h"
+#include "config/limits.h"
 #include "config/presets.h"
 #include "core/error.h"
 #include "io/checkpoint_format.h"
@@ -40,6 +41,9 @@ struct InfoOptions {
   bool variants = false;    // list the attention variants and their features instead
   bool presets = false;     // list the model presets instead
 };
+
+// --device-memory: 1 MiB to 1 PiB, so the byte count (GiB x 2^30) fits int64.
+constexpr double kMinDeviceGib = 1.0 / 1024, kMaxDeviceGib = 1 << 20;
 
 // Millions with one decimal, as the paper prints ΔParams.
 std::string millions(int64_t n) {
@@ -352,16 +356,20 @@ void register_info(CLI::App& app) {
                       "describe this checkpoint directory (kdtrain or Hugging Face) instead of a config")
       ->transform(normal_path_option());
   command->add_option("--micro-batch", options->micro_batch,
-                      "sequences per micro-batch for the memory plan (default train.micro_batch)");
+                      "sequences per micro-batch for the memory plan (default train.micro_batch)")
+      ->check(in_range<int64_t>(1, SizeLimits::batch));
   command->add_option("--seq-len", options->seq_len,
-                      "sequence length for the memory plan (default train.seq_len)");
+                      "sequence length for the memory plan (default train.seq_len)")
+      ->check(in_range<int64_t>(1, SizeLimits::seq_len));
   command->add_option("--world-size", options->world_size,
-                      "data-parallel ranks: show the per-rank AdamW state under ZeRO-1 (default 1)");
+                      "data-parallel ranks: show the per-rank AdamW state under ZeRO-1 (default 1)")
+      ->check(in_range<int>(1, SizeLimits::ranks));
   command->add_option("--teacher", options->teacher,
                       "teacher for the memory plan: a preset name or a checkpoint directory "
                       "(default kd.teacher)");
   command->add_option("--device-memory", options->device_gib,
-                      "device memory in GiB the auto loss chunk is sized against (default 80)");
+                      "device memory in GiB the auto loss chunk is sized against (default 80)")
+      ->check(in_range<double>(kMinDeviceGib, kMaxDeviceGib));
   command->add_flag("--json", options->json, "print JSON instead of text");
   command->add_flag("--variants", options->variants,
                     "list the attention variants and the features each switches on");

@@ -24,7 +24,7 @@ void register_init(CLI::App& app) {
   auto flags = std::make_shared<InitFlags>();
   auto* command = app.add_subcommand("init", "Write a freshly initialised model checkpoint");
   add_common_options(*command, flags->common);
-  command->add_option("--seed", flags->seed, "initialisation seed (default train.seed)");
+  command->add_option("--seed", flags->seed, "initialisation seed (default train.seed)")->check(seed_value());
   command->add_option("--out", flags->out, "checkpoint directory to write")->required()->transform(normal_path_option());
   command->add_flag("--force", flags->force,
                     "replace --out when it holds an earlier `kdtrain init` output (nothing else)");

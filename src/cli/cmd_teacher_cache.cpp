@@ -22,7 +22,8 @@ void register_teacher_cache(CLI::App& app) {
       "teacher-cache", "Precompute a teacher's top-k log-probabilities for cached distillation");
   command->add_option("--teacher", o->teacher, "teacher checkpoint directory")->transform(normal_path_option());
   command->add_option("--data", o->data, "token shards (paths or globs), as data.train");
-  command->add_option("--seq-len", o->seq_len, "T: tokens per window, as train.seq_len");
+  command->add_option("--seq-len", o->seq_len, "T: tokens per window, as train.seq_len")
+      ->check(in_range<int64_t>(1, SizeLimits::seq_len));
   command->add_option("--out", o->out, "output directory")->required()->transform(normal_path_option());
   command->add_flag("--force", o->force, "write into a non-empty --out (never a run or a checkpoint)");
   command->add_option("--top-k", o->top_k, "K: token ids kept per position")
@@ -31,7 +32,8 @@ void register_teacher_cache(CLI::App& app) {
       ->check(in_range<int64_t>(1, SizeLimits::batch));
   command->add_option("--chunk-tokens", o->chunk_tokens, "rows of logits held at once")
       ->check(in_range<int64_t>(1, SizeLimits::chunk_tokens));
-  command->add_option("--shard-windows", o->shard_windows, "windows per cache shard (0: about 1 GiB each)");
+  command->add_option("--shard-windows", o->shard_windows, "windows per cache shard (0: about 1 GiB each)")
+      ->check(in_range<int64_t>(0, SizeLimits::windows));
   command->add_option("--dtype", *dtype, "log-prob storage: bf16 (default) or f32")
       ->check(CLI::IsMember({"bf16", "f32"}));
   command->add_option("--device", o->device, "cpu or cuda");

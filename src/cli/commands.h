@@ -2,7 +2,12 @@
 // A registration returns the callback state through CLI11's own callback.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdint>
+#include <limits>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kdtrain {
@@ -30,11 +35,29 @@ CLI::Validator normal_path_option();
 CLI::Option* add_output_file_option(CLI::App& command, const std::string& name, std::string& path,
                                     const std::string& help);
 
-// A count flag's range, checked when the command line is parsed, before
-// anything is read or written: CLI11 names the flag and the range.
+// A numeric flag's range, checked when the command line is parsed, before
+// anything is read or written: CLI11 names the flag, this the range. Refuses
+// what CLI11's conversion lets through: NaN, a number beyond T (strtoll
+// saturates) and a negative one for an unsigned T (strtoull wraps it).
 template <typename T>
 CLI::Validator in_range(T low, T high) {
-  return CLI::Range(low, high);
+  std::ostringstream range;
+  range << "[" << low << ", " << high << "]";
+  return CLI::Validator(
+      [low, high, range = range.str()](std::string& input) {
+        T value{};
+        errno = 0;
+        const bool read = CLI::detail::lexical_cast(input, value) && errno != ERANGE &&
+                          !(std::is_unsigned<T>::value && input.find('-') != std::string::npos);
+        if (read && low <= value && value <= high) return std::string();  // NaN fails both comparisons
+        return "value " + input + " is not in " + range;
+      },
+      "in " + range.str(), "");
+}
+
+// A seed flag: any 64-bit unsigned value, as train.seed.
+inline CLI::Validator seed_value() {
+  return in_range<uint64_t>(0, std::numeric_limits<uint64_t>::max());
 }
 
 // Every subcommand below, in the order `kdtrain --help` lists them; `observer`

@@ -34,6 +34,12 @@ struct SizeLimits {
   // nanosecond deadline (int64 ns hold 292 years); this bound keeps it exact.
   static constexpr double timeout_s = 365.0 * 24 * 3600;
   static constexpr int64_t threads = 1024;
+  // Data-parallel ranks a flag can name (kdtrain info --world-size, bench
+  // --project-world-size): far above any job, small enough for an int.
+  static constexpr int64_t ranks = 1 << 20;
+  // Windows a flag can count (eval --max-windows, teacher-cache --shard-windows):
+  // a teacher-cache shard header holds fewer than 2^40.
+  static constexpr int64_t windows = int64_t{1} << 40;
   static constexpr int64_t chunk_tokens = 1 << 20;
 };
 

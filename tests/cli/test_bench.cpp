@@ -163,7 +163,8 @@ TEST_CASE("bench: bad arguments fail with a message", "[bench]") {
   std::string out;
   const int code = run_kdtrain(
       {KDTRAIN_BINARY, "bench", "--preset", "tiny-llama", "--steps", "0", "--device", "cpu"}, &out);
-  CHECK(code == 1);
+  CHECK(code != 0);
+  CHECK(code < 128);  // refused when the command line is parsed (CLI11's exit code), not killed
   CHECK(out.find("--steps") != std::string::npos);
 }
 

@@ -165,27 +165,90 @@ TEST_CASE("names: init and export write a 255-byte output name", "[reliability][
                   (tmp.path / std::string(255, 'd')).string()}, &out) == 0);
 }
 
+namespace {
+
+// `args` with `flag` set to `value`: replaced where args has it (a second
+// --seq-len would be refused for being repeated, not for its range), else appended.
+std::vector<std::string> with_flag(std::vector<std::string> args, const std::string& flag, const std::string& value) {
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == flag) {
+      args[i + 1] = value;
+      return args;
+    }
+  return plus(args, {flag, value});
+}
+
+// A command line that runs, and each count flag it takes with values out of range.
+struct FlagCheck {
+  std::vector<std::string> args;
+  fs::path writes;  // what the command writes ("" for nothing)
+  std::vector<std::pair<std::string, std::vector<std::string>>> bad;
+};
+
+}  // namespace
+
 TEST_CASE("flags: out-of-range counts are refused before anything is written", "[reliability][flags]") {
   TempDir tmp("flag_ranges");
   std::string out;
   const fs::path model = tmp.path / "model";
   REQUIRE(kdtrain_cli(tmp, init_args(model), &out) == 0);
-  const std::string shard = text_shard(tmp.path, "train.bin", 4000, 5);
-  // Before: --threads 100000 crashed, --threads -1 was accepted.
-  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
-           {"--threads", "100000"}, {"--threads", "-1"}, {"--batch-size", "0"}, {"--chunk-tokens", "0"},
-           {"--top-k", "0"}}) {
-    INFO(bad[0] << " " << bad[1]);
-    std::vector<std::string> args = {"teacher-cache", "--teacher", model.string(), "--data", shard, "--seq-len", "16",
-                                     "--top-k", "4", "--out", tmp.file("cache")};
-    args.insert(args.end(), bad.begin(), bad.end());
-    const int code = kdtrain_cli(tmp, args, &out);
-    CHECK(code != 0);
-    CHECK(code < 128);  // refused, not killed by a signal
-    require_all(out, {bad[0]});
-    CHECK_FALSE(fs::exists(tmp.file("cache")));
+  const std::string shard = text_shard(tmp.path, "train.bin", 4000, 5), m = model.string();
+  const std::string too_many = "2000000", beyond_windows = "2199023255553";  // > 2^20; > 2^40
+  const std::vector<FlagCheck> checks = {
+      // Before: --micro-batch 0 and the huge values were accepted, --device-memory 0 was refused only
+      // after the config was read.
+      {{"info", "--preset", "tiny-llama"}, "",
+       {{"--micro-batch", {"0", "-1", too_many}}, {"--seq-len", {"0", "-1", too_many}},
+        {"--world-size", {"0", "-1", too_many}}, {"--device-memory", {"0", "-1", "1e12", "nan"}}}},
+      // Before: every one of these ran a benchmark, or failed after it started.
+      {{"bench", "--preset", "tiny-llama", "--micro-batch", "1", "--seq-len", "16", "--steps", "1", "--warmup", "0"},
+       "",
+       {{"--micro-batch", {"0", "-1"}}, {"--seq-len", {"0", "-1"}}, {"--steps", {"0", "-1"}}, {"--warmup", {"-1"}},
+        {"--seed", {"-1", "99999999999999999999999"}},
+        {"--teacher-cache", {"0", "-1"}}, {"--peak-tflops", {"0", "-1"}}, {"--head-dim", {"0", "-1"}},
+        {"--project-world-size", {"0", "-1"}}, {"--nvlink-gb-s", {"0", "-1"}}, {"--network-gb-s", {"0", "-1"}},
+        {"--gpus-per-node", {"0", "-1"}}}},
+      // Before: --threads 100000 crashed, --threads -1 was accepted.
+      {{"teacher-cache", "--teacher", m, "--data", shard, "--seq-len", "16", "--top-k", "4", "--out",
+        tmp.file("cache")},
+       tmp.path / "cache",
+       {{"--threads", {"100000", "-1"}}, {"--batch-size", {"0", "-1"}}, {"--chunk-tokens", {"0", "-1"}},
+        {"--top-k", {"0", "-1"}}, {"--seq-len", {"0", "-1", too_many}}, {"--shard-windows", {"-1", beyond_windows}}}},
+      // Before: --max-windows 0 and -1 scored every window.
+      {{"eval", "--checkpoint", m, "--data", shard, "--seq-len", "16", "--max-windows", "2", "--out",
+        tmp.file("eval.json")},
+       tmp.path / "eval.json",
+       {{"--max-windows", {"0", "-1", beyond_windows}}, {"--batch-size", {"0", "-1", too_many}},
+        {"--chunk-tokens", {"0", "-1"}}, {"--seq-len", {"0", "-1", too_many}}}},
+      {{"analyze", "--checkpoint", m, "--data", shard, "--seq-len", "16", "--num-seqs", "1", "--out",
+        tmp.file("analysis")},
+       tmp.path / "analysis",
+       {{"--num-seqs", {"0", "-1", too_many}}, {"--layer-map", {"0", "-1"}}, {"--map-size", {"0", "-1", "5000"}},
+        {"--bins", {"0", "-1", too_many}}, {"--seq-len", {"0", "-1"}}}},
+      {{"dump", "--checkpoint", m, "--data", shard, "--batch-size", "1", "--seq-len", "16", "--out",
+        tmp.file("dump.safetensors")},
+       tmp.path / "dump.safetensors",
+       {{"--batch-size", {"0", "-1", too_many}}, {"--seq-len", {"0", "-1", too_many}}}},
+      {{"data", "write", "--bytes", (model / "config.json").string(), "--out", tmp.file("w.bin"), "--val-out",
+        tmp.file("v.bin")},
+       tmp.path / "w.bin", {{"--val-tokens", {"0", "-1"}}, {"--version", {"0", "2"}}}},
+      // Before: both seeded with 2^64 - 1 (strtoull wraps -1 and saturates the other).
+      {{"init", "--preset", "tiny-llama", "--out", tmp.file("seeded")}, tmp.path / "seeded",
+       {{"--seed", {"-1", "99999999999999999999999", "nan"}}}},
+  };
+  for (const FlagCheck& c : checks) {
+    // The command line itself is good: each refusal below is the flag's.
+    REQUIRE(kdtrain_cli(tmp, c.args, &out) == 0);
+    if (!c.writes.empty()) fs::remove_all(c.writes);
+    fs::remove_all(tmp.path / "v.bin");
+    for (const auto& [flag, values] : c.bad)
+      for (const std::string& value : values) {
+        INFO(c.args[0] << " " << flag << " " << value);
+        const int code = kdtrain_cli(tmp, with_flag(c.args, flag, value), &out);
+        CHECK(code != 0);
+        CHECK(code < 128);  // refused, not killed by a signal
+        require_all(out, {flag});
+        if (!c.writes.empty()) CHECK_FALSE(fs::exists(c.writes));
+      }
   }
-  CHECK(kdtrain_cli(tmp, {"analyze", "--checkpoint", model.string(), "--data", shard, "--bins", "0", "--out",
-                  tmp.file("analysis")}, &out) != 0);
-  CHECK_FALSE(fs::exists(tmp.file("analysis")));
 }
