@@ -41,10 +41,17 @@ int run_verify(const std::string& path) {
   for (const VerifiedCheckpoint& v : r.good) print_verified(v);
   for (const std::string& dir : r.pruned) std::printf("note  %s: deleted by the running training (pruned) while verifying\n", dir.c_str());
   for (const auto& [dir, error] : r.bad) std::fprintf(stderr, "FAIL  %s: %s\n", dir.c_str(), error.c_str());
-  if (!r.latest.empty()) std::printf("latest: %s\n", r.latest.c_str());
-  else std::fprintf(stderr, "FAIL  latest: %s\n", r.latest_error.c_str());
-  KD_CHECK(r.bad.empty() && !r.latest.empty(), path, ": ", r.bad.size(), " of ", r.bad.size() + r.good.size(),
-           " checkpoints failed verification", r.latest.empty() ? " and `latest` names no good checkpoint" : "");
+  // A run stopped before `latest` moved is no failure: --resume continues from its newest checkpoint.
+  if (!r.resume_note.empty())
+    std::printf("note  %s\nresume: %s (what `kdtrain train --resume %s` continues from)\n", r.resume_note.c_str(),
+                r.resume_from.c_str(), path.c_str());
+  else if (!r.resume_from.empty())
+    std::printf("latest: %s\n", r.resume_from.c_str());
+  else
+    std::fprintf(stderr, "FAIL  latest: %s\n", r.resume_error.c_str());
+  KD_CHECK(r.bad.empty() && !r.resume_from.empty(), path, ": ", r.bad.size(), " of ", r.bad.size() + r.good.size(),
+           " checkpoints failed verification",
+           r.resume_from.empty() ? " and no good checkpoint is there to resume from" : "");
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "io/file_util.h"
 #include "io/model_dir.h"
 #include "io/output_dir.h"
+#include "io/run_layout.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
 #include "train/training_checkpoint.h"
@@ -100,24 +101,31 @@ RunVerification verify_run(const std::string& given) {
     }
   };
   for (const auto& [step, dir] : dirs) check(dir);
-  // `latest` is read last and may name a checkpoint written meanwhile (verified
-  // here too), or one pruned since it was read (then it is read again).
+  if (dirs.empty() && !fs::exists(root / kLatestCheckpointFile)) {
+    r.resume_error = root.string() + " holds no checkpoint yet";
+    return r;
+  }
+  // What a resume takes is read last and may be a checkpoint written meanwhile
+  // (verified here too), or one pruned since it was read (then it is read again).
   for (int attempt = 0; attempt < 5; ++attempt) {
     try {
-      const std::string latest = latest_checkpoint(run_dir);
-      auto named = [&](const std::string& dir) { return fs::exists(dir) && fs::equivalent(dir, latest); };
+      const ResumePoint point = resume_point_of_run(run_dir);
+      const std::string& resumed = point.checkpoint;
+      auto named = [&](const std::string& dir) { return fs::exists(dir) && fs::equivalent(dir, resumed); };
       bool seen = std::any_of(r.bad.begin(), r.bad.end(), [&](const auto& b) { return named(b.first); });
       for (const VerifiedCheckpoint& v : r.good) seen = seen || named(v.dir);
-      if (!seen) check(latest);
+      if (!seen) check(resumed);
       if (std::any_of(r.good.begin(), r.good.end(), [&](const VerifiedCheckpoint& v) { return named(v.dir); })) {
-        r.latest = latest;
-        r.latest_error.clear();
+        r.resume_from = resumed;
+        r.resume_note = point.note;
+        r.resume_error.clear();
         return r;
       }
-      r.latest_error = "checkpoints/latest names " + latest + ", which did not verify";
-      if (fs::exists(latest)) return r;
+      r.resume_error = (point.note.empty() ? "checkpoints/latest names " : "--resume would take ") + resumed +
+                       ", which did not verify";
+      if (fs::exists(resumed)) return r;
     } catch (const std::exception& e) {
-      r.latest_error = e.what();  // read again: `latest` may have moved past a pruned checkpoint
+      r.resume_error = e.what();  // read again: `latest` may have moved past a pruned checkpoint
     }
   }
   return r;

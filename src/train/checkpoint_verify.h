@@ -8,8 +8,10 @@
 //                        files tiling the arena with this step's finite moments
 //   model checkpoint     (kdtrain init / export, Hugging Face) checksums when
 //                        listed, config.json, weight shapes and finite values
-//   run directory        every checkpoint under checkpoints/, and `latest`
-//                        naming one of them. A step_<N> directory under
+//   run directory        every checkpoint under checkpoints/, and the one
+//                        `--resume RUN` continues from: what `latest` names,
+//                        or without `latest`, or with a newer complete one,
+//                        the newest that verifies (said so). A step_<N> directory under
 //                        checkpoints/ is a training checkpoint by its place, as
 //                        for --resume: without trainer_state.json it fails.
 //                        One the live run prunes while it is read is skipped.
@@ -35,8 +37,11 @@ struct RunVerification {
   std::vector<VerifiedCheckpoint> good;
   std::vector<std::pair<std::string, std::string>> bad;  // directory, error
   std::vector<std::string> pruned;  // deleted by the live run while being read (not failures)
-  std::string latest;  // what `latest` names ("" when it does not name a good checkpoint)
-  std::string latest_error;
+  // What `--resume RUN` continues from ("" when that is no good checkpoint): what
+  // `latest` names, or the newest checkpoint that verifies with `resume_note`
+  // saying why (train/training_checkpoint.h, resume_point_of_run).
+  std::string resume_from, resume_note;
+  std::string resume_error;  // why there is none
 };
 RunVerification verify_run(const std::string& run_dir);
 

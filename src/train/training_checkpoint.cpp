@@ -92,20 +92,15 @@ std::string newest_verified(const fs::path& root, std::string* skipped) {
 // newest checkpoint that verifies when it is newer than the one `latest` names
 // (`newest` is newest_verified's answer), else "". A step_<N> directory appears
 // only whole, by rename, so that one is the run's true head.
-std::string newer_than_latest(const std::string& run, int64_t named, const std::string& newest) {
+std::string newer_than_latest(int64_t named, const std::string& newest) {
   int64_t step = 0;
   if (newest.empty() || !parse_step_name(fs::path(newest).filename().string(), &step) || step <= named) return "";
-  spdlog::warn("--resume {}: checkpoints/{} names {}, but {} is complete (a run stopped between writing it and "
-               "moving {}); resuming {}",
-               run, kLatest, step_name(named), newest, kLatest, newest);
   return newest;
 }
 
-// A run whose `latest` is missing (killed after its first checkpoint and before
-// `latest`) or behind (killed between a checkpoint and `latest`): its newest
-// verified checkpoint. One whose `latest` names a checkpoint that vanished is
-// refused naming what is there to resume.
-fs::path checkpoint_of_run(const std::string& run) {
+}  // namespace
+
+ResumePoint resume_point_of_run(const std::string& run) {
   const fs::path root = fs::path(run) / kCheckpointsDir;
   const bool has_latest = fs::exists(root / kLatest);
   if (has_latest) {
@@ -114,10 +109,12 @@ fs::path checkpoint_of_run(const std::string& run) {
     if (std::any_of(all.begin(), all.end(), [&](const auto& c) { return c.first == named; }) ||
         fs::exists(root / step_name(named))) {
       const std::string named_dir = latest_checkpoint(run);  // which refuses a `latest` naming anything but a checkpoint
-      if (all.empty() || all.back().first <= named) return named_dir;
+      if (all.empty() || all.back().first <= named) return {named_dir, ""};
       std::string skipped;
-      const std::string newer = newer_than_latest(run, named, newest_verified(root, &skipped));
-      return newer.empty() ? named_dir : newer;
+      const std::string newer = newer_than_latest(named, newest_verified(root, &skipped));
+      if (newer.empty()) return {named_dir, ""};
+      return {newer, "checkpoints/" + std::string(kLatest) + " names " + step_name(named) + ", but " + newer +
+                         " is complete (a run stopped between writing it and moving " + kLatest + ")"};
     }
     std::string skipped;
     const std::string newest = newest_verified(root, &skipped);
@@ -132,11 +129,12 @@ fs::path checkpoint_of_run(const std::string& run) {
   const std::string newest = newest_verified(root, &skipped);
   KD_CHECK(!newest.empty(), "--resume ", run, ": checkpoints/", kLatest, " is missing and no checkpoint verifies:",
            skipped);
-  spdlog::warn("--resume {}: checkpoints/{} is missing (a run stopped before writing it); resuming the newest "
-               "checkpoint that verifies, {}{}",
-               run, kLatest, newest, skipped.empty() ? "" : " (newer ones did not:" + skipped + ")");
-  return newest;
+  return {newest, "checkpoints/" + std::string(kLatest) + " is missing (a run stopped before writing it); " +
+                      newest + " is the newest checkpoint that verifies" +
+                      (skipped.empty() ? "" : " (newer ones did not:" + skipped + ")")};
 }
+
+namespace {
 
 fs::path resolve_checkpoint(const std::string& given) {
   const std::string path = normal_path(given);
@@ -144,7 +142,9 @@ fs::path resolve_checkpoint(const std::string& given) {
   if (fs::exists(p / kStateFile)) return p;
   KD_CHECK(io::dir_content(path) != io::DirContent::training_checkpoint, path,
            ": not a complete training checkpoint (no ", kStateFile, ")");
-  const fs::path dir = checkpoint_of_run(path);
+  const ResumePoint point = resume_point_of_run(path);
+  if (!point.note.empty()) spdlog::warn("--resume {}: {}; resuming {}", path, point.note, point.checkpoint);
+  const fs::path dir = point.checkpoint;
   KD_CHECK(fs::exists(dir / kStateFile), dir.string(), ": not a complete training checkpoint (no ",
            kStateFile, ")");
   return dir;

@@ -1,7 +1,7 @@
 // Nothing lost, round three, through the CLI: a run killed between its first
 // checkpoint and `latest` (a new train refuses it, --resume finds the newest
-// verified checkpoint, also one newer than what `latest` names, --rewind
-// recovers from a `latest` naming a vanished one),
+// verified checkpoint, also one newer than what `latest` names, and verify
+// checks the same one; --rewind recovers from a `latest` naming a vanished one),
 // resumes that change only what cannot change the trajectory, the documented
 // remedy for an affine checkpoint older than attention.affine_bias_divisor, and
 // commands interrupted by SIGINT / SIGTERM removing what they staged.
@@ -88,6 +88,33 @@ TEST_CASE("crash before latest: --resume RUN continues from a checkpoint newer t
   // A checkpoint named explicitly still refuses to rewind past the newer one.
   CHECK(kdtrain_cli(tmp, {"train", "--resume", step_dir(run_dir, 4).string()}, &out) == 1);
   require_all(out, {"step_00000006", "--rewind"});
+}
+
+TEST_CASE("crash before latest: verify RUN checks what --resume RUN continues from, without latest or behind it",
+          "[reliability][resume]") {
+  FinishedRun r("verify_head", 4, 2);
+  std::string out;
+  auto verify = [&] { return kdtrain_cli(r.tmp, {"verify", r.dir.string()}, &out); };
+  auto resumes = [&](int step) { return "resume: " + step_dir(r.dir, step).string(); };
+  // Killed after step 4's rename, before latest moved: --resume RUN takes step 4, and verify says so.
+  write_bytes(r.dir / "checkpoints" / "latest", "step_00000002\n");
+  // Before: "latest: .../step_00000002", as if a resume continued from there.
+  CHECK(verify() == 0);
+  require_all(out, {"names step_00000002", resumes(4)});
+  // Killed before latest was first written: every checkpoint verifies, and the newest is what a resume takes.
+  fs::remove(r.dir / "checkpoints" / "latest");
+  // Before: exit 1, "0 of 2 checkpoints failed verification and `latest` names no good checkpoint".
+  CHECK(verify() == 0);
+  require_all(out, {"latest is missing", resumes(4)});
+  // The newest checkpoint damaged: verify fails naming it, and names the older one --resume RUN takes instead.
+  const fs::path weights = step_dir(r.dir, 4) / "model.safetensors";
+  std::string bytes = read_bytes(weights);
+  bytes[bytes.size() / 2] ^= 0x40;
+  write_bytes(weights, bytes);
+  CHECK(verify() == 1);
+  require_all(out, {"FAIL  " + step_dir(r.dir, 4).string(), resumes(2)});
+  kdtrain_cli(r.tmp, {"train", "--resume", r.dir.string()}, &out);  // its exit is --resume's business, tested above
+  require_all(out, {"resuming " + step_dir(r.dir, 2).string()});
 }
 
 TEST_CASE("crash before latest: latest naming a vanished checkpoint is named, and --resume CKPT --rewind recovers",
