@@ -23,6 +23,7 @@ struct BenchCliOptions {
   bool collectives = false;         // --collectives: MPI against the communication model
   std::string teacher_load;         // --teacher-load DIR: time the host part of loading it
   bool cache_read = false;          // --teacher-cache-read: one core's cache decode rate
+  int64_t cache_vocab = 0;          // --cache-vocab: the synthetic cache's V (0: the bench's default)
   std::string cache_dir;            // --cache DIR for it ("" = synthetic)
   std::string attention_forward;    // --attention-forward: train.attention_forward
 };
@@ -38,6 +39,7 @@ void run_bench_command(const BenchCliOptions& o) {
     CacheReadBenchOptions c;
     c.cache = o.cache_dir;
     if (o.bench.teacher_cache > 0) c.top_k = o.bench.teacher_cache;
+    if (o.cache_vocab > 0) c.vocab_size = o.cache_vocab;
     std::cout << run_cache_read_bench(c).dump() << std::endl;
     return;
   }
@@ -131,6 +133,10 @@ void register_bench(CLI::App& app) {
                 "time one core reading a teacher cache (--cache DIR, else a synthetic one with K = "
                 "--teacher-cache or 64): checksum and decode tokens/s, as JSON; no training step");
   cmd->add_option("--cache", o->cache_dir, "with --teacher-cache-read: the cache directory");
+  cmd->add_option("--cache-vocab", o->cache_vocab,
+                  "with --teacher-cache-read and no --cache: the synthetic cache's vocabulary size "
+                  "(128256: 17-bit ids; 151936: Qwen's, 18-bit)")
+      ->check(in_range<int64_t>(1, SizeLimits::vocab_size));
   cmd->callback([o] { run_bench_command(*o); });
 }
 

@@ -197,19 +197,23 @@ void TeacherCache::verify_shard(int64_t s, int64_t window) const {
 }
 
 void TeacherCache::append_window(int64_t window, CachedRows& out) const {
+  const CacheHeader& h = header();
+  out.K = h.K;
+  const size_t base = out.ids.size(), tail_base = out.log_tail.size();
+  out.ids.resize(base + h.seq_len * h.K);
+  out.logp.resize(base + h.seq_len * h.K);
+  out.log_tail.resize(tail_base + h.seq_len);
+  decode_window(window, out.ids.data() + base, out.logp.data() + base, out.log_tail.data() + tail_base);
+}
+
+void TeacherCache::decode_window(int64_t window, int32_t* ids, float* logp, float* log_tail) const {
   const int64_t s = shard_of(window);
   verify_shard(s, window);
   const CacheHeader& h = header();
-  const int64_t T = h.seq_len, K = h.K, local = window - manifest_.shards[s].first_window;
-  out.K = K;
-  const size_t base = out.ids.size(), tail_base = out.log_tail.size();
-  out.ids.resize(base + T * K);
-  out.logp.resize(base + T * K);
-  out.log_tail.resize(tail_base + T);
+  const int64_t local = window - manifest_.shards[s].first_window;
   const uint8_t* record = files_[s].data() + kCacheHeaderBytes + local * h.record_bytes();
-  decode_record(h, record, out.ids.data() + base, out.logp.data() + base, out.log_tail.data() + tail_base);
-  check_values(h, out.ids.data() + base, out.logp.data() + base, out.log_tail.data() + tail_base, describe(s),
-               window);
+  decode_record(h, record, ids, logp, log_tail);
+  check_values(h, ids, logp, log_tail, describe(s), window);
 }
 
 void check_values(const CacheHeader& h, const int32_t* ids, const float* logp, const float* log_tail,

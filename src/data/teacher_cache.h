@@ -81,6 +81,9 @@ class TeacherCache {
   // their values checked (io::check_teacher_cache_rows); the first read of a
   // shard verifies its checksum. Thread-safe.
   void append_window(int64_t window, CachedRows& out) const;
+  // The same into T*K ids, T*K log-probs and T tails at the given pointers
+  // (the reader's reused buffers: no allocation per window).
+  void decode_window(int64_t window, int32_t* ids, float* logp, float* log_tail) const;
 
   int64_t shard_of(int64_t window) const;
   // The shard's checksum over its header and records (every byte); throws naming

@@ -2,7 +2,9 @@
 // trailer, checksum and the compact window record.
 #include "data/teacher_cache_format.h"
 
+#include <array>
 #include <cstring>
+#include <utility>
 
 #include "config/limits.h"
 #include "core/bf16.h"
@@ -164,20 +166,48 @@ void encode_record(const CacheHeader& h, const int32_t* ids, const float* logp, 
   std::memcpy(values + TK * value_bytes(h.value_type), log_tail, h.seq_len * 4);
 }
 
+namespace {
+
+uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// Ids [0, n) of a stream of B-bit ids starting at bit 0 of `in`. Eight ids fill
+// B whole bytes, so within a group each id's byte and shift are constants and
+// the unpacking is a load, a shift and a mask per id. An id (at most 24 bits)
+// starts within a byte, so one 8-byte load at its byte holds it; the load stays
+// inside the record, whose values and tails follow the word-padded ids.
+template <int B>
+void unpack_ids(const uint8_t* in, int64_t n, int32_t* out) {
+  constexpr uint64_t mask = (uint64_t(1) << B) - 1;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8, in += B) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) out[i + j] = static_cast<int32_t>((load_u64(in + j * B / 8) >> (j * B % 8)) & mask);
+  }
+  for (int j = 0; i < n; ++i, ++j) out[i] = static_cast<int32_t>((load_u64(in + j * B / 8) >> (j * B % 8)) & mask);
+}
+
+using UnpackIds = void (*)(const uint8_t*, int64_t, int32_t*);
+constexpr int kMaxIdBits = 24;  // SizeLimits::vocab_size = 2^24
+
+template <int... B>
+constexpr std::array<UnpackIds, sizeof...(B)> unpackers(std::integer_sequence<int, B...>) {
+  return {&unpack_ids<B + 1>...};
+}
+constexpr std::array<UnpackIds, kMaxIdBits> kUnpackIds = unpackers(std::make_integer_sequence<int, kMaxIdBits>());
+
+}  // namespace
+
 void decode_record(const CacheHeader& h, const uint8_t* record, int32_t* ids, float* logp, float* log_tail) {
   const int64_t TK = h.seq_len * h.K, bits = h.id_bits();
-  const uint64_t mask = (uint64_t(1) << bits) - 1;
-  // An id (at most 24 bits) starts within a byte, so one 8-byte load at its byte
-  // holds it; the load stays inside the record, whose values and tails follow the
-  // word-padded ids.
-  for (int64_t i = 0; i < TK; ++i) {
-    const uint64_t bit = static_cast<uint64_t>(i * bits);
-    uint64_t v;
-    std::memcpy(&v, record + bit / 8, 8);
-    ids[i] = static_cast<int32_t>((v >> (bit % 8)) & mask);
-  }
+  KD_CHECK(bits >= 1 && bits <= kMaxIdBits, "teacher cache: ", bits, "-bit ids (V ", h.V, ") are not supported");
+  kUnpackIds[bits - 1](record, TK, ids);
   const uint8_t* values = record + packed_id_bytes(h);
   if (h.value_type == CacheValueType::bf16) {
+#pragma omp simd
     for (int64_t i = 0; i < TK; ++i) logp[i] = bf16_bits_to_float(get<uint16_t>(values, 2 * i));
   } else {
     std::memcpy(logp, values, TK * 4);

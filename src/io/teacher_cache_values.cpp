@@ -24,17 +24,11 @@ double mass_tolerance(double spread, double rounding) { return 2.0 * rounding * 
        "matches, so it was changed on purpose or by a broken writer): rebuild it");
 }
 
-// seen: V bits, all clear on entry and on return (a row sets and clears its own K),
-// so the duplicate check is O(K) per row: the reader decodes every token it trains on.
-void check_row(const TeacherRows& r, int64_t t, int64_t V, double rounding, const std::string& file,
-               int64_t window, std::vector<uint64_t>& seen) {
-  const int64_t K = r.K;  // a local: the stores to `seen` could alias the field
-  const int32_t* ids = r.ids + t * K;
-  const float* logp = r.logp + t * K;
-  bool bad = false;  // one branch-free pass; the slow one below names the value
-  for (int64_t k = 0; k < K; ++k)
-    bad |= (ids[k] < 0) | (ids[k] >= V) | !(logp[k] <= static_cast<float>(kLogProbSlack)) | (logp[k] == -INFINITY);
-  for (int64_t k = 0; bad && k < K; ++k) {
+// Names the first value of row t that is out of range and throws.
+[[noreturn]] void refuse_value(const TeacherRows& r, int64_t t, int64_t V, const std::string& file, int64_t window) {
+  const int32_t* ids = r.ids + t * r.K;
+  const float* logp = r.logp + t * r.K;
+  for (int64_t k = 0; k < r.K; ++k) {
     if (ids[k] < 0 || ids[k] >= V)
       refuse(file, window, t, "token id " + std::to_string(ids[k]) + " is outside the vocabulary [0, " +
                                   std::to_string(V) + ")");
@@ -42,6 +36,31 @@ void check_row(const TeacherRows& r, int64_t t, int64_t V, double rounding, cons
       refuse(file, window, t, "the log-probability of token " + std::to_string(ids[k]) + " is " +
                                   std::to_string(logp[k]) + ", not a finite value <= 0");
   }
+  fail("teacher cache rows: internal error: row ", t, " flagged without a bad value");
+}
+
+// seen: V bits, all clear on entry and on return (a row sets and clears its own K),
+// so the duplicate check is O(K) per row: the reader decodes every token it trains on.
+void check_row(const TeacherRows& r, int64_t t, int64_t V, double rounding, const std::string& file,
+               int64_t window, std::vector<uint64_t>& seen) {
+  const int64_t K = r.K;  // locals: the stores to `seen` could alias the fields
+  const int32_t* ids = r.ids + t * K;
+  const float* logp = r.logp + t * K;
+  const int32_t vocab = static_cast<int32_t>(V);  // at most 2^24 (SizeLimits): one lane width with the ids
+  const float slack = static_cast<float>(kLogProbSlack);
+  // One vectorized pass: the range flags, the probabilities' sum and their
+  // spread sum p |l| (the tolerance); a flagged row's sums are not used.
+  int bad = 0;
+  float mass = 0.f, spread = 0.f;
+#pragma omp simd reduction(| : bad) reduction(+ : mass, spread)
+  for (int64_t k = 0; k < K; ++k) {
+    const float l = logp[k];
+    bad |= (ids[k] < 0) | (ids[k] >= vocab) | !(l <= slack) | (l == -INFINITY);
+    const float p = exp_log_prob(l);
+    mass += p;
+    spread -= p * l;
+  }
+  if (bad) refuse_value(r, t, V, file, window);
   int64_t twice = -1;
   uint64_t* bits = seen.data();
   for (int64_t k = 0; k < K; ++k) {
@@ -55,23 +74,10 @@ void check_row(const TeacherRows& r, int64_t t, int64_t V, double rounding, cons
   const float tail = r.log_tail[t];
   if (std::isnan(tail) || tail > kLogProbSlack)
     refuse(file, window, t, "the log tail mass is " + std::to_string(tail) + ", not <= 0 or -inf");
-  // fp32 exp (2 ulp) and sums of K + 1 terms: errors near 1e-6, far inside the
-  // tolerance's 2e-4 floor.
-  float mass0 = std::exp(tail), mass1 = 0.f, spread0 = 0.f, spread1 = 0.f;  // exp(-inf) = 0: no tail
-  int64_t k = 0;
-  for (; k + 1 < K; k += 2) {  // two chains: the adds do not wait on each other
-    const float p0 = std::exp(logp[k]), p1 = std::exp(logp[k + 1]);
-    mass0 += p0;
-    mass1 += p1;
-    spread0 -= p0 * logp[k];
-    spread1 -= p1 * logp[k + 1];
-  }
-  if (k < K) {
-    const float p = std::exp(logp[k]);
-    mass0 += p;
-    spread0 -= p * logp[k];
-  }
-  const double total = static_cast<double>(mass0) + mass1, spread = static_cast<double>(spread0) + spread1;
+  // Float sums of K + 1 terms and exp_log_prob's 1e-6: errors near 1e-6, far
+  // inside the tolerance's 2e-4 floor.
+  const float tail_mass = tail == -INFINITY ? 0.f : exp_log_prob(tail);  // -inf: no tail
+  const double total = static_cast<double>(mass) + tail_mass;
   if (std::fabs(total - 1.0) > mass_tolerance(spread, rounding))
     refuse(file, window, t, "the top-" + std::to_string(r.K) + " probabilities and the tail mass sum to " +
                                 std::to_string(total) + ", not 1");

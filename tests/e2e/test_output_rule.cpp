@@ -207,7 +207,7 @@ TEST_CASE("flags: out-of-range counts are refused before anything is written", "
         {"--seed", {"-1", "99999999999999999999999"}},
         {"--teacher-cache", {"0", "-1"}}, {"--peak-tflops", {"0", "-1"}}, {"--head-dim", {"0", "-1"}},
         {"--project-world-size", {"0", "-1"}}, {"--nvlink-gb-s", {"0", "-1"}}, {"--network-gb-s", {"0", "-1"}},
-        {"--gpus-per-node", {"0", "-1"}}}},
+        {"--gpus-per-node", {"0", "-1"}}, {"--cache-vocab", {"0", "-1", "16777217"}}}},
       // Before: --threads 100000 crashed, --threads -1 was accepted.
       {{"teacher-cache", "--teacher", m, "--data", shard, "--seq-len", "16", "--top-k", "4", "--out",
         tmp.file("cache")},

@@ -94,3 +94,31 @@ TEST_CASE("teacher cache values: what no teacher produces is refused naming file
   r.logp[2 * 4] -= 2.0f;  // the top-1 probability cut by 86%: the mass no longer sums to 1
   refused(r, "sum to");
 }
+
+// The check's exp (io::exp_log_prob) against double exp: relative error within
+// 1e-6 (its bound: Taylor truncation 1.2e-7 plus the float roundings of the
+// reduction and Horner steps, a few 6e-8 each) down to -87, and below -87 (where
+// it clamps) no more than exp(-87) = 1.6e-38 of absolute error.
+TEST_CASE("teacher cache values: exp_log_prob is exp within 1e-6 relative", "[teacher_cache][io]") {
+  double worst = 0.0;
+  std::vector<float> xs = {0.f, -0.f, 1e-3f, -1e-30f, -87.f, -86.999f, -0.34657359f, 0.34657359f / 1e3f};
+  for (int n = -126; n <= 0; ++n) {  // the reduction's boundaries, n ln 2 +- half a step
+    const float x = static_cast<float>(n * 0.6931471805599453);
+    for (float d : {-1e-6f, 0.f, 1e-6f}) xs.push_back(x + d);
+  }
+  SplitMix64 rng(3);
+  for (int i = 0; i < 200000; ++i) xs.push_back(static_cast<float>(-100.0 * rng.uniform()));
+  for (float x : xs) {
+    if (x > static_cast<float>(io::kLogProbSlack)) continue;
+    const double exact = std::exp(static_cast<double>(x)), got = io::exp_log_prob(x);
+    INFO("x " << x);
+    if (x >= -87.f) {
+      worst = std::max(worst, std::fabs(got - exact) / exact);
+      REQUIRE(std::fabs(got - exact) <= 1e-6 * exact);
+    } else {
+      REQUIRE(std::fabs(got - exact) <= 1.7e-38);
+    }
+  }
+  INFO("worst relative error " << worst);
+  CHECK(worst > 0.0);  // the sweep reached values that are not exact
+}
