@@ -3,9 +3,17 @@
 
 #include <utility>
 
+#include "core/error.h"
+
 namespace kdtrain::data {
 
-CachePrefetcher::CachePrefetcher(const TeacherCache& cache) : cache_(cache), thread_([this] { run(); }) {}
+CachePrefetcher::CachePrefetcher(const TeacherCache& cache) : CachePrefetcher(cache, nullptr, 0) {}
+
+CachePrefetcher::CachePrefetcher(const TeacherCache& cache, Backend& backend, int64_t max_windows)
+    : CachePrefetcher(cache, make_upload_lane(backend, slot_bytes(cache.header(), max_windows)), max_windows) {}
+
+CachePrefetcher::CachePrefetcher(const TeacherCache& cache, std::unique_ptr<UploadLane> lane, int64_t max_windows)
+    : cache_(cache), lane_(std::move(lane)), max_windows_(max_windows), thread_([this] { run(); }) {}
 
 CachePrefetcher::~CachePrefetcher() {
   {
@@ -16,9 +24,37 @@ CachePrefetcher::~CachePrefetcher() {
   thread_.join();
 }
 
+size_t CachePrefetcher::slot_bytes(const CacheHeader& h, int64_t max_windows) {
+  return static_cast<size_t>(max_windows * h.seq_len * (8 * h.K + 4));
+}
+
 CachedRows CachePrefetcher::read(const std::vector<int64_t>& windows) const {
   CachedRows rows;
   for (int64_t w : windows) cache_.append_window(w, rows);
+  return rows;
+}
+
+// The slot holds, for n = windows x T rows: ids (n, K) int32, logp (n, K) f32,
+// log_tail (n) f32, at the same offsets on the host and the device.
+CachedRows CachePrefetcher::fill(int slot, const std::vector<int64_t>& windows) const {
+  const CacheHeader& h = cache_.header();
+  KD_CHECK(static_cast<int64_t>(windows.size()) <= max_windows_, "teacher cache reader: ", windows.size(),
+           " windows asked for at once, its slots hold ", max_windows_);
+  const int64_t T = h.seq_len, K = h.K, n = static_cast<int64_t>(windows.size()) * T;
+  lane_->begin_fill(slot);
+  auto* ids = static_cast<int32_t*>(lane_->host(slot));
+  float* logp = reinterpret_cast<float*>(ids + n * K);
+  float* tail = logp + n * K;
+  for (size_t i = 0; i < windows.size(); ++i)
+    cache_.decode_window(windows[i], ids + i * T * K, logp + i * T * K, tail + i * T);
+  lane_->upload(slot, static_cast<size_t>(n * (8 * K + 4)));
+  CachedRows rows;
+  rows.K = K;
+  const auto* device_ids = static_cast<const int32_t*>(lane_->device(slot));
+  rows.device.ids = device_ids;
+  rows.device.logp = reinterpret_cast<const float*>(device_ids + n * K);
+  rows.device.log_tail = rows.device.logp + n * K;
+  rows.device.rows = n;
   return rows;
 }
 
@@ -30,11 +66,12 @@ void CachePrefetcher::run() {
     std::vector<int64_t> windows = std::move(wanted_);
     pending_ = false;
     busy_ = true;
+    const int slot = lane_ ? free_slot() : -1;
     lock.unlock();
     CachedRows rows;
     std::exception_ptr error;
     try {
-      rows = read(windows);
+      rows = read_into(slot, windows);
     } catch (...) {
       error = std::current_exception();
     }
@@ -42,6 +79,7 @@ void CachePrefetcher::run() {
     busy_ = false;
     ready_windows_ = std::move(windows);
     ready_ = std::move(rows);
+    ready_slot_ = slot;
     error_ = error;
     cv_.notify_all();
   }
@@ -57,6 +95,12 @@ void CachePrefetcher::request(const std::vector<int64_t>& windows) {
   cv_.notify_all();
 }
 
+void CachePrefetcher::hand_out(int slot) {
+  if (handed_out_ >= 0) lane_->release(handed_out_);
+  lane_->acquire(slot);
+  handed_out_ = slot;
+}
+
 CachedRows CachePrefetcher::take(const std::vector<int64_t>& windows) {
   std::unique_lock<std::mutex> lock(mutex_);
   const bool requested = (pending_ && wanted_ == windows) || busy_ || ready_windows_ == windows;
@@ -66,12 +110,25 @@ CachedRows CachePrefetcher::take(const std::vector<int64_t>& windows) {
       ready_windows_.clear();
       if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
       ++hits_;
+      if (lane_) hand_out(ready_slot_);
       return std::move(ready_);
     }
   }
   ++misses_;
-  lock.unlock();
-  return read(windows);
+  if (!lane_) {
+    lock.unlock();
+    return read(windows);
+  }
+  // The reader is idle; with nothing pending it stays so while the free slot is
+  // filled here (a pending request for other windows, and any ready rows, are
+  // stale: the step asked for these).
+  pending_ = false;
+  ready_windows_.clear();
+  error_ = nullptr;
+  const int slot = free_slot();
+  CachedRows rows = fill(slot, windows);
+  hand_out(slot);
+  return rows;
 }
 
 std::vector<int64_t> next_micro_windows(const Sampler& sampler, const std::vector<int64_t>& windows, int64_t micro,

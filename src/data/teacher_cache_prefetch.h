@@ -1,16 +1,21 @@
 // Reads the next micro-batch's cache rows while the current one computes: one
 // background thread decodes (and validates, and on a shard's first read
-// verifies) the windows of the last request, so the step finds them ready.
+// verifies) the windows of the last request, so the step finds them ready. On
+// a backend with an upload lane (CUDA, backend/upload_lane.h) the thread also
+// uploads them, from pinned memory on a stream of its own, into the slot the
+// step is not reading; the step's queue waits for that copy on the device.
 // The step's hook is two calls per micro-batch: take(these windows), then
 // request(the next micro-batch's windows).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "backend/upload_lane.h"
 #include "data/sampler.h"
 #include "data/teacher_cache.h"
 
@@ -18,7 +23,14 @@ namespace kdtrain::data {
 
 class CachePrefetcher {
  public:
+  // Host rows, handed over by value (the CPU backend).
   explicit CachePrefetcher(const TeacherCache& cache);
+  // Rows of up to max_windows windows per take, uploaded to `backend`'s memory
+  // where it has an upload lane (take's rows are then CachedRows::device, valid
+  // until the next take), else host rows as above.
+  CachePrefetcher(const TeacherCache& cache, Backend& backend, int64_t max_windows);
+  // The same through a given lane (null: host rows); tests pass a fake device.
+  CachePrefetcher(const TeacherCache& cache, std::unique_ptr<UploadLane> lane, int64_t max_windows);
   ~CachePrefetcher();  // waits for the read in flight, then stops the thread
   CachePrefetcher(const CachePrefetcher&) = delete;
   CachePrefetcher& operator=(const CachePrefetcher&) = delete;
@@ -27,9 +39,14 @@ class CachePrefetcher {
   // taken. An empty list asks for nothing.
   void request(const std::vector<int64_t>& windows);
   // The rows of `windows`, in order: the request's when it was for these windows
-  // (waiting for it to finish), else read now. An error of the background read
-  // is thrown here, by the step that needs the rows.
+  // (waiting for it to finish), else read now (with a lane, a request for other
+  // windows is then dropped). An error of the background read is thrown here, by
+  // the step that needs the rows. With a lane, this take hands the previous
+  // take's slot back: the step's work queued so far is its last use.
   CachedRows take(const std::vector<int64_t>& windows);
+
+  // Bytes of one slot for max_windows windows of `cache`: ids, log-probs, tails.
+  static size_t slot_bytes(const CacheHeader& h, int64_t max_windows);
 
   int64_t hits() const { return hits_; }      // takes served by a request
   int64_t misses() const { return misses_; }  // takes read on the spot
@@ -37,8 +54,20 @@ class CachePrefetcher {
  private:
   void run();
   CachedRows read(const std::vector<int64_t>& windows) const;
+  // Decodes `windows` into the lane's slot and uploads them (reader thread, or
+  // the step's on-the-spot read while the reader is idle).
+  CachedRows fill(int slot, const std::vector<int64_t>& windows) const;
+  CachedRows read_into(int slot, const std::vector<int64_t>& windows) const {
+    return lane_ ? fill(slot, windows) : read(windows);
+  }
+  void hand_out(int slot);  // step thread: release the slot held, acquire `slot`
+  int free_slot() const { return handed_out_ == 0 ? 1 : 0; }  // the slot the step does not hold
 
   const TeacherCache& cache_;
+  std::unique_ptr<UploadLane> lane_;  // null: host rows
+  int64_t max_windows_ = 0;
+  int handed_out_ = -1;               // the slot the step reads (lane), -1 none; under mutex_
+  int ready_slot_ = -1;               // the slot ready_ was uploaded to
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<int64_t> wanted_;  // the pending request

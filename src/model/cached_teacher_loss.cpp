@@ -114,15 +114,16 @@ LossSums run_cached_loss(FusedLoss& loss, Model& student, const CachedRows& rows
                          const int32_t* targets, const LossSettings& settings, float grad_scale,
                          bool compute_grad) {
   const int64_t N = student.tokens_in_batch(), K = rows.K;
-  KD_CHECK(static_cast<int64_t>(rows.log_tail.size()) == N &&
-               static_cast<int64_t>(rows.ids.size()) == N * K,
-           "kd.teacher_cache: ", rows.log_tail.size(), " cached rows for ", N, " student tokens");
+  const bool on_device = rows.device.ids != nullptr;
+  KD_CHECK(rows.rows() == N && (on_device || static_cast<int64_t>(rows.ids.size()) == N * K),
+           "kd.teacher_cache: ", rows.rows(), " cached rows for ", N, " student tokens");
   check_cached_loss_kind(settings.kd_loss, tail);
   FusedLoss::SparseTeacher teacher;
   teacher.K = K;
-  teacher.ids = rows.ids.data();
-  teacher.logp = rows.logp.data();
-  teacher.log_tail = rows.log_tail.data();
+  teacher.ids = on_device ? rows.device.ids : rows.ids.data();
+  teacher.logp = on_device ? rows.device.logp : rows.logp.data();
+  teacher.log_tail = on_device ? rows.device.log_tail : rows.log_tail.data();
+  teacher.on_device = on_device;
   teacher.tail = tail;
   return loss.run(student, teacher, targets, settings, grad_scale, compute_grad);
 }

@@ -19,6 +19,16 @@ struct CachedRows {
   std::vector<int32_t> ids;
   std::vector<float> logp;
   std::vector<float> log_tail;
+  // Rows a reader has already checked and uploaded to backend memory
+  // (data/teacher_cache_prefetch.h, on CUDA): the host vectors are then empty,
+  // and these stay valid until that reader's next take.
+  struct OnDevice {
+    const int32_t* ids = nullptr;   // (rows, K)
+    const float* logp = nullptr;    // (rows, K)
+    const float* log_tail = nullptr;  // (rows)
+    int64_t rows = 0;
+  } device;
+  int64_t rows() const { return device.ids ? device.rows : static_cast<int64_t>(log_tail.size()); }
 };
 
 // The dense teacher logits (n, V) that make the fused loss (backend loss_chunk,

@@ -92,8 +92,14 @@ LossSums FusedLoss::run(Model& student, const TeacherChunkFn& teacher, const int
 LossSums FusedLoss::run(Model& student, const SparseTeacher& teacher, const int32_t* targets,
                         const LossSettings& settings, float grad_scale, bool compute_grad) {
   const int64_t N = student.tokens_in_batch(), V = student.config().vocab_size;
-  op_checks::sparse_teacher_ids(teacher.ids, N, teacher.K, V);  // the device cannot throw
-  upload_sparse(teacher, N);
+  if (teacher.on_device) {
+    rows_ids_ = teacher.ids;
+    rows_logp_ = teacher.logp;
+    rows_tail_ = teacher.log_tail;
+  } else {
+    op_checks::sparse_teacher_ids(teacher.ids, N, teacher.K, V);  // the device cannot throw
+    upload_sparse(teacher, N);
+  }
   return run_chunks(student, nullptr, &teacher, targets, settings, grad_scale, compute_grad, {});
 }
 
@@ -111,6 +117,9 @@ void FusedLoss::upload_sparse(const SparseTeacher& teacher, int64_t N) {
   backend_.to_device(sparse_ids_, teacher.ids, N * K * sizeof(int32_t));
   backend_.to_device(sparse_logp_, teacher.logp, N * K * sizeof(float));
   if (teacher.log_tail) backend_.to_device(sparse_logp_ + N * K, teacher.log_tail, N * sizeof(float));
+  rows_ids_ = sparse_ids_;
+  rows_logp_ = sparse_logp_;
+  rows_tail_ = sparse_logp_ + N * K;
 }
 
 // Hands chunk [start, start + n)'s student logits to the observer as fp32 on the host.
@@ -126,7 +135,7 @@ void FusedLoss::observe_chunk(int64_t start, int64_t n, int64_t V, const LogitsO
 }
 
 // The KD of rows [start, start + n) from the uploaded top-K rows of a cached teacher.
-void FusedLoss::sparse_chunk(const SparseTeacher& sparse, int64_t start, int64_t n, int64_t V, int64_t N,
+void FusedLoss::sparse_chunk(const SparseTeacher& sparse, int64_t start, int64_t n, int64_t V,
                              const LossSettings& settings, float grad_scale, bool compute_grad) {
   const int64_t K = sparse.K;
   SparseKdChunkArgs args;
@@ -135,9 +144,9 @@ void FusedLoss::sparse_chunk(const SparseTeacher& sparse, int64_t start, int64_t
   args.K = K;
   args.logits = logits_;
   args.targets = targets_ + start;
-  args.ids = sparse_ids_ + start * K;
-  args.logp = sparse_logp_ + start * K;
-  args.log_tail = sparse_logp_ + N * K + start;
+  args.ids = rows_ids_ + start * K;
+  args.logp = rows_logp_ + start * K;
+  args.log_tail = rows_tail_ + start;
   args.tail = sparse.tail;
   args.ce = ce_ + start;
   args.kd = kd_ + start;
@@ -209,7 +218,7 @@ LossSums FusedLoss::run_chunks(Model& student, const TeacherChunkFn* teacher, co
     student.head_logits(logits_, start, n);
     if (observer) observe_chunk(start, n, V, observer);
     if (sparse)
-      sparse_chunk(*sparse, start, n, V, N, settings, grad_scale, compute_grad);
+      sparse_chunk(*sparse, start, n, V, settings, grad_scale, compute_grad);
     else
       dense_chunk(teacher, start, n, V, settings, grad_scale, compute_grad);
     if (compute_grad) student.head_backward(logits_, start, n);

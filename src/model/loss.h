@@ -89,6 +89,9 @@ class FusedLoss {
     const float* logp = nullptr;
     const float* log_tail = nullptr;
     CacheTail tail = CacheTail::renormalize;
+    // ids, logp and log_tail are backend memory, uploaded and checked by the
+    // cache reader (data/teacher_cache_prefetch.h): no check or upload here.
+    bool on_device = false;
   };
   LossSums run(Model& student, const SparseTeacher& teacher, const int32_t* targets,
                const LossSettings& settings, float grad_scale, bool compute_grad);
@@ -98,7 +101,7 @@ class FusedLoss {
                       const int32_t* targets, const LossSettings& settings, float grad_scale,
                       bool compute_grad, const LogitsObserver& observer);
   void observe_chunk(int64_t start, int64_t n, int64_t V, const LogitsObserver& observer);
-  void sparse_chunk(const SparseTeacher& sparse, int64_t start, int64_t n, int64_t V, int64_t N,
+  void sparse_chunk(const SparseTeacher& sparse, int64_t start, int64_t n, int64_t V,
                     const LossSettings& settings, float grad_scale, bool compute_grad);
   void dense_chunk(const TeacherChunkFn* teacher, int64_t start, int64_t n, int64_t V,
                    const LossSettings& settings, float grad_scale, bool compute_grad);
@@ -118,6 +121,11 @@ class FusedLoss {
   int32_t* sparse_ids_ = nullptr;   // (N, K) of a sparse teacher
   float* sparse_logp_ = nullptr;    // (N, K), then log_tail (N)
   int64_t sparse_capacity_ = 0;     // rows x K the two hold
+  // The sparse teacher's rows in backend memory for this run: the two above, or
+  // the cache reader's upload.
+  const int32_t* rows_ids_ = nullptr;
+  const float* rows_logp_ = nullptr;
+  const float* rows_tail_ = nullptr;
 };
 
 }  // namespace kdtrain

@@ -89,7 +89,8 @@ void RunParts::load_teacher() {
   if (!kd.teacher_cache.empty()) {
     cache = std::make_unique<data::TeacherCache>(kd.teacher_cache);
     cache->require_match(*train_data, vocab, "kd.teacher_cache");
-    cache_reader = std::make_unique<data::CachePrefetcher>(*cache);
+    // On CUDA the reader thread also uploads each micro-batch's rows.
+    cache_reader = std::make_unique<data::CachePrefetcher>(*cache, *backend, config.train.micro_batch);
     const data::CacheHeader& h = cache->header();
     teacher_fingerprint = "cache:" + io::hex64(h.teacher_hash) + ",top_k=" + std::to_string(h.K) +
                           (h.value_type == data::CacheValueType::bf16 ? ",bf16" : ",f32");
