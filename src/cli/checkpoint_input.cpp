@@ -20,7 +20,7 @@ void add_checkpoint_input_options(CLI::App& command, CheckpointInputOptions& opt
                       " (default: the checkpoint's train.seq_len, else 1024 clamped to "
                       "max_position_embeddings)")
       ->check(in_range<int64_t>(1, SizeLimits::seq_len));
-  command.add_option("--device", options.device, device_help);
+  command.add_option("--device", options.device, device_help)->check(one_of<Device>());
   add_affine_n_option(command, options.affine_n);
 }
 
@@ -28,7 +28,8 @@ void add_affine_n_option(CLI::App& command, std::string& value) {
   command.add_option("--affine-n", value,
                      "affine models with the sequence divisor: train_length (N fixed at the training "
                      "length) or keys (N = the keys of each call); default: the checkpoint's "
-                     "attention.affine_inference_n, else train_length (docs/model.md)");
+                     "attention.affine_inference_n, else train_length (docs/model.md)")
+      ->check(one_of<AffineInferenceN>());
 }
 
 std::optional<AffineInferenceN> parse_affine_n_option(const std::string& value) {

@@ -95,7 +95,7 @@ void register_bench(CLI::App& app) {
       ->check(in_range<int64_t>(1, SizeLimits::step_count));
   cmd->add_option("--warmup", o->bench.warmup, "untimed warmup steps (default 2)")
       ->check(in_range<int64_t>(0, SizeLimits::step_count));
-  cmd->add_option("--device", o->bench.device, "cpu or cuda (default train.device)");
+  cmd->add_option("--device", o->bench.device, "cpu or cuda (default train.device)")->check(one_of<Device>());
   cmd->add_option("--peak-tflops", o->bench.peak_tflops,
                   "peak TFLOP/s for MFU (default 989 on cuda: H100/H200 dense bf16; none on cpu)")
       ->check(in_range<double>(kMinRate, kMaxRate));
@@ -125,7 +125,8 @@ void register_bench(CLI::App& app) {
                 "scaling model's prediction from the measured link (--steps repetitions)");
   cmd->add_option("--attention-forward", o->attention_forward,
                   "the CUDA attention forward's kernel, auto, mma_sync or wgmma (train.attention_forward), "
-                  "e.g. to time both kernels");
+                  "e.g. to time both kernels")
+      ->check(one_of<AttentionForward>());
   cmd->add_option("--teacher-load", o->teacher_load,
                   "DIR: time the host part of loading this teacher checkpoint (map, check, scan, "
                   "hash, staging copies) and print it as JSON; no training step");

@@ -85,7 +85,7 @@ void register_dump(CLI::App& app) {
   command->add_option("--seq-len", flags->seq_len, "T: tokens per sequence")->required()->check(in_range<int64_t>(1, SizeLimits::seq_len));
   add_output_file_option(*command, "--out", flags->out, "output .safetensors file")->required();
   command->add_flag("--grads", flags->grads, "also write grad.<name> for every trained parameter");
-  command->add_option("--device", flags->device, "cpu or cuda");
+  command->add_option("--device", flags->device, "cpu or cuda")->check(one_of<Device>());
   command->callback([flags] { run_dump(*flags); });
 }
 

@@ -36,7 +36,7 @@ void register_teacher_cache(CLI::App& app) {
       ->check(in_range<int64_t>(0, SizeLimits::windows));
   command->add_option("--dtype", *dtype, "log-prob storage: bf16 (default) or f32")
       ->check(CLI::IsMember({"bf16", "f32"}));
-  command->add_option("--device", o->device, "cpu or cuda");
+  command->add_option("--device", o->device, "cpu or cuda")->check(one_of<Device>());
   command->add_option("--threads", o->threads, "CPU threads, 0 = all cores")
       ->check(in_range<int64_t>(0, SizeLimits::threads));
   command->add_option("--convert", *convert, "rewrite this version-1 cache directory as a sharded cache in --out")

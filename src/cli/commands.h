@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "config/choices.h"
+
 namespace kdtrain {
 class TrainObserver;  // train/observer.h
 }
@@ -53,6 +55,13 @@ CLI::Validator in_range(T low, T high) {
         return "value " + input + " is not in " + range;
       },
       "in " + range.str(), "");
+}
+
+// A closed-choice flag (--device, --affine-n, --attention-forward): one of the
+// config's spellings of E (config/choices.h), checked when the command line is parsed.
+template <typename E>
+CLI::Validator one_of() {
+  return CLI::IsMember(choice_names<E>());
 }
 
 // A seed flag: any 64-bit unsigned value, as train.seed.

@@ -39,7 +39,7 @@ CLI::Option* add_output_file_option(CLI::App& command, const std::string& name, 
 void add_common_options(CLI::App& command, CommonOptions& options) {
   command.add_option("--config", options.config_path, "JSON config file")->transform(normal_path_option());
   command.add_option("--preset", options.preset, "model preset (model.preset; kdtrain info --presets lists them)");
-  command.add_option("--attention", options.attention, variant_help());
+  command.add_option("--attention", options.attention, variant_help())->check(one_of<AttentionVariant>());
   command.add_option("--set", options.overrides, "override a config key: section.key=value")
       ->take_all()
       ->allow_extra_args(false);

@@ -187,7 +187,8 @@ struct FlagCheck {
 
 }  // namespace
 
-TEST_CASE("flags: out-of-range counts are refused before anything is written", "[reliability][flags]") {
+TEST_CASE("flags: out-of-range counts and unknown choices are refused before anything is written",
+          "[reliability][flags]") {
   TempDir tmp("flag_ranges");
   std::string out;
   const fs::path model = tmp.path / "model";
@@ -207,19 +208,23 @@ TEST_CASE("flags: out-of-range counts are refused before anything is written", "
         {"--seed", {"-1", "99999999999999999999999"}},
         {"--teacher-cache", {"0", "-1"}}, {"--peak-tflops", {"0", "-1"}}, {"--head-dim", {"0", "-1"}},
         {"--project-world-size", {"0", "-1"}}, {"--nvlink-gb-s", {"0", "-1"}}, {"--network-gb-s", {"0", "-1"}},
-        {"--gpus-per-node", {"0", "-1"}}, {"--cache-vocab", {"0", "-1", "16777217"}}}},
+        {"--gpus-per-node", {"0", "-1"}}, {"--cache-vocab", {"0", "-1", "16777217"}}, {"--device", {"gpu"}},
+        {"--attention-forward", {"fast"}}}},
       // Before: --threads 100000 crashed, --threads -1 was accepted.
       {{"teacher-cache", "--teacher", m, "--data", shard, "--seq-len", "16", "--top-k", "4", "--out",
         tmp.file("cache")},
        tmp.path / "cache",
        {{"--threads", {"100000", "-1"}}, {"--batch-size", {"0", "-1"}}, {"--chunk-tokens", {"0", "-1"}},
-        {"--top-k", {"0", "-1"}}, {"--seq-len", {"0", "-1", too_many}}, {"--shard-windows", {"-1", beyond_windows}}}},
+        {"--top-k", {"0", "-1"}}, {"--seq-len", {"0", "-1", too_many}}, {"--shard-windows", {"-1", beyond_windows}},
+        // Before: refused naming no flag, after --out was created.
+        {"--device", {"gpu"}}}},
       // Before: --max-windows 0 and -1 scored every window.
       {{"eval", "--checkpoint", m, "--data", shard, "--seq-len", "16", "--max-windows", "2", "--out",
         tmp.file("eval.json")},
        tmp.path / "eval.json",
        {{"--max-windows", {"0", "-1", beyond_windows}}, {"--batch-size", {"0", "-1", too_many}},
-        {"--chunk-tokens", {"0", "-1"}}, {"--seq-len", {"0", "-1", too_many}}}},
+        {"--chunk-tokens", {"0", "-1"}}, {"--seq-len", {"0", "-1", too_many}}, {"--device", {"gpu"}},
+        {"--affine-n", {"all"}}}},
       {{"analyze", "--checkpoint", m, "--data", shard, "--seq-len", "16", "--num-seqs", "1", "--out",
         tmp.file("analysis")},
        tmp.path / "analysis",
@@ -228,13 +233,13 @@ TEST_CASE("flags: out-of-range counts are refused before anything is written", "
       {{"dump", "--checkpoint", m, "--data", shard, "--batch-size", "1", "--seq-len", "16", "--out",
         tmp.file("dump.safetensors")},
        tmp.path / "dump.safetensors",
-       {{"--batch-size", {"0", "-1", too_many}}, {"--seq-len", {"0", "-1", too_many}}}},
+       {{"--batch-size", {"0", "-1", too_many}}, {"--seq-len", {"0", "-1", too_many}}, {"--device", {"gpu"}}}},
       {{"data", "write", "--bytes", (model / "config.json").string(), "--out", tmp.file("w.bin"), "--val-out",
         tmp.file("v.bin")},
        tmp.path / "w.bin", {{"--val-tokens", {"0", "-1"}}, {"--version", {"0", "2"}}}},
       // Before: both seeded with 2^64 - 1 (strtoull wraps -1 and saturates the other).
       {{"init", "--preset", "tiny-llama", "--out", tmp.file("seeded")}, tmp.path / "seeded",
-       {{"--seed", {"-1", "99999999999999999999999", "nan"}}}},
+       {{"--seed", {"-1", "99999999999999999999999", "nan"}}, {"--attention", {"linear"}}}},
   };
   for (const FlagCheck& c : checks) {
     // The command line itself is good: each refusal below is the flag's.
