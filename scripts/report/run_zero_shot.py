@@ -295,6 +295,23 @@ def padding_changes_scores(model: str) -> bool:
     return affine_bias_n(model) == "keys"
 
 
+# On the CPU a batch's logits, B x T x V in fp32 with their log-softmax copies, cost more than
+# batching saves once the vocabulary is large: measured (docs/evaluation.md, "Batch size"),
+# batch 8 scored 1.15-1.25x faster than batch 1 at V 256 and 0.6-0.75x as fast at V 128,256.
+CPU_BATCHING_MAX_VOCAB = 32768
+
+
+def default_batch_size(model: str, device: str) -> int:
+    """8, or 1 on the CPU for a model whose vocabulary exceeds CPU_BATCHING_MAX_VOCAB."""
+    if device.startswith("cuda"):
+        return 8
+    try:
+        vocab = json.loads((Path(model) / "config.json").read_text(encoding="utf-8")).get("vocab_size", 0)
+    except (OSError, ValueError):
+        vocab = 0
+    return 1 if vocab > CPU_BATCHING_MAX_VOCAB else 8
+
+
 def run(model: str, out: Path, limit: int | None = None, eval_data: Path = DEFAULT_EVAL_DATA,
         batch_size: int = 8, device: str = "cpu", dtype: str = "float32",
         samples: Path | None = None, work_dir: Path | None = None) -> dict:
@@ -356,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=None, help="first N items of each task (testing)")
     p.add_argument("--eval-data", type=Path, default=DEFAULT_EVAL_DATA,
                    help=f"evaluation slices (default {DEFAULT_EVAL_DATA})")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="requests per forward (default 8; 1 on the CPU for a vocabulary over "
+                        f"{CPU_BATCHING_MAX_VOCAB}, where batching is slower)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
     p.add_argument("--dtype", default=None,
                    help="float32 or bfloat16 (default: bfloat16 on CUDA, float32 on the CPU)")
@@ -367,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if len(a.model) != len(a.out):
         p.error(f"{len(a.model)} --model directories but {len(a.out)} --out files: one output per model")
+    if a.batch_size is not None and a.batch_size < 1:
+        p.error(f"--batch-size {a.batch_size}: must be at least 1")
     if len(a.model) > 1 and (a.samples or a.work_dir):
         p.error("--samples and --work-dir take one --model")
     a.dtype = a.dtype or ("bfloat16" if a.device.startswith("cuda") else "float32")
@@ -374,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(model, "config.json").exists():
             p.error(f"--model {model}: no config.json (a Hugging Face model directory is expected)")
     for model, out in zip(a.model, a.out):
-        summary = run(model, out, a.limit, a.eval_data, a.batch_size, a.device, a.dtype,
+        batch_size = a.batch_size or default_batch_size(model, a.device)
+        summary = run(model, out, a.limit, a.eval_data, batch_size, a.device, a.dtype,
                       a.samples, a.work_dir)
         print(f"{model}:")
         for name, e in summary["tasks"].items():

@@ -332,3 +332,13 @@ def test_several_models_pair_with_their_outputs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         zs.main(["--model", a, str(tmp_path / "missing"), "--out", "x.json", "y.json"])
     assert "missing: no config.json" in capsys.readouterr().err
+
+
+def test_batch_size_defaults_to_one_on_the_cpu_for_a_large_vocabulary(tmp_path, capsys):
+    for vocab, cpu, cuda in ((256, 8, 8), (zs.CPU_BATCHING_MAX_VOCAB, 8, 8), (128256, 1, 8)):
+        (tmp_path / "config.json").write_text(json.dumps({"vocab_size": vocab}))
+        assert (zs.default_batch_size(str(tmp_path), "cpu"), zs.default_batch_size(str(tmp_path), "cuda:0")) == (cpu, cuda)
+    assert zs.default_batch_size(str(tmp_path / "absent"), "cpu") == 8
+    with pytest.raises(SystemExit):
+        zs.main(["--model", str(tmp_path), "--out", str(tmp_path / "o.json"), "--batch-size", "0"])
+    assert "--batch-size 0: must be at least 1" in capsys.readouterr().err
