@@ -52,6 +52,24 @@ struct Pair {
     settings.chunk_tokens = 5;  // several chunks, the last one partial
   }
   MicroBatch batch() const { return {inputs.data(), targets.data(), B, T}; }
+
+  // The micro-step with the online teacher, recording each phase it reports.
+  LossSums micro_step(MicroPass pass, std::vector<StepPhase>& phases) {
+    pass.on_phase = [&](StepPhase p) { phases.push_back(p); };
+    MicroTeacher online;
+    online.model = teacher.get();
+    return run_micro_batch(batch(), *student, online, loss, settings, pass);
+  }
+
+  // The sequence it replaces, by hand: both forwards and the fused loss, and the
+  // student's backward when training.
+  LossSums by_hand(float grad_scale, bool training) {
+    teacher->forward(inputs.data(), B, T, false);
+    student->forward(inputs.data(), B, T, training);
+    const LossSums sums = loss.run(*student, teacher.get(), targets.data(), settings, grad_scale, training);
+    if (training) student->backward();
+    return sums;
+  }
 };
 
 }  // namespace
@@ -59,16 +77,8 @@ struct Pair {
 TEST_CASE("micro-step: an eval pass is the forward and the loss, nothing more", "[model][micro_step]") {
   Pair step, hand;
   std::vector<StepPhase> phases;
-  MicroPass pass = MicroPass::eval();
-  pass.on_phase = [&](StepPhase p) { phases.push_back(p); };
-  MicroTeacher teacher;
-  teacher.model = step.teacher.get();
-  const LossSums got = run_micro_batch(step.batch(), *step.student, teacher, step.loss, step.settings, pass);
-
-  hand.teacher->forward(hand.inputs.data(), hand.B, hand.T, false);
-  hand.student->forward(hand.inputs.data(), hand.B, hand.T, false);
-  const LossSums want =
-      hand.loss.run(*hand.student, hand.teacher.get(), hand.targets.data(), hand.settings, 1.f, false);
+  const LossSums got = step.micro_step(MicroPass::eval(), phases);
+  const LossSums want = hand.by_hand(1.f, false);
   CHECK(same_sums(got, want));
   CHECK(got.kd > 0);
   CHECK(phases == std::vector<StepPhase>{StepPhase::teacher, StepPhase::student});
@@ -82,17 +92,8 @@ TEST_CASE("micro-step: a train pass adds the alpha sums, the loss's gradient and
           "[model][micro_step]") {
   Pair step, hand;
   std::vector<StepPhase> phases;
-  MicroPass pass = MicroPass::training(0.25f);
-  pass.on_phase = [&](StepPhase p) { phases.push_back(p); };
-  MicroTeacher teacher;
-  teacher.model = step.teacher.get();
-  const LossSums got = run_micro_batch(step.batch(), *step.student, teacher, step.loss, step.settings, pass);
-
-  hand.teacher->forward(hand.inputs.data(), hand.B, hand.T, false);
-  hand.student->forward(hand.inputs.data(), hand.B, hand.T, true);
-  const LossSums want =
-      hand.loss.run(*hand.student, hand.teacher.get(), hand.targets.data(), hand.settings, 0.25f, true);
-  hand.student->backward();
+  const LossSums got = step.micro_step(MicroPass::training(0.25f), phases);
+  const LossSums want = hand.by_hand(0.25f, true);
   CHECK(same_sums(got, want));
   CHECK(same_bits(step.student->get_grads(), hand.student->get_grads()));
   int64_t got_tokens = 0, want_tokens = 0;
