@@ -22,10 +22,8 @@ transformers = pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-from repo_paths import KDTRAIN as _KDTRAIN  # noqa: E402
-KDTRAIN = str(_KDTRAIN)
-LLAMA3 = os.path.join(os.path.dirname(ROOT), "shared", "data", "tokenizers", "llama3")
+from repo_paths import KDTRAIN, SHARED  # noqa: E402
+LLAMA3 = str(SHARED / "tokenizers" / "llama3")
 
 pytestmark = pytest.mark.skipif(not os.access(KDTRAIN, os.X_OK), reason="kdtrain is not built")
 

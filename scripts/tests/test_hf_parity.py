@@ -29,9 +29,7 @@ from kdtrain_hf.variants import VARIANT_CASES  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-from repo_paths import KDTRAIN as _KDTRAIN  # noqa: E402
-KDTRAIN = str(_KDTRAIN)
+from repo_paths import KDTRAIN, SHARED  # noqa: E402
 TOL = 1e-4
 # transformers >= 4.56 renamed from_pretrained's torch_dtype to dtype.
 DTYPE_KW = "dtype" if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
@@ -424,7 +422,7 @@ def test_export_copies_tokenizer_and_scores_like_lm_eval(tmp_path, divisor):
 
 
 def shared_tokenizer(name: str) -> str:
-    path = os.path.join(ROOT, "..", "shared", "data", "tokenizers", name)
+    path = str(SHARED / "tokenizers" / name)
     if not os.path.isdir(path):
         pytest.skip(f"shared/data/tokenizers/{name} not present")
     return path
