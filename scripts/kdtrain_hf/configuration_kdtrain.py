@@ -66,22 +66,12 @@ class KdtrainConfig(PretrainedConfig):
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     def _check(self):
-        if self.attention_variant not in ATTENTION_VARIANTS:
-            raise ValueError(
-                f"config.json: attention_variant {self.attention_variant!r} is not one of {ATTENTION_VARIANTS}"
-            )
-        if self.alpha_activation not in ALPHA_ACTIVATIONS:
-            raise ValueError(
-                f"config.json: alpha_activation {self.alpha_activation!r} is not one of {ALPHA_ACTIVATIONS}"
-            )
-        if self.affine_bias_divisor not in AFFINE_BIAS_DIVISORS:
-            raise ValueError(
-                f"config.json: affine_bias_divisor {self.affine_bias_divisor!r} is not one of {AFFINE_BIAS_DIVISORS}"
-            )
-        if self.affine_inference_n not in AFFINE_INFERENCE_NS:
-            raise ValueError(
-                f"config.json: affine_inference_n {self.affine_inference_n!r} is not one of {AFFINE_INFERENCE_NS}"
-            )
+        for key, choices in (("attention_variant", ATTENTION_VARIANTS), ("alpha_activation", ALPHA_ACTIVATIONS),
+                             ("affine_bias_divisor", AFFINE_BIAS_DIVISORS),
+                             ("affine_inference_n", AFFINE_INFERENCE_NS)):
+            value = getattr(self, key)
+            if value not in choices:
+                raise ValueError(f"config.json: {key} {value!r} is not one of {choices}")
         if self.affine_train_length is not None and (
                 not isinstance(self.affine_train_length, int) or self.affine_train_length < 1):
             raise ValueError(
