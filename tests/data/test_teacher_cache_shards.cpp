@@ -45,6 +45,16 @@ void write_bytes(const std::string& path, const std::vector<char>& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// K ids per position of windows of seq_len tokens, over a vocabulary of V.
+data::CacheHeader cache_header(int64_t K, int64_t V, int64_t seq_len, int64_t windows = 0) {
+  data::CacheHeader h;
+  h.K = K;
+  h.V = V;
+  h.seq_len = seq_len;
+  h.windows = windows;
+  return h;
+}
+
 // Rows that pass the value checks (io/teacher_cache_values.h): distinct ids, log-probs descending, the tail
 // holding what they leave.
 struct Rows {
@@ -225,10 +235,7 @@ TEST_CASE("teacher cache: a build writes shards and a manifest; bad caches are r
 // 100 GB); the headers and trailers are real, so every open-time check runs.
 TEST_CASE("teacher cache: a 100 GB cache opens in under a second (sparse shards)", "[teacher_cache][cache_format]") {
   TempDir dir("sparse_cache");
-  data::CacheHeader h;
-  h.K = 64;
-  h.V = 128256;
-  h.seq_len = 2048;
+  data::CacheHeader h = cache_header(64, 128256, 2048);
   const int64_t shard_windows = cli::cache_shard_windows(h, 0);  // about 1 GiB each
   h.windows = static_cast<int64_t>(100e9 / h.record_bytes()) + 1;
   data::CacheManifest m = data::plan_cache(h, shard_windows);
@@ -300,11 +307,7 @@ void write_v1(const std::string& dir, const data::CacheHeader& h, const std::vec
 
 TEST_CASE("teacher cache: a version-1 cache is refused naming --convert, and converts", "[teacher_cache][cache_format]") {
   TempDir dir("v1_cache");
-  data::CacheHeader h;
-  h.K = 3;
-  h.V = 50;
-  h.seq_len = 4;
-  h.windows = 5;
+  data::CacheHeader h = cache_header(3, 50, 4, 5);
   h.data_fingerprint = 77;
   h.teacher_hash = 88;
   std::vector<Rows> windows;
@@ -336,10 +339,7 @@ TEST_CASE("teacher cache: a version-1 cache is refused naming --convert, and con
 // run: each kind of bad value is refused naming the window and the position, and
 // rows a teacher writes pass (bf16-rounded and exact).
 TEST_CASE("teacher cache: the value checks refuse each bad value", "[teacher_cache][cache_format]") {
-  data::CacheHeader h;
-  h.K = 4;
-  h.V = 100;
-  h.seq_len = 3;
+  const data::CacheHeader h = cache_header(4, 100, 3);
   const Rows good = valid_rows(h, 21);
   auto check = [&](const Rows& r) { data::check_values(h, r.ids.data(), r.logp.data(), r.tail.data(), "where", 7); };
   CHECK_NOTHROW(check(good));
