@@ -222,14 +222,9 @@ void compare_to_reference(const Problem& pb, const Emulated& got) {
         for (int64_t j = 0; j <= i; ++j) {
           const double* k = &qkv[(b * T + j) * tok + (H + g) * D];
           const double* v = &qkv[(b * T + j) * tok + (H + Hkv + g) * D];
-          double x = 0, dp = 0;
-          for (int64_t d = 0; d < D; ++d) {
-            x += q[d] * k[d];
-            dp += dO[d] * v[d];
-          }
-          P[j] = std::exp(scale * x - lse);
-          dP[j] = dp;
-          Dfull += P[j] * a * dp;
+          P[j] = std::exp(scale * dot(q, k, D) - lse);
+          dP[j] = dot(dO, v, D);
+          Dfull += P[j] * a * dP[j];
         }
         double ma = 0;
         for (int64_t j = 0; j <= i; ++j) {

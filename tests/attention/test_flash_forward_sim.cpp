@@ -110,15 +110,7 @@ TEST_CASE("emulated forward kernel keeps large logits finite", "[flash][sim][att
 }
 
 TEST_CASE("emulated forward kernel rounds P to nearest: no bias where v is constant", "[flash][sim][attention]") {
-  // forward_reference_check.h: a kernel truncating P passes the per-element bound but
-  // not this one.
-  for (int64_t D : {64, 128}) {
-    INFO("D=" << D);
-    const Problem pb = constant_v_inputs(1000, D, 53 + D);
-    const Emulated fwd = run_emulated(pb, sim::Schedule::forward);
-    compare_forward_to_reference(pb, fwd.out, fwd.lse);
-    check_p_rounding_unbiased(pb, fwd.out);
-  }
+  check_rounds_p_to_nearest(run_emulated, 53);
 }
 
 TEST_CASE("emulated prefix scan matches a double sum and the CPU mirror bit for bit", "[flash][sim]") {

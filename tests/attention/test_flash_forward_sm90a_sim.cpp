@@ -88,29 +88,13 @@ TEST_CASE("emulated sm_90a forward kernel keeps its running max on scaled logits
   // q x 2^5 (exact in bf16): logits up to ~30 / sqrt(D) x 48 D; a running max kept on the
   // unscaled logits overflows exp2 there (NaN), while the inputs in +-1.5 hide it.
   for (int64_t D : {128, 64})
-    for (AttentionVariant v : kVariants) {
-      AttnInputs pb(1, 130, 4, 2, D, v, 6000 + D + static_cast<int>(v));
-      const int64_t tok = (pb.H + 2 * pb.Hkv) * D;
-      for (int64_t i = 0; i < pb.B * pb.T; ++i)
-        for (int64_t k = 0; k < pb.H * D; ++k) {
-          uint16_t& q = pb.qkv[static_cast<size_t>(i * tok + k)];
-          q = sim::bf16_round(32.f * sim::bf16_value(q));
-        }
-      check_problem(pb, false);
-    }
+    for (AttentionVariant v : kVariants)
+      check_problem(AttnInputs(1, 130, 4, 2, D, v, 6000 + D + static_cast<int>(v)).scale_queries(5), false);
 }
 
 TEST_CASE("emulated sm_90a forward kernel rounds P to nearest: no bias where v is constant",
           "[flash][sim][attention][sm90a]") {
-  // forward_reference_check.h: a kernel truncating P passes the per-element bound but
-  // not this one.
-  for (int64_t D : {128, 64}) {
-    INFO("D=" << D);
-    const AttnInputs pb = constant_v_inputs(1000, D, 57 + D);
-    const EmulatedForward fwd = run(pb, sim::Schedule::forward);
-    compare_forward_to_reference(pb, fwd.out, fwd.lse);
-    check_p_rounding_unbiased(pb, fwd.out);
-  }
+  check_rounds_p_to_nearest(run, 57);
 }
 
 TEST_CASE("emulated sm_90a forward kernel matches the reference at T 2048", "[flash][sim][attention][sm90a]") {

@@ -96,6 +96,13 @@ struct AttnInputs {
   }
 };
 
+// sum_d a[d] b[d], added in order (the test oracles' dot products).
+inline double dot(const double* a, const double* b, int64_t n) {
+  double sum = 0;
+  for (int64_t d = 0; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
 // bf16 bits -> double values.
 inline std::vector<double> widen(const std::vector<uint16_t>& v) {
   std::vector<double> w(v.size());
