@@ -23,18 +23,6 @@ using namespace kdtrain::testing;
 
 namespace {
 
-// A finished run of `steps` steps, a checkpoint every `interval`, in tmp/run.
-struct FinishedRun {
-  TempDir tmp;
-  std::string shard;
-  fs::path dir;
-  FinishedRun(const char* name, int steps, int interval, const std::vector<std::string>& more = {})
-      : tmp(name), shard(text_shard(tmp.path, "train.bin", 20000, 3)), dir(tmp.path / "run") {
-    std::string out;
-    REQUIRE(run(plus(tiny_train_args(shard, dir.string(), steps, interval), more), &out, tmp.file("t.log")) == 0);
-  }
-};
-
 // Any staging leftover ("<name>.tmp.<pid>") under dir.
 bool has_staging(const fs::path& dir) {
   if (!fs::exists(dir)) return false;
@@ -56,37 +44,32 @@ void erase_key(const fs::path& file, const std::vector<std::string>& path) {
 TEST_CASE("crash before latest: a new train refuses any step_* checkpoint, --resume finds the newest verified one",
           "[reliability][resume]") {
   FinishedRun r("no_latest", 2, 2);
-  const TempDir& tmp = r.tmp;
-  const std::string& shard = r.shard;
-  const fs::path& run_dir = r.dir;
   std::string out;
-  fs::remove(run_dir / "checkpoints" / "latest");  // killed while step 2 was being verified
-  const std::string checkpoint = read_bytes(step_dir(run_dir, 2) / "model.safetensors");
+  fs::remove(r.dir / "checkpoints" / "latest");  // killed while step 2 was being verified
+  const std::string checkpoint = read_bytes(step_dir(r.dir, 2) / "model.safetensors");
   // Before: a new train trained over step_00000002 and exited 0.
-  CHECK(run(tiny_train_args(shard, run_dir.string(), 2, 2), &out, tmp.file("t2.log")) == 1);
+  CHECK(run(tiny_train_args(r.shard, r.dir.string(), 2, 2), &out, r.tmp.file("t2.log")) == 1);
   require_all(out, {"step_00000002", "--resume"});
-  CHECK(read_bytes(step_dir(run_dir, 2) / "model.safetensors") == checkpoint);
+  CHECK(read_bytes(step_dir(r.dir, 2) / "model.safetensors") == checkpoint);
   // Before: "neither a checkpoint directory nor a run directory".
-  REQUIRE(kdtrain_cli(tmp, {"train", "--resume", run_dir.string(), "--set", "train.steps=4"}, &out) == 0);
+  REQUIRE(kdtrain_cli(r.tmp, {"train", "--resume", r.dir.string(), "--set", "train.steps=4"}, &out) == 0);
   require_all(out, {"latest is missing", "step_00000002"});
-  CHECK(metrics_of(run_dir).size() == 4);
-  CHECK(read_bytes(run_dir / "checkpoints" / "latest") == "step_00000004\n");
+  CHECK(metrics_of(r.dir).size() == 4);
+  CHECK(read_bytes(r.dir / "checkpoints" / "latest") == "step_00000004\n");
 }
 
 TEST_CASE("crash before latest: --resume RUN continues from a checkpoint newer than latest, not a refusal to rewind",
           "[reliability][resume]") {
   FinishedRun r("behind_latest", 4, 2);
-  const TempDir& tmp = r.tmp;
-  const fs::path& run_dir = r.dir;
   std::string out;
-  write_bytes(run_dir / "checkpoints" / "latest", "step_00000002\n");  // killed after step_4's rename, before latest
+  write_bytes(r.dir / "checkpoints" / "latest", "step_00000002\n");  // killed after step_4's rename, before latest
   // Before: "has a newer checkpoint (step_00000004 ...); resuming step 2 there would rewind the run".
-  REQUIRE(kdtrain_cli(tmp, {"train", "--resume", run_dir.string(), "--set", "train.steps=6"}, &out) == 0);
-  require_all(out, {"names step_00000002", step_dir(run_dir, 4).string()});
-  CHECK(metrics_of(run_dir).size() == 6);
-  CHECK(read_bytes(run_dir / "checkpoints" / "latest") == "step_00000006\n");
+  REQUIRE(kdtrain_cli(r.tmp, {"train", "--resume", r.dir.string(), "--set", "train.steps=6"}, &out) == 0);
+  require_all(out, {"names step_00000002", step_dir(r.dir, 4).string()});
+  CHECK(metrics_of(r.dir).size() == 6);
+  CHECK(read_bytes(r.dir / "checkpoints" / "latest") == "step_00000006\n");
   // A checkpoint named explicitly still refuses to rewind past the newer one.
-  CHECK(kdtrain_cli(tmp, {"train", "--resume", step_dir(run_dir, 4).string()}, &out) == 1);
+  CHECK(kdtrain_cli(r.tmp, {"train", "--resume", step_dir(r.dir, 4).string()}, &out) == 1);
   require_all(out, {"step_00000006", "--rewind"});
 }
 
@@ -120,28 +103,24 @@ TEST_CASE("crash before latest: verify RUN checks what --resume RUN continues fr
 TEST_CASE("crash before latest: latest naming a vanished checkpoint is named, and --resume CKPT --rewind recovers",
           "[reliability][resume]") {
   FinishedRun r("vanished_latest", 4, 2);
-  const TempDir& tmp = r.tmp;
-  const fs::path& run_dir = r.dir;
   std::string out;
-  fs::remove_all(step_dir(run_dir, 4));
-  CHECK(kdtrain_cli(tmp, {"train", "--resume", run_dir.string()}, &out) == 1);
-  require_all(out, {"step_00000004", "no longer exists", step_dir(run_dir, 2).string(), "--rewind"});
+  fs::remove_all(step_dir(r.dir, 4));
+  CHECK(kdtrain_cli(r.tmp, {"train", "--resume", r.dir.string()}, &out) == 1);
+  require_all(out, {"step_00000004", "no longer exists", step_dir(r.dir, 2).string(), "--rewind"});
   // Before: every resume failed reading `latest`, --rewind included.
-  REQUIRE(kdtrain_cli(tmp, {"train", "--resume", step_dir(run_dir, 2).string(), "--rewind"}, &out) == 0);
-  CHECK(fs::exists(step_dir(run_dir, 4) / "trainer_state.json"));
-  CHECK(kdtrain_cli(tmp, {"verify", run_dir.string()}, &out) == 0);
+  REQUIRE(kdtrain_cli(r.tmp, {"train", "--resume", step_dir(r.dir, 2).string(), "--rewind"}, &out) == 0);
+  CHECK(fs::exists(step_dir(r.dir, 4) / "trainer_state.json"));
+  CHECK(kdtrain_cli(r.tmp, {"verify", r.dir.string()}, &out) == 0);
 }
 
 TEST_CASE("resume: a change that cannot change the trajectory is accepted", "[reliability][resume]") {
   FinishedRun r("inert_change", 2, 2);
-  const TempDir& tmp = r.tmp;
-  const fs::path& run_dir = r.dir;
   std::string out;
   // Before: refused as a trajectory change, though recomputation is bit-identical by design.
-  CHECK(kdtrain_cli(tmp, {"train", "--resume", run_dir.string(), "--set", "train.steps=3", "--set", "train.recompute=mlp",
+  CHECK(kdtrain_cli(r.tmp, {"train", "--resume", r.dir.string(), "--set", "train.steps=3", "--set", "train.recompute=mlp",
                   "--set", "train.recompute_layers=1", "--set", "attention.alpha_momentum=0.5"}, &out) == 0);
   // A key that does change it is still refused, naming it.
-  CHECK(kdtrain_cli(tmp, {"train", "--resume", run_dir.string(), "--set", "train.steps=4", "--set", "optimizer.lr=0.5"},
+  CHECK(kdtrain_cli(r.tmp, {"train", "--resume", r.dir.string(), "--set", "train.steps=4", "--set", "optimizer.lr=0.5"},
             &out) == 1);
   require_all(out, {"optimizer.lr", "--allow-config-change"});
 }
@@ -149,21 +128,19 @@ TEST_CASE("resume: a change that cannot change the trajectory is accepted", "[re
 TEST_CASE("resume: the documented remedy for an affine checkpoint older than affine_bias_divisor works as written",
           "[reliability][resume]") {
   FinishedRun r("old_affine", 2, 2, {"--attention", "affine"});
-  const TempDir& tmp = r.tmp;
-  const fs::path& run_dir = r.dir;
   std::string out;
   // As a kdtrain from before the key wrote it: no affine_bias_divisor anywhere (it divided by the visible keys).
-  const fs::path ckpt = step_dir(run_dir, 2);
+  const fs::path ckpt = step_dir(r.dir, 2);
   erase_key(ckpt / "config.json", {"affine_bias_divisor"});
   erase_key(ckpt / "run_config.json", {"attention", "affine_bias_divisor"});
-  erase_key(run_dir / "config.json", {"attention", "affine_bias_divisor"});
+  erase_key(r.dir / "config.json", {"attention", "affine_bias_divisor"});
   io::write_checksums(ckpt.string());
-  CHECK(kdtrain_cli(tmp, {"train", "--resume", run_dir.string(), "--set", "train.steps=3"}, &out) == 1);
+  CHECK(kdtrain_cli(r.tmp, {"train", "--resume", r.dir.string(), "--set", "train.steps=3"}, &out) == 1);
   require_all(out, {"affine_bias_divisor", "visible"});
   // Before: refused unless --allow-config-change was given too.
-  CHECK(kdtrain_cli(tmp, {"train", "--resume", run_dir.string(), "--set", "train.steps=3", "--set",
+  CHECK(kdtrain_cli(r.tmp, {"train", "--resume", r.dir.string(), "--set", "train.steps=3", "--set",
                   "attention.affine_bias_divisor=visible"}, &out) == 0);
-  CHECK(metrics_of(run_dir).size() == 3);
+  CHECK(metrics_of(r.dir).size() == 3);
 }
 
 TEST_CASE("signals: SIGTERM during export removes what it staged",

@@ -108,34 +108,28 @@ TEST_CASE("whole directory: a resume into another --run-dir holding a run is ref
 }
 
 TEST_CASE("paths: a trailing slash names the same checkpoint for verify and --resume", "[reliability]") {
-  TempDir tmp("slash");
+  FinishedRun r("slash", 4, 2);
   std::string out;
-  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 6);
-  const fs::path run_dir = tmp.path / "run";
-  REQUIRE(run(tiny_train_args(shard, run_dir.string(), 4, 2), &out, tmp.file("t.log")) == 0);
-  const std::string slashed = step_dir(run_dir, 4).string() + "/";
+  const std::string slashed = step_dir(r.dir, 4).string() + "/";
   // Before: "step 4 does not match its checkpoint directory ''" from both, and a stray lock in checkpoints/.
-  CHECK(cli(tmp, {"verify", slashed}, &out) == 0);
-  CHECK(cli(tmp, {"verify", "./" + fs::relative(step_dir(run_dir, 4)).string() + "//"}, &out) == 0);
-  CHECK(run({KDTRAIN_BINARY, "train", "--resume", slashed, "--set", "train.steps=6"}, &out, tmp.file("r.log")) == 0);
-  CHECK(fs::exists(step_dir(run_dir, 6)));
-  CHECK_FALSE(fs::exists(run_dir / "checkpoints" / "kdtrain.lock"));
+  CHECK(cli(r.tmp, {"verify", slashed}, &out) == 0);
+  CHECK(cli(r.tmp, {"verify", "./" + fs::relative(step_dir(r.dir, 4)).string() + "//"}, &out) == 0);
+  CHECK(run({KDTRAIN_BINARY, "train", "--resume", slashed, "--set", "train.steps=6"}, &out, r.tmp.file("r.log")) == 0);
+  CHECK(fs::exists(step_dir(r.dir, 6)));
+  CHECK_FALSE(fs::exists(r.dir / "checkpoints" / "kdtrain.lock"));
 }
 
 TEST_CASE("verify: a checkpoint of a run without trainer_state.json fails, as --resume refuses it", "[reliability]") {
-  TempDir tmp("verify_place");
+  FinishedRun r("verify_place", 4, 2);
   std::string out;
-  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 7);
-  const fs::path run_dir = tmp.path / "run";
-  REQUIRE(run(tiny_train_args(shard, run_dir.string(), 4, 2), &out, tmp.file("t.log")) == 0);
-  fs::remove(step_dir(run_dir, 4) / "trainer_state.json");
-  fs::remove(step_dir(run_dir, 4) / "checksums.json");
-  CHECK(run({KDTRAIN_BINARY, "train", "--resume", run_dir.string()}, &out, tmp.file("r.log")) == 1);
+  fs::remove(step_dir(r.dir, 4) / "trainer_state.json");
+  fs::remove(step_dir(r.dir, 4) / "checksums.json");
+  CHECK(run({KDTRAIN_BINARY, "train", "--resume", r.dir.string()}, &out, r.tmp.file("r.log")) == 1);
   require_all(out, {"step_00000004", "trainer_state.json"});
   // Before: "ok ... model checkpoint, no checksums.json (not written by kdtrain)", exit 0.
-  CHECK(cli(tmp, {"verify", run_dir.string()}, &out) == 1);
-  require_all(out, {"FAIL  " + step_dir(run_dir, 4).string()});
-  CHECK(cli(tmp, {"verify", step_dir(run_dir, 4).string()}, &out) == 1);
+  CHECK(cli(r.tmp, {"verify", r.dir.string()}, &out) == 1);
+  require_all(out, {"FAIL  " + step_dir(r.dir, 4).string()});
+  CHECK(cli(r.tmp, {"verify", step_dir(r.dir, 4).string()}, &out) == 1);
 }
 
 TEST_CASE("verify: checkpoints a live run prunes while verify reads them are not called corrupt", "[reliability]") {
@@ -163,28 +157,25 @@ TEST_CASE("verify: checkpoints a live run prunes while verify reads them are not
 }
 
 TEST_CASE("analyze: --out never writes into a checkpoint or a run", "[reliability]") {
-  TempDir tmp("analyze_out");
+  FinishedRun r("analyze_out", 2, 2);
   std::string out;
-  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 9);
-  const fs::path run_dir = tmp.path / "run";
-  REQUIRE(run(tiny_train_args(shard, run_dir.string(), 2, 2), &out, tmp.file("t.log")) == 0);
-  const auto before = snapshot(run_dir);
-  for (const fs::path& target : {step_dir(run_dir, 2), run_dir}) {
+  const auto before = snapshot(r.dir);
+  for (const fs::path& target : {step_dir(r.dir, 2), r.dir}) {
     INFO(target);
     // Before: analysis.json landed in the checkpoint; resume and verify then refused the run.
-    CHECK(cli(tmp, {"analyze", "--checkpoint", run_dir.string(), "--data", shard, "--num-seqs", "1", "--out",
+    CHECK(cli(r.tmp, {"analyze", "--checkpoint", r.dir.string(), "--data", r.shard, "--num-seqs", "1", "--out",
                         target.string(), "--force"}, &out) == 1);
     require_all(out, {"never writes into a training run or its checkpoints"});
   }
-  CHECK(snapshot(run_dir) == before);
-  CHECK(cli(tmp, {"verify", run_dir.string()}, &out) == 0);
+  CHECK(snapshot(r.dir) == before);
+  CHECK(cli(r.tmp, {"verify", r.dir.string()}, &out) == 0);
   // Its own output is replaced without --force; other files need it.
-  const fs::path dir = tmp.path / "analysis";
+  const fs::path dir = r.tmp.path / "analysis";
   for (int i = 0; i < 2; ++i)
-    CHECK(cli(tmp, {"analyze", "--checkpoint", run_dir.string(), "--data", shard, "--num-seqs", "1", "--out",
+    CHECK(cli(r.tmp, {"analyze", "--checkpoint", r.dir.string(), "--data", r.shard, "--num-seqs", "1", "--out",
                         dir.string()}, &out) == 0);
   write_bytes(dir / "notes.txt", "x");
-  CHECK(cli(tmp, {"analyze", "--checkpoint", run_dir.string(), "--data", shard, "--num-seqs", "1", "--out",
+  CHECK(cli(r.tmp, {"analyze", "--checkpoint", r.dir.string(), "--data", r.shard, "--num-seqs", "1", "--out",
                       dir.string()}, &out) == 1);
   require_all(out, {"notes.txt", "--force"});
 }

@@ -114,4 +114,17 @@ inline int kdtrain_cli(const TempDir& tmp, std::vector<std::string> args, std::s
   return run(args, out, tmp.file("cmd" + std::to_string(n++) + ".log"));
 }
 
+// A finished tiny run in tmp/run: `steps` steps on a pseudo-text shard, a checkpoint
+// every `interval`, `more` arguments added to the train command.
+struct FinishedRun {
+  TempDir tmp;
+  std::string shard;
+  std::filesystem::path dir;
+  FinishedRun(const char* name, int steps, int interval, const std::vector<std::string>& more = {})
+      : tmp(name), shard(text_shard(tmp.path, "train.bin", 20000, 3)), dir(tmp.path / "run") {
+    std::string out;
+    REQUIRE(run(plus(tiny_train_args(shard, dir.string(), steps, interval), more), &out, tmp.file("t.log")) == 0);
+  }
+};
+
 }  // namespace kdtrain::testing
