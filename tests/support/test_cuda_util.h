@@ -237,6 +237,19 @@ inline void check_bf16_output(const std::string& what, const DevBuf& out, const 
   CHECK(out.guard_intact());
 }
 
+// Runs `op`, which writes or accumulates into `out`, twice from `out` = `start`: true when
+// both runs leave the same bits (`out` keeps the second run's).
+template <typename Op>
+bool reruns_bit_identical(DevBuf& out, const std::vector<float>& start, Op op) {
+  std::vector<unsigned char> first;
+  for (int run = 0; run < 2; ++run) {
+    out.upload(start);
+    op();
+    if (run == 0) first = out.bytes();
+  }
+  return out.bytes() == first;
+}
+
 inline std::unique_ptr<Backend> cuda_backend() {
   if (!cuda_available() && selfcheck_mode() == "bf16") return make_bf16_emulation_backend();
   if (!cuda_available() && selfcheck_on_cpu()) return make_backend("cpu", 0);
