@@ -51,6 +51,14 @@ std::string error_of(const sim::LaunchConfig& c, const std::function<void(unsign
   return {};
 }
 
+// The error of a block whose threads stage their floats, fenced, before thread 0 alone runs `thread0`.
+std::string error_after_staging(const sim::LaunchConfig& c, const std::function<void(unsigned char*)>& thread0) {
+  return error_of(c, [&](unsigned char* smem) {
+    stage(smem, 0.f);
+    if (tc::thread_idx().x == 0) thread0(smem);
+  });
+}
+
 }  // namespace
 
 TEST_CASE("sim bulk copies: a store and a reduction land at the full wait_group, not before", "[sim][bulk]") {
@@ -118,49 +126,32 @@ TEST_CASE("sim bulk copies: misuse the hardware forbids is an error", "[sim][bul
                       }),
              Catch::Contains("without a fence.proxy.async by that thread") && Catch::Contains("thread 17"));
   // A plain (untracked) store after the fences, read by the bulk copy.
-  CHECK_THAT(error_of(c,
-                      [&](unsigned char* smem) {
-                        stage(smem, 0.f);
-                        if (tc::thread_idx().x == 0) {
-                          reinterpret_cast<float*>(smem)[3] = 9.f;
-                          issue_all(smem);
-                          tc::bulk_wait<0>();
-                        }
-                      }),
+  CHECK_THAT(error_after_staging(c,
+                                 [&](unsigned char* smem) {
+                                   reinterpret_cast<float*>(smem)[3] = 9.f;
+                                   issue_all(smem);
+                                   tc::bulk_wait<0>();
+                                 }),
              Catch::Contains("plain store"));
   // The source rewritten before wait_group.read retired the reads.
-  CHECK_THAT(error_of(c,
-                      [&](unsigned char* smem) {
-                        stage(smem, 0.f);
-                        if (tc::thread_idx().x == 0) {
-                          issue_all(smem);
-                          tc::store_shared(reinterpret_cast<float*>(smem) + 9, 42.f);
-                          tc::bulk_wait<0>();
-                        }
-                      }),
+  CHECK_THAT(error_after_staging(c,
+                                 [&](unsigned char* smem) {
+                                   issue_all(smem);
+                                   tc::store_shared(reinterpret_cast<float*>(smem) + 9, 42.f);
+                                   tc::bulk_wait<0>();
+                                 }),
              Catch::Contains("source was written before"));
   // A thread that exits with a group in flight (its writes would never be ordered).
-  CHECK_THAT(error_of(c,
-                      [&](unsigned char* smem) {
-                        stage(smem, 0.f);
-                        if (tc::thread_idx().x == 0) {
-                          issue_all(smem);
-                          tc::bulk_wait_read<0>();
-                        }
-                      }),
+  CHECK_THAT(error_after_staging(c,
+                                 [&](unsigned char* smem) {
+                                   issue_all(smem);
+                                   tc::bulk_wait_read<0>();
+                                 }),
              Catch::Contains("never retired by cp.async.bulk.wait_group"));
   // Sizes and alignment.
-  CHECK_THAT(error_of(c,
-                      [&](unsigned char* smem) {
-                        stage(smem, 0.f);
-                        if (tc::thread_idx().x == 0) tc::bulk_store(dst, smem, 24);
-                      }),
+  CHECK_THAT(error_after_staging(c, [&](unsigned char* smem) { tc::bulk_store(dst, smem, 24); }),
              Catch::Contains("not a positive multiple of 16"));
-  CHECK_THAT(error_of(c,
-                      [&](unsigned char* smem) {
-                        stage(smem, 0.f);
-                        if (tc::thread_idx().x == 0) tc::bulk_store(dst + 1, smem, 16);
-                      }),
+  CHECK_THAT(error_after_staging(c, [&](unsigned char* smem) { tc::bulk_store(dst + 1, smem, 16); }),
              Catch::Contains("not 16-byte aligned"));
 }
 
