@@ -66,6 +66,16 @@ inline Operand dense(WgmmaSwizzle s, WgmmaMajor major, int mn_extent) {
   return {s, major, 8 * 16 * W, 8 * 16 * W * (mn_extent / (8 * W))};
 }
 
+// A (64 x 16) and B (16 x n) densely placed in one swizzle mode, each K- and MN-major.
+struct DenseOperands {
+  Operand ak, amn, bk, bmn;
+  DenseOperands(WgmmaSwizzle s, int n)
+      : ak(dense(s, WgmmaMajor::k, 64)), amn(dense(s, WgmmaMajor::mn, 64)), bk(dense(s, WgmmaMajor::k, n)),
+        bmn(dense(s, WgmmaMajor::mn, n)) {}
+};
+
+constexpr WgmmaSwizzle kSwizzles[] = {WgmmaSwizzle::none, WgmmaSwizzle::b32, WgmmaSwizzle::b64, WgmmaSwizzle::b128};
+
 inline size_t operand_bytes(const Operand& o, int mn_extent) {
   size_t hi = 0;
   for (int mn = 0; mn < mn_extent; ++mn)
@@ -89,16 +99,18 @@ struct WgmmaCase {
   std::vector<uint32_t> a;
   std::vector<float> c, C;         // C: [64][n] row-major
   std::vector<uint16_t> A, B;      // A: [64][16], B: [16][n] row-major
-  WgmmaCase() = default;
+  WgmmaCase(int n, const Operand* a, const Operand& b, bool trans_a, bool trans_b, bool accumulate, uint32_t seed);
   WgmmaCase(const WgmmaCase&) = delete;  // args points into this object
 };
 
 inline int d_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i % 4) / 2); }
 inline int d_col(int t, int i) { return 8 * (i / 4) + 2 * (t % 4) + i % 2; }
 
-template <int N>
-void make_case(WgmmaCase& w, const Operand* a, const Operand& b, bool trans_a, bool trans_b, bool accumulate,
-               uint32_t seed) {
+// A case of n columns (64 or 128): random A, B and C (from seed), A from shared memory
+// placed as `a` or, with a null `a`, from registers.
+inline WgmmaCase::WgmmaCase(int N, const Operand* a, const Operand& b, bool trans_a, bool trans_b, bool accumulate,
+                            uint32_t seed) {
+  WgmmaCase& w = *this;  // w.a, the A registers, beside the parameter a, A's placement
   w.A = random_bf16(64 * 16, seed);
   w.B = random_bf16(16 * N, seed + 1);
   std::mt19937 rng(seed + 2);

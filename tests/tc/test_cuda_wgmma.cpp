@@ -29,8 +29,7 @@ namespace {
 
 template <int N, bool kTransA, bool kTransB>
 void compare(const Operand* a, const Operand& b, bool accumulate, uint32_t seed) {
-  WgmmaCase w;
-  make_case<N>(w, a, b, kTransA, kTransB, accumulate, seed);
+  WgmmaCase w(N, a, b, kTransA, kTransB, accumulate, seed);
   const std::vector<float> sim_d = emulate(w);
   std::vector<float> hw_d(sim_d.size(), NAN);
   w.args.d = hw_d.data();
@@ -57,16 +56,15 @@ TEST_CASE("cuda wgmma matches the emulator", "[cuda][wgmma][sm90a]") {
     return;
   }
   uint32_t seed = 500;
-  for (WgmmaSwizzle s : {WgmmaSwizzle::none, WgmmaSwizzle::b32, WgmmaSwizzle::b64, WgmmaSwizzle::b128}) {
-    const Operand ak = dense(s, WgmmaMajor::k, 64), amn = dense(s, WgmmaMajor::mn, 64);
-    const Operand bk = dense(s, WgmmaMajor::k, 128), bmn = dense(s, WgmmaMajor::mn, 128);
-    compare<128, false, false>(&ak, bk, true, seed++);
-    compare<128, false, true>(&ak, bmn, false, seed++);
-    compare<128, true, false>(&amn, bk, true, seed++);
-    compare<128, true, true>(&amn, bmn, true, seed++);
-    compare<128, false, false>(nullptr, bk, true, seed++);
-    compare<128, false, true>(nullptr, bmn, true, seed++);
-    compare<64, false, true>(&ak, dense(s, WgmmaMajor::mn, 64), true, seed++);
+  for (WgmmaSwizzle s : kSwizzles) {
+    const DenseOperands o(s, 128);
+    compare<128, false, false>(&o.ak, o.bk, true, seed++);
+    compare<128, false, true>(&o.ak, o.bmn, false, seed++);
+    compare<128, true, false>(&o.amn, o.bk, true, seed++);
+    compare<128, true, true>(&o.amn, o.bmn, true, seed++);
+    compare<128, false, false>(nullptr, o.bk, true, seed++);
+    compare<128, false, true>(nullptr, o.bmn, true, seed++);
+    compare<64, false, true>(&o.ak, dense(s, WgmmaMajor::mn, 64), true, seed++);
     compare<64, false, false>(nullptr, dense(s, WgmmaMajor::k, 64), false, seed++);
   }
 }

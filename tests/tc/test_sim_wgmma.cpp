@@ -75,7 +75,7 @@ TEST_CASE("wgmma canonical layouts: the decoder agrees with the ISA's figures, l
   const auto n = tc::wgmma_decode(tc::wgmma_desc(0, 128, 256, WgmmaSwizzle::none));
   CHECK(tc::wgmma_element_address(n, WgmmaMajor::k, 9, 10) == 256 + 128 + 16 + 4);
   // ... and this file's placement agrees with the decoder in every mode.
-  for (WgmmaSwizzle s : {WgmmaSwizzle::none, WgmmaSwizzle::b32, WgmmaSwizzle::b64, WgmmaSwizzle::b128})
+  for (WgmmaSwizzle s : kSwizzles)
     for (WgmmaMajor m : {WgmmaMajor::k, WgmmaMajor::mn}) {
       const Operand o = dense(s, m, 128);
       const auto d = tc::wgmma_decode(tc::wgmma_desc(0, o.lbo, o.sbo, s));
@@ -95,8 +95,7 @@ namespace {
 // through the probe body, against a double matmul.
 template <int N, bool kTransA, bool kTransB>
 void check_product(const Operand* a, const Operand& b, bool accumulate, uint32_t seed) {
-  WgmmaCase w;
-  make_case<N>(w, a, b, kTransA, kTransB, accumulate, seed);
+  const WgmmaCase w(N, a, b, kTransA, kTransB, accumulate, seed);
   const std::vector<float> d = emulate(w);
   CHECK(count_off_reference(w, d) == 0);
 }
@@ -105,23 +104,21 @@ void check_product(const Operand* a, const Operand& b, bool accumulate, uint32_t
 
 TEST_CASE("sim wgmma: A and B from shared memory in every swizzle mode and major-ness match a matmul", "[sim][wgmma]") {
   uint32_t seed = 11;
-  for (WgmmaSwizzle s : {WgmmaSwizzle::none, WgmmaSwizzle::b32, WgmmaSwizzle::b64, WgmmaSwizzle::b128}) {
+  for (WgmmaSwizzle s : kSwizzles) {
     INFO("swizzle " << name(s));
-    const Operand ak = dense(s, WgmmaMajor::k, 64), amn = dense(s, WgmmaMajor::mn, 64);
-    const Operand bk = dense(s, WgmmaMajor::k, 128), bmn = dense(s, WgmmaMajor::mn, 128);
-    check_product<128, false, false>(&ak, bk, true, seed++);
-    check_product<128, false, true>(&ak, bmn, false, seed++);
-    check_product<128, true, false>(&amn, bk, true, seed++);
-    check_product<128, true, true>(&amn, bmn, true, seed++);
-    const Operand bk64 = dense(s, WgmmaMajor::k, 64), bmn64 = dense(s, WgmmaMajor::mn, 64);
-    check_product<64, false, false>(&ak, bk64, true, seed++);
-    check_product<64, true, true>(&amn, bmn64, false, seed++);
+    const DenseOperands o(s, 128), o64(s, 64);
+    check_product<128, false, false>(&o.ak, o.bk, true, seed++);
+    check_product<128, false, true>(&o.ak, o.bmn, false, seed++);
+    check_product<128, true, false>(&o.amn, o.bk, true, seed++);
+    check_product<128, true, true>(&o.amn, o.bmn, true, seed++);
+    check_product<64, false, false>(&o.ak, o64.bk, true, seed++);
+    check_product<64, true, true>(&o.amn, o64.bmn, false, seed++);
   }
 }
 
 TEST_CASE("sim wgmma: A from registers (the ISA's fragment) matches a matmul", "[sim][wgmma]") {
   uint32_t seed = 101;
-  for (WgmmaSwizzle s : {WgmmaSwizzle::none, WgmmaSwizzle::b32, WgmmaSwizzle::b64, WgmmaSwizzle::b128}) {
+  for (WgmmaSwizzle s : kSwizzles) {
     INFO("swizzle " << name(s));
     check_product<128, false, false>(nullptr, dense(s, WgmmaMajor::k, 128), true, seed++);
     check_product<128, false, true>(nullptr, dense(s, WgmmaMajor::mn, 128), true, seed++);
