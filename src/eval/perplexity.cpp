@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/file_util.h"
 #include "io/model_dir.h"
+#include "io/run_head.h"
 #include "model/micro_step.h"
 
 namespace kdtrain::eval {
@@ -69,10 +70,12 @@ std::string resolve_model_dir(const std::string& path) {
   const fs::path p(path);
   KD_CHECK(fs::exists(p), "no such file or directory: ", path);
   if (fs::exists(p / "config.json") && fs::exists(p / "model.safetensors")) return p.string();
-  KD_CHECK(fs::exists(p / "checkpoints" / "latest"), path,
+  KD_CHECK(fs::is_directory(p / kCheckpointsDir), path,
            ": neither a model checkpoint (config.json + model.safetensors) nor a run directory "
-           "(checkpoints/latest)");
-  return latest_checkpoint(path);
+           "(checkpoints/)");
+  const io::ResumePoint point = io::resume_point_of_run(path);
+  if (!point.note.empty()) spdlog::warn("{}: {}; reading {}", path, point.note, point.checkpoint);
+  return point.checkpoint;
 }
 
 // Says which N an affine `sequence` model divides by outside training, and warns when

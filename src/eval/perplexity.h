@@ -42,7 +42,9 @@ PerplexityResult evaluate_perplexity(Model& model, const data::TokenDataset& dat
                                      const std::vector<int32_t>* token_bytes = nullptr);
 
 // A model checkpoint directory (config.json + model.safetensors), or a run
-// directory whose checkpoints/latest names one.
+// directory: the checkpoint `--resume RUN` continues from (io/run_head.h), what
+// `latest` names or, without `latest` or behind a newer complete one, the newest
+// that verifies (said on the console).
 std::string resolve_model_dir(const std::string& path);
 
 // Loads a checkpoint (resolve_model_dir) forward-only onto `backend`; `affine_n`, when

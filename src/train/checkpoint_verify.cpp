@@ -11,6 +11,7 @@
 #include "io/file_util.h"
 #include "io/model_dir.h"
 #include "io/output_dir.h"
+#include "io/run_head.h"
 #include "io/run_layout.h"
 #include "io/safetensors.h"
 #include "model/param_layout.h"
@@ -109,7 +110,7 @@ RunVerification verify_run(const std::string& given) {
   // (verified here too), or one pruned since it was read (then it is read again).
   for (int attempt = 0; attempt < 5; ++attempt) {
     try {
-      const ResumePoint point = resume_point_of_run(run_dir);
+      const io::ResumePoint point = io::resume_point_of_run(run_dir);
       const std::string& resumed = point.checkpoint;
       auto named = [&](const std::string& dir) { return fs::exists(dir) && fs::equivalent(dir, resumed); };
       bool seen = std::any_of(r.bad.begin(), r.bad.end(), [&](const auto& b) { return named(b.first); });

@@ -39,7 +39,7 @@ struct RunVerification {
   std::vector<std::string> pruned;  // deleted by the live run while being read (not failures)
   // What `--resume RUN` continues from ("" when that is no good checkpoint): what
   // `latest` names, or the newest checkpoint that verifies with `resume_note`
-  // saying why (train/training_checkpoint.h, resume_point_of_run).
+  // saying why (io/run_head.h, resume_point_of_run).
   std::string resume_from, resume_note;
   std::string resume_error;  // why there is none
 };

@@ -18,6 +18,7 @@
 #include "io/file_util.h"
 #include "io/model_dir.h"
 #include "io/output_dir.h"
+#include "io/run_head.h"
 #include "io/safetensors.h"
 #include "train/trainer_state.h"
 
@@ -37,27 +38,6 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   out.commit();
 }
 
-std::string step_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
-  return buf;
-}
-
-// Checkpoint directories under <run>/checkpoints, oldest first. Only real
-// directories named step_<digits> count: staging ("*.tmp.<pid>") and moved-aside
-// ("*.old.<pid>") leftovers of a killed writer, and links, are not checkpoints.
-std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root) {
-  std::vector<std::pair<int64_t, fs::path>> dirs;
-  if (!fs::exists(root)) return dirs;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    int64_t step = 0;
-    if (entry.is_directory() && !entry.is_symlink() && parse_step_name(entry.path().filename().string(), &step))
-      dirs.emplace_back(step, entry.path());
-  }
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
-}
-
 // Leftovers of a writer killed mid-checkpoint. The run lock guarantees no other
 // process is writing here, so every one of them is stale.
 void remove_stale_staging(const fs::path& root) {
@@ -72,77 +52,13 @@ void remove_stale_staging(const fs::path& root) {
 // `latest` only moves forward, past what it named).
 int64_t latest_step(const fs::path& root) { return latest_named_step(root.parent_path().string()); }
 
-// The newest checkpoint of a run whose files all verify against their
-// checksums, "" when none does; `skipped` lists the newer ones that did not.
-std::string newest_verified(const fs::path& root, std::string* skipped) {
-  const auto all = list_checkpoints(root);
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    try {
-      io::verify_checksums(it->second.string());
-      if (fs::exists(it->second / kStateFile)) return it->second.string();
-      *skipped += "\n  " + it->second.string() + ": no " + kStateFile;
-    } catch (const std::exception& e) {
-      *skipped += "\n  " + std::string(e.what());
-    }
-  }
-  return "";
-}
-
-// A run killed after its checkpoint moved into place and before `latest` did: the
-// newest checkpoint that verifies when it is newer than the one `latest` names
-// (`newest` is newest_verified's answer), else "". A step_<N> directory appears
-// only whole, by rename, so that one is the run's true head.
-std::string newer_than_latest(int64_t named, const std::string& newest) {
-  int64_t step = 0;
-  if (newest.empty() || !parse_step_name(fs::path(newest).filename().string(), &step) || step <= named) return "";
-  return newest;
-}
-
-}  // namespace
-
-ResumePoint resume_point_of_run(const std::string& run) {
-  const fs::path root = fs::path(run) / kCheckpointsDir;
-  const bool has_latest = fs::exists(root / kLatest);
-  if (has_latest) {
-    const int64_t named = latest_named_step(run);
-    const auto all = list_checkpoints(root);
-    if (std::any_of(all.begin(), all.end(), [&](const auto& c) { return c.first == named; }) ||
-        fs::exists(root / step_name(named))) {
-      const std::string named_dir = latest_checkpoint(run);  // which refuses a `latest` naming anything but a checkpoint
-      if (all.empty() || all.back().first <= named) return {named_dir, ""};
-      std::string skipped;
-      const std::string newer = newer_than_latest(named, newest_verified(root, &skipped));
-      if (newer.empty()) return {named_dir, ""};
-      return {newer, "checkpoints/" + std::string(kLatest) + " names " + step_name(named) + ", but " + newer +
-                         " is complete (a run stopped between writing it and moving " + kLatest + ")"};
-    }
-    std::string skipped;
-    const std::string newest = newest_verified(root, &skipped);
-    fail((root / kLatest).string(), " names ", step_name(named), ", which no longer exists. ",
-         newest.empty() ? "No other checkpoint of the run verifies" + skipped
-                        : "The newest checkpoint that verifies is " + newest + "; continue from it with --resume " +
-                              newest + " --rewind");
-  }
-  KD_CHECK(!list_checkpoints(root).empty(), "--resume ", run, ": neither a checkpoint directory (no ", kStateFile,
-           ") nor a run directory (no checkpoints/", kLatest, ")");
-  std::string skipped;
-  const std::string newest = newest_verified(root, &skipped);
-  KD_CHECK(!newest.empty(), "--resume ", run, ": checkpoints/", kLatest, " is missing and no checkpoint verifies:",
-           skipped);
-  return {newest, "checkpoints/" + std::string(kLatest) + " is missing (a run stopped before writing it); " +
-                      newest + " is the newest checkpoint that verifies" +
-                      (skipped.empty() ? "" : " (newer ones did not:" + skipped + ")")};
-}
-
-namespace {
-
 fs::path resolve_checkpoint(const std::string& given) {
   const std::string path = normal_path(given);
   const fs::path p(path);
   if (fs::exists(p / kStateFile)) return p;
   KD_CHECK(io::dir_content(path) != io::DirContent::training_checkpoint, path,
            ": not a complete training checkpoint (no ", kStateFile, ")");
-  const ResumePoint point = resume_point_of_run(path);
+  const io::ResumePoint point = io::resume_point_of_run(path);
   if (!point.note.empty()) spdlog::warn("--resume {}: {}; resuming {}", path, point.note, point.checkpoint);
   const fs::path dir = point.checkpoint;
   KD_CHECK(fs::exists(dir / kStateFile), dir.string(), ": not a complete training checkpoint (no ",
@@ -211,7 +127,7 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
                                      const TrainingState& state, int64_t keep,
                                      dist::Communicator& comm) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
-  const fs::path final_dir = root / step_name(state.step);
+  const fs::path final_dir = root / io::checkpoint_dir_name(state.step);
   const int rank = comm.rank(), world = comm.world();
   std::unique_ptr<io::StagedDir> stage;
   std::string staging, error;
@@ -251,7 +167,7 @@ std::string save_training_checkpoint(const std::string& run_dir, const Config& c
       // ...and `latest` moves only to a checkpoint that verifies against them.
       io::verify_checksums(final_dir.string());
       write_text_atomically((root / kLatest).string(), final_dir.filename().string() + "\n");
-      const auto all = list_checkpoints(root);
+      const auto all = io::list_checkpoints(root);
       const size_t keep_n = static_cast<size_t>(std::max<int64_t>(keep, 1));
       for (size_t i = 0; i + keep_n < all.size(); ++i)
         if (all[i].second != final_dir) io::remove_dir_atomically(all[i].second.string());
@@ -379,12 +295,12 @@ TrainingState load_training_checkpoint(const std::string& path, const Config& co
 }
 
 std::string newest_checkpoint_name(const std::string& run_dir) {
-  const auto all = list_checkpoints(fs::path(run_dir) / kCheckpointsDir);
+  const auto all = io::list_checkpoints(fs::path(run_dir) / kCheckpointsDir);
   return all.empty() ? "" : all.back().second.filename().string();
 }
 
 int64_t run_head_step(const std::string& run_dir) {
-  const auto all = list_checkpoints(fs::path(run_dir) / kCheckpointsDir);
+  const auto all = io::list_checkpoints(fs::path(run_dir) / kCheckpointsDir);
   return std::max(latest_named_step(run_dir), all.empty() ? int64_t{0} : all.back().first);
 }
 

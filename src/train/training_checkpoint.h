@@ -70,16 +70,6 @@ TrainingState load_training_checkpoint(const std::string& path, const Config& co
 // they tile the arena, belong to this step and hold finite moments. Reads no
 // tensor into memory (for `kdtrain verify`).
 void verify_moments(const std::string& dir, int64_t total, int64_t step);
-// The checkpoint `--resume RUN` continues from: the one `latest` names, or, in a
-// run stopped before its first `latest` or between a checkpoint and `latest`,
-// the newest checkpoint that verifies, with `note` saying why ("" when `latest`
-// names it). Throws as --resume does when `latest` names a checkpoint that
-// vanished (naming the newest that verifies and the --rewind that continues
-// from it) or no checkpoint verifies. `kdtrain verify RUN` reports the same.
-struct ResumePoint {
-  std::string checkpoint, note;
-};
-ResumePoint resume_point_of_run(const std::string& run_dir);
 // The name of a run's newest step_<N> checkpoint directory, whether `latest`
 // names it or not; "" when it has none.
 std::string newest_checkpoint_name(const std::string& run_dir);

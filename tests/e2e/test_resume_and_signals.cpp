@@ -73,22 +73,31 @@ TEST_CASE("crash before latest: --resume RUN continues from a checkpoint newer t
   require_all(out, {"step_00000006", "--rewind"});
 }
 
-TEST_CASE("crash before latest: verify RUN checks what --resume RUN continues from, without latest or behind it",
+TEST_CASE("crash before latest: verify RUN and eval RUN take what --resume RUN continues from, without latest or behind it",
           "[reliability][resume]") {
   FinishedRun r("verify_head", 4, 2);
   std::string out;
   auto verify = [&] { return kdtrain_cli(r.tmp, {"verify", r.dir.string()}, &out); };
   auto resumes = [&](int step) { return "resume: " + step_dir(r.dir, step).string(); };
+  // eval (as analyze, dump and export, which resolve a run the same way) prints the checkpoint it read.
+  auto eval = [&] {
+    return kdtrain_cli(r.tmp, {"eval", "--checkpoint", r.dir.string(), "--data", r.shard, "--max-windows", "1"}, &out);
+  };
+  auto evaluates = [&](int step) { return "eval " + step_dir(r.dir, step).string() + ":"; };
   // Killed after step 4's rename, before latest moved: --resume RUN takes step 4, and verify says so.
   write_bytes(r.dir / "checkpoints" / "latest", "step_00000002\n");
   // Before: "latest: .../step_00000002", as if a resume continued from there.
   CHECK(verify() == 0);
   require_all(out, {"names step_00000002", resumes(4)});
+  CHECK(eval() == 0);  // before: it scored step 2
+  require_all(out, {"names step_00000002", evaluates(4)});
   // Killed before latest was first written: every checkpoint verifies, and the newest is what a resume takes.
   fs::remove(r.dir / "checkpoints" / "latest");
   // Before: exit 1, "0 of 2 checkpoints failed verification and `latest` names no good checkpoint".
   CHECK(verify() == 0);
   require_all(out, {"latest is missing", resumes(4)});
+  CHECK(eval() == 0);  // before: "neither a model checkpoint ... nor a run directory (checkpoints/latest)"
+  require_all(out, {"latest is missing", evaluates(4)});
   // The newest checkpoint damaged: verify fails naming it, and names the older one --resume RUN takes instead.
   const fs::path weights = step_dir(r.dir, 4) / "model.safetensors";
   std::string bytes = read_bytes(weights);
