@@ -45,102 +45,43 @@ struct Choices<AttentionVariant> {
   static constexpr const char* what = "attention variant";
   static constexpr const auto& rows = kAttentionVariants;
 };
-template <>
-struct Choices<AlphaActivation> {
-  static constexpr const char* what = "alpha activation";
-  static constexpr ChoiceName<AlphaActivation> rows[] = {
-      {AlphaActivation::linear_clip, "linear_clip"}, {AlphaActivation::sigmoid, "sigmoid"}};
-};
-template <>
-struct Choices<AffineBiasDivisor> {
-  static constexpr const char* what = "affine bias divisor";
-  static constexpr ChoiceName<AffineBiasDivisor> rows[] = {{AffineBiasDivisor::sequence, "sequence"},
-                                                           {AffineBiasDivisor::visible, "visible"}};
-};
-template <>
-struct Choices<AffineInferenceN> {
-  static constexpr const char* what = "affine inference N";
-  static constexpr ChoiceName<AffineInferenceN> rows[] = {{AffineInferenceN::train_length, "train_length"},
-                                                          {AffineInferenceN::keys, "keys"}};
-};
-template <>
-struct Choices<KdLoss> {
-  static constexpr const char* what = "KD loss";
-  static constexpr ChoiceName<KdLoss> rows[] = {
-      {KdLoss::forward_kl, "forward_kl"}, {KdLoss::reverse_kl, "reverse_kl"}, {KdLoss::soft_ce, "soft_ce"}};
-};
-template <>
-struct Choices<ScheduleKind> {
-  static constexpr const char* what = "schedule kind";
-  static constexpr ChoiceName<ScheduleKind> rows[] = {
-      {ScheduleKind::wsd, "wsd"}, {ScheduleKind::cosine, "cosine"}, {ScheduleKind::constant, "constant"}};
-};
-template <>
-struct Choices<DecayShape> {
-  static constexpr const char* what = "decay shape";
-  static constexpr ChoiceName<DecayShape> rows[] = {
-      {DecayShape::linear, "linear"}, {DecayShape::cosine, "cosine"}, {DecayShape::one_minus_sqrt, "1-sqrt"}};
-};
-template <>
-struct Choices<NonFinitePolicy> {
-  static constexpr const char* what = "non-finite policy";
-  static constexpr ChoiceName<NonFinitePolicy> rows[] = {{NonFinitePolicy::stop, "stop"},
-                                                         {NonFinitePolicy::skip, "skip"}};
-};
-template <>
-struct Choices<ModelFamily> {
-  static constexpr const char* what = "model family";
-  static constexpr ChoiceName<ModelFamily> rows[] = {{ModelFamily::llama, "llama"},
-                                                     {ModelFamily::qwen2, "qwen2"}};
-};
-template <>
-struct Choices<RopeScalingType> {
-  static constexpr const char* what = "RoPE scaling type";
-  static constexpr ChoiceName<RopeScalingType> rows[] = {{RopeScalingType::none, "default"},
-                                                         {RopeScalingType::llama3, "llama3"}};
-};
-template <>
-struct Choices<Device> {
-  static constexpr const char* what = "device";
-  static constexpr ChoiceName<Device> rows[] = {{Device::cpu, "cpu"}, {Device::cuda, "cuda"}};
-};
-template <>
-struct Choices<CacheTail> {
-  static constexpr const char* what = "cache tail";
-  static constexpr ChoiceName<CacheTail> rows[] = {{CacheTail::renormalize, "renormalize"},
-                                                   {CacheTail::bucket, "bucket"}};
-};
 
-template <>
-struct Choices<DistBackend> {
-  static constexpr const char* what = "dist.backend";
-  static constexpr ChoiceName<DistBackend> rows[] = {{DistBackend::auto_select, "auto"},
-                                                     {DistBackend::single, "single"},
-                                                     {DistBackend::mpi, "mpi"},
-                                                     {DistBackend::nccl, "nccl"}};
-};
-template <>
-struct Choices<ReduceDtype> {
-  static constexpr const char* what = "dist.reduce_dtype";
-  static constexpr ChoiceName<ReduceDtype> rows[] = {{ReduceDtype::fp32, "fp32"},
-                                                     {ReduceDtype::bf16, "bf16"}};
-};
+// The other tables: KDTRAIN_CHOICES(E, what, {E::a, "a"}, {E::b, "b"}, ...) specialises Choices<E>.
+#define KDTRAIN_CHOICES(E, WHAT, ...)                      \
+  template <>                                              \
+  struct Choices<E> {                                      \
+    static constexpr const char* what = WHAT;              \
+    static constexpr ChoiceName<E> rows[] = {__VA_ARGS__}; \
+  }
 
-template <>
-struct Choices<Recompute> {
-  static constexpr const char* what = "train.recompute";
-  static constexpr ChoiceName<Recompute> rows[] = {{Recompute::none, "none"},
-                                                   {Recompute::swiglu, "swiglu"},
-                                                   {Recompute::norms, "norms"},
-                                                   {Recompute::mlp, "mlp"}};
-};
-template <>
-struct Choices<AttentionForward> {
-  static constexpr const char* what = "train.attention_forward";
-  static constexpr ChoiceName<AttentionForward> rows[] = {{AttentionForward::auto_select, "auto"},
-                                                          {AttentionForward::mma_sync, "mma_sync"},
-                                                          {AttentionForward::wgmma, "wgmma"}};
-};
+KDTRAIN_CHOICES(AlphaActivation, "alpha activation",
+    {AlphaActivation::linear_clip, "linear_clip"}, {AlphaActivation::sigmoid, "sigmoid"});
+KDTRAIN_CHOICES(AffineBiasDivisor, "affine bias divisor",
+    {AffineBiasDivisor::sequence, "sequence"}, {AffineBiasDivisor::visible, "visible"});
+KDTRAIN_CHOICES(AffineInferenceN, "affine inference N",
+    {AffineInferenceN::train_length, "train_length"}, {AffineInferenceN::keys, "keys"});
+KDTRAIN_CHOICES(KdLoss, "KD loss",
+    {KdLoss::forward_kl, "forward_kl"}, {KdLoss::reverse_kl, "reverse_kl"}, {KdLoss::soft_ce, "soft_ce"});
+KDTRAIN_CHOICES(ScheduleKind, "schedule kind",
+    {ScheduleKind::wsd, "wsd"}, {ScheduleKind::cosine, "cosine"}, {ScheduleKind::constant, "constant"});
+KDTRAIN_CHOICES(DecayShape, "decay shape",
+    {DecayShape::linear, "linear"}, {DecayShape::cosine, "cosine"}, {DecayShape::one_minus_sqrt, "1-sqrt"});
+KDTRAIN_CHOICES(NonFinitePolicy, "non-finite policy", {NonFinitePolicy::stop, "stop"}, {NonFinitePolicy::skip, "skip"});
+KDTRAIN_CHOICES(ModelFamily, "model family", {ModelFamily::llama, "llama"}, {ModelFamily::qwen2, "qwen2"});
+KDTRAIN_CHOICES(RopeScalingType, "RoPE scaling type",
+    {RopeScalingType::none, "default"}, {RopeScalingType::llama3, "llama3"});
+KDTRAIN_CHOICES(Device, "device", {Device::cpu, "cpu"}, {Device::cuda, "cuda"});
+KDTRAIN_CHOICES(CacheTail, "cache tail", {CacheTail::renormalize, "renormalize"}, {CacheTail::bucket, "bucket"});
+KDTRAIN_CHOICES(DistBackend, "dist.backend",
+    {DistBackend::auto_select, "auto"}, {DistBackend::single, "single"}, {DistBackend::mpi, "mpi"},
+    {DistBackend::nccl, "nccl"});
+KDTRAIN_CHOICES(ReduceDtype, "dist.reduce_dtype", {ReduceDtype::fp32, "fp32"}, {ReduceDtype::bf16, "bf16"});
+KDTRAIN_CHOICES(Recompute, "train.recompute",
+    {Recompute::none, "none"}, {Recompute::swiglu, "swiglu"}, {Recompute::norms, "norms"}, {Recompute::mlp, "mlp"});
+KDTRAIN_CHOICES(AttentionForward, "train.attention_forward",
+    {AttentionForward::auto_select, "auto"}, {AttentionForward::mma_sync, "mma_sync"},
+    {AttentionForward::wgmma, "wgmma"});
+#undef KDTRAIN_CHOICES
 
 namespace choice_detail {
 template <typename E>
