@@ -116,25 +116,20 @@ TEST_CASE("validate before writing: what a config gets wrong is refused before t
 TEST_CASE("on_nonfinite=skip: a run that skips step after step stops with an error", "[reliability][nonfinite]") {
   TempDir tmp("skiplimit");
   const std::string shard = text_shard(tmp.path, "train.bin", 20000, 2);
-  // After the first update every step is non-finite.
-  const std::vector<std::string> diverge = plus(diverging_run(), {"--set", "train.on_nonfinite=skip"});
+  // 30 steps in tmp/<name>, every one non-finite after the first update; the exit code.
+  auto diverge = [&](const std::string& name, const std::vector<std::string>& more, std::string* out) {
+    const std::vector<std::string> skip = plus(diverging_run(), {"--set", "train.on_nonfinite=skip"});
+    return run(plus(plus(tiny_train_args(shard, tmp.file(name), 30, 5), skip), more), out, tmp.file(name + ".log"));
+  };
+  std::string out;
   SECTION("the default limit") {
-    const fs::path run_dir = tmp.path / "default";
-    std::string out;
-    const int code = run(plus(tiny_train_args(shard, run_dir.string(), 30, 5), diverge), &out,
-                         (tmp.path / "log").string());
-    CHECK(code == 1);  // 0 before: 29 of 30 steps skipped and "success"
+    CHECK(diverge("default", {}, &out) == 1);  // 0 before: 29 of 30 steps skipped and "success"
     require_all(out, {"10 steps in a row", "train.max_consecutive_skips"});
   }
   SECTION("a configured limit") {
-    const fs::path run_dir = tmp.path / "three";
-    std::string out;
-    const int code = run(plus(plus(tiny_train_args(shard, run_dir.string(), 30, 5), diverge),
-                              {"--set", "train.max_consecutive_skips=3"}),
-                         &out, (tmp.path / "log").string());
-    CHECK(code == 1);
+    CHECK(diverge("three", {"--set", "train.max_consecutive_skips=3"}, &out) == 1);
     require_all(out, {"3 steps in a row", "train.max_consecutive_skips = 3"});
-    const auto rows = metrics_of(run_dir);
+    const auto rows = metrics_of(tmp.path / "three");
     REQUIRE(rows.size() >= 3);
     for (size_t i = rows.size() - 2; i < rows.size(); ++i) CHECK_FALSE(rows[i]["applied"].get<bool>());
   }
