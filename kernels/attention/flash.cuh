@@ -52,9 +52,12 @@ void flash_attention_forward(const flash::AttentionParams& p, void* workspace, s
 // dqkv and dalpha written, dsinks accumulated. `workspace` holds at least
 // flash_attention_backward_workspace_bytes(p) bytes (flash_backward_workspace.h: the fp32 dq
 // accumulator, B*H*T*D*4 bytes with T rounded up to 64, per-row statistics, semaphores,
-// and the scans' buffers for affine), 16-byte aligned, any contents.
+// and the scans' buffers for affine), 16-byte aligned, any contents. `wgmma_sm90a`: run
+// the main kernel's Hopper build (S^T, dP^T, dV, dK on wgmma; flash_backward_wgmma.cuh; a
+// device of compute capability 9.0, a build with KDTRAIN_CUDA_SM90A) instead of the
+// mma.sync one; backend/cuda/attention_path.h's choose_flash_backward_kernel decides.
 void flash_attention_backward(const flash::AttentionParams& p, void* workspace, size_t workspace_bytes,
-                              cudaStream_t stream);
+                              cudaStream_t stream, bool wgmma_sm90a = false);
 
 // The launchers' preconditions: the shape limits of flash_shape.h, no variant
 // with both a sink and affine scaling, 16-byte aligned bf16 tensors.

@@ -10,6 +10,9 @@
 #include "kernels/attention/flash_backward_kernel.cuh"
 #include "kernels/attention/flash_backward_prep.cuh"
 #include "kernels/attention/flash_backward_sequence.h"
+#if KDTRAIN_HAVE_SM90A
+#include "kernels/attention/flash_backward_sm90a.h"
+#endif
 #include "kernels/attention/prefix_scan.cuh"
 
 namespace kdtrain::cuda {
@@ -43,6 +46,7 @@ dim3 grid_of(const flash::BwdGrid& g) {
 
 struct CudaLauncher {
   cudaStream_t stream;
+  bool wgmma_sm90a = false;  // the main kernel's sm_90a build
   void zero(void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream)); }
   template <typename In>
   void scan(const flash::ScanArgs<In>& args) {
@@ -60,6 +64,14 @@ struct CudaLauncher {
   }
   template <int D, bool kAffine, bool kAtomic>
   void main(const flash::BwdGrid& g, const flash::BwdArgs& a) {
+    if (wgmma_sm90a) {
+#if KDTRAIN_HAVE_SM90A
+      launch_flash_backward_main_sm90a(a, g.x, kAtomic, stream);
+      return;
+#else
+      fail("flash attention backward: the sm_90a (wgmma) kernel is not in this build (CMake KDTRAIN_CUDA_SM90A=OFF)");
+#endif
+    }
     constexpr size_t bytes = flash_bwd::MainLayout<D, kAffine>::kBytes;
     auto kernel = bwd_main_kernel<D, kAffine, kAtomic>;
     // Once per instantiation and process (a process drives one device), not per launch.
@@ -80,7 +92,7 @@ size_t flash_attention_backward_workspace_bytes(const flash::AttentionParams& p)
 }
 
 void flash_attention_backward(const flash::AttentionParams& p, void* workspace, size_t workspace_bytes,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, bool wgmma_sm90a) {
   check_flash_params(p, "flash attention backward");
   if (p.B == 0 || p.T == 0 || p.H == 0) return;
   if (p.T > (int64_t{1} << 30)) fail("flash attention backward: T = ", p.T, " is above 2^30");
@@ -90,7 +102,7 @@ void flash_attention_backward(const flash::AttentionParams& p, void* workspace, 
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
     fail("flash attention backward: the workspace must be 16-byte aligned");
   const flash::BwdArgs a = flash::make_bwd_args(p, static_cast<unsigned char*>(workspace));
-  CudaLauncher launch{stream};
+  CudaLauncher launch{stream, wgmma_sm90a};
   auto* ws = static_cast<unsigned char*>(workspace);
   flash::flash_dispatch(p.sink, p.affine, [&](auto flags) {
     using Flags = decltype(flags);

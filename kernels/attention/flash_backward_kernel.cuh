@@ -12,12 +12,15 @@
 // spills at D = 128, at the price of reading the warp's K / V fragments twice per step)
 // each run S^T / dP^T, dS^T, dV / dK; then dQ = dS K, staged in shared memory and added to
 // the ordered fp32 accumulator by thread 0 during the next step (DqWriter). The block
-// keeps dK_w, dV_w (2 x 16 x D fp32) in registers and writes them once.
+// keeps dK_w, dV_w (2 x 16 x D fp32) in registers and writes them once. Two builds of
+// the same steps: mma.sync (sm_90, flash_backward.cu) and, with kWgmma, S^T / dP^T and
+// dV / dK as warpgroup wgmma products (sm_90a, flash_backward_sm90a.cu).
 #pragma once
 #include <cstdint>
 
 #include "kernels/attention/flash_backward_args.h"
 #include "kernels/attention/flash_backward_steps.cuh"
+#include "kernels/attention/flash_backward_wgmma.cuh"
 #include "kernels/tc/primitives.cuh"
 #include "kernels/tc/sync.cuh"
 
@@ -67,14 +70,16 @@ TC_DEVICE void bwd_finalize(const BwdArgs& a) {
   store_dq<D, kAffine>(a, qacc, rsum, b, h, i0, warp, lane);
 }
 
-template <int D, bool kAffine, bool kAtomic = flash::kBwdAtomicDq>
+// kWgmma (sm_90a only): S^T / dP^T and dV / dK on wgmma (flash_backward_wgmma.cuh), Q, dO,
+// K, V in the tc::WgmmaTile layout; otherwise mma.sync throughout.
+template <int D, bool kAffine, bool kAtomic = flash::kBwdAtomicDq, bool kWgmma = false>
 TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   using L = MainLayout<D, kAffine>;
   constexpr int Br = L::Br, kSub = 2, kSubQ = Br / kSub, kNq = kSubQ / 8;  // query sub-tiles
   const flash::BwdSchedule& sc = a.sched;
   const BwdBlock w = take_item<D, kAffine>(a, smem);
-  load_kv<D, kAffine>(a, smem, w);
-  load_step<D, kAffine>(a, smem, w.b, w.g, 0, 0);
+  load_kv<D, kAffine, kWgmma>(a, smem, w);
+  load_step<D, kAffine, kWgmma>(a, smem, w.b, w.g, 0, 0);
   tc::cp_async_commit();
 
   float dk[D / 8][4], dv[D / 8][4];
@@ -82,10 +87,11 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   for (int n = 0; n < D / 8; ++n)
     TC_UNROLL
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
-  const BwdLanes<D> ln(tc::warp_id(), tc::lane_id());
+  const BwdLanes<D, kWgmma ? 64 : D> ln(tc::warp_id(), tc::lane_id());
   const auto* Ks = reinterpret_cast<const uint16_t*>(smem + L::kK);
-  const uint16_t* Kw = Ks + ln.warp * 16 * D;  // the warp's 16 key rows
-  const uint16_t* Vw = reinterpret_cast<const uint16_t*>(smem + L::kV) + ln.warp * 16 * D;
+  const auto* Vs = reinterpret_cast<const uint16_t*>(smem + L::kV);
+  const uint16_t* Kw = Ks + ln.warp * 16 * D;  // the warp's 16 key rows (mma.sync)
+  const uint16_t* Vw = Vs + ln.warp * 16 * D;
   auto* dSs = reinterpret_cast<uint16_t*>(smem + L::kDs);
   auto* rs_part = reinterpret_cast<float*>(smem + L::kRs);
   DqWriter<D, kAffine> writer;
@@ -97,8 +103,9 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     // Stage `stage` has landed; every warp is done with the previous step (dS^T) and has
     // staged and fenced its dQ slice.
     tc::cp_async_wait<0>();
+    if constexpr (kWgmma) tc::fence_proxy_async();  // the landed copies, for the wgmma reads
     tc::sync_block();
-    if (s + 1 < w.steps) load_step<D, kAffine>(a, smem, w.b, w.g, s + 1, stage ^ 1);
+    if (s + 1 < w.steps) load_step<D, kAffine, kWgmma>(a, smem, w.b, w.g, s + 1, stage ^ 1);
     tc::cp_async_commit();
     writer.poll(a, w.kt);
 
@@ -110,12 +117,14 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     for (int sub = 0; sub < kSub; ++sub) {
       const int q0 = sub * kSubQ;  // first query column of the sub-tile
       float sacc[kNq][4], pacc[kNq][4];
-      st_dp_products<D, kNq>(sacc, pacc, ln, Kw, Vw, Qs, dOs, q0);
+      if constexpr (kWgmma) st_dp_wgmma<D, L::Bc, Br, kNq>(sacc, pacc, Ks, Vs, Qs, dOs, ln.warp, q0);
+      else st_dp_products<D, kNq>(sacc, pacc, ln, Kw, Vw, Qs, dOs, q0);
       uint32_t pa[kNq / 2][4], da[kNq / 2][4];
       float rs[16];
       sub_tile_gradients<kAffine, Br, kNq>(pa, da, rs, sacc, pacc, pr, ln.key_r0, ln.tq, q0, dSs);
       if constexpr (kAffine) column_sums<2 * kNq>(rs, rs_part + ln.warp * Br + q0);
-      dv_dk_products<D, kNq>(dv, dk, pa, da, ln, Qs, dOs, q0);
+      if constexpr (kWgmma) dv_dk_wgmma<D, Br, kNq>(dv, dk, pa, da, Qs, dOs, q0);
+      else dv_dk_products<D, kNq>(dv, dk, pa, da, ln, Qs, dOs, q0);
       if (sub == 0) writer.issue(a, smem, w.kt);
       else writer.retire(a, w.kt);
     }

@@ -64,8 +64,15 @@ struct MainLayout {
 
 // Copies rows [0, valid) of a bf16 matrix (row stride `stride` elements) into a swizzled
 // ROWS x D shared tile; rows past `valid` are zero-filled (their source address is row 0,
-// which always exists).
-template <int D, int ROWS, int kThreads>
+// which always exists). kWg: the tile is a tc::WgmmaTile (64-column blocks, what wgmma
+// descriptors address; the same bytes as Swizzle<D> at D = 64) instead of Swizzle<D> rows.
+template <int D, int ROWS, bool kWg>
+TC_DEVICE int tile_offset(int r, int c) {
+  if constexpr (kWg) return tc::WgmmaTile<ROWS, D>::offset(r, c);
+  else return tc::Swizzle<D>::offset(r, c);
+}
+
+template <int D, int ROWS, int kThreads, bool kWg = false>
 TC_DEVICE void load_tile(uint16_t* dst, const uint16_t* src, int64_t stride, int valid) {
   constexpr int kChunks = D / 8;
   static_assert(ROWS * kChunks % kThreads == 0, "every thread copies the same number of chunks");
@@ -75,7 +82,7 @@ TC_DEVICE void load_tile(uint16_t* dst, const uint16_t* src, int64_t stride, int
     const int idx = tid + k * kThreads;
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
     const bool ok = r < valid;
-    tc::cp_async_16(dst + tc::Swizzle<D>::offset(r, c), src + (ok ? r : 0) * stride + c, ok);
+    tc::cp_async_16(dst + tile_offset<D, ROWS, kWg>(r, c), src + (ok ? r : 0) * stride + c, ok);
   }
 }
 
@@ -103,17 +110,19 @@ TC_DEVICE BwdBlock take_item(const BwdArgs& a, unsigned char* smem) {
 }
 
 // K and V of the work item (rows past T zero).
-template <int D, bool kAffine>
+template <int D, bool kAffine, bool kWg = false>
 TC_DEVICE void load_kv(const BwdArgs& a, unsigned char* smem, const BwdBlock& w) {
   using L = MainLayout<D, kAffine>;
   const flash::AttentionParams& p = a.p;
   const uint16_t* base = p.qkv + w.b * p.qkv_batch + w.j0 * p.qkv_token + w.g * D;
-  load_tile<D, L::Bc, L::kThreads>(reinterpret_cast<uint16_t*>(smem + L::kK), base + p.k_offset, p.qkv_token, w.key_rows);
-  load_tile<D, L::Bc, L::kThreads>(reinterpret_cast<uint16_t*>(smem + L::kV), base + p.v_offset, p.qkv_token, w.key_rows);
+  load_tile<D, L::Bc, L::kThreads, kWg>(reinterpret_cast<uint16_t*>(smem + L::kK), base + p.k_offset, p.qkv_token,
+                                        w.key_rows);
+  load_tile<D, L::Bc, L::kThreads, kWg>(reinterpret_cast<uint16_t*>(smem + L::kV), base + p.v_offset, p.qkv_token,
+                                        w.key_rows);
 }
 
 // Q, dO and the statistics of step s into stage `stage`.
-template <int D, bool kAffine>
+template <int D, bool kAffine, bool kWg = false>
 TC_DEVICE void load_step(const BwdArgs& a, unsigned char* smem, int64_t b, int64_t g, int s, int stage) {
   using L = MainLayout<D, kAffine>;
   const flash::BwdStep st = a.sched.step(s);
@@ -122,8 +131,10 @@ TC_DEVICE void load_step(const BwdArgs& a, unsigned char* smem, int64_t b, int64
   const int valid = static_cast<int>(a.p.T - i0 < L::Br ? a.p.T - i0 : L::Br);
   auto* Qs = reinterpret_cast<uint16_t*>(smem + L::kQ + stage * L::kTileQ);
   auto* dOs = reinterpret_cast<uint16_t*>(smem + L::kDo + stage * L::kTileQ);
-  load_tile<D, L::Br, L::kThreads>(Qs, a.p.qkv + b * a.p.qkv_batch + i0 * a.p.qkv_token + h * D, a.p.qkv_token, valid);
-  load_tile<D, L::Br, L::kThreads>(dOs, a.p.dout + b * a.p.o_batch + i0 * a.p.o_token + h * D, a.p.o_token, valid);
+  load_tile<D, L::Br, L::kThreads, kWg>(Qs, a.p.qkv + b * a.p.qkv_batch + i0 * a.p.qkv_token + h * D, a.p.qkv_token,
+                                        valid);
+  load_tile<D, L::Br, L::kThreads, kWg>(dOs, a.p.dout + b * a.p.o_batch + i0 * a.p.o_token + h * D, a.p.o_token,
+                                        valid);
   // Statistics: kStats arrays of Br floats, padded rows included (16 chunks each).
   const int tid = static_cast<int>(tc::thread_idx().x);
   constexpr int kChunks = L::Br / 4;
@@ -185,15 +196,17 @@ struct LdsmLane {
 
 // This thread's place in the block and its ldmatrix address patterns: A of K_w / V_w;
 // B of Q / dO (K-dim = D); B transposed of dO / Q (K-dim = queries) and of K (K-dim =
-// keys; the warp's D half folds into the chunk part for D = 64, into the base for
-// D = 128); A transposed of dS.
-template <int D>
+// keys; the warp's D half folds into the chunk part where it lies inside a W-column row,
+// into the base otherwise: k_half); A transposed of dS. W: the elements per swizzled row
+// of the D-wide tiles, D (Swizzle<D>) or 64 (tc::WgmmaTile's 64-column blocks: the wgmma
+// kernel, which reads K through ldmatrix only for dQ).
+template <int D, int W = D>
 struct BwdLanes {
   static constexpr int kHalfChunks = D / 16;  // 16-byte chunks in D/2 columns
   int warp, lane, gq, tq;  // fragment row group and thread-in-group
   int key_r0;              // this lane's key rows in the tile: key_r0, key_r0 + 8
   int dq_m, dq_n;          // dQ slice: rows 16 dq_m.., cols dq_n * D/2..
-  LdsmLane<D> lane_a, lane_b, lane_t, lane_k;
+  LdsmLane<W> lane_a, lane_b, lane_t, lane_k;
   LdsmLane<64> lane_s;
   TC_DEVICE BwdLanes(int w, int l)
       : warp(w), lane(l), gq(l / 4), tq(l % 4), key_r0(w * 16 + l / 4), dq_m(w % 4), dq_n(w / 4),
@@ -202,6 +215,13 @@ struct BwdLanes {
         lane_t(l % 8 + ((l / 8) % 2) * 8, l / 16),
         lane_k(l % 8 + ((l / 8) % 2) * 8, l / 16 + (((w / 4) * kHalfChunks) & 7)),
         lane_s(l % 8 + (l / 16) * 8, (l / 8) % 2 + 2 * (w % 4)) {}
+  // Element offset of this warp's D half of the Bc-row K tile beyond lane_k's chunk part:
+  // within the row (W = D) or whole 64-column blocks of Bc rows (W = 64, D = 128).
+  template <int Bc>
+  TC_DEVICE int k_half() const {
+    const int chunk = dq_n * kHalfChunks;
+    return (chunk / (W / 8)) * Bc * W + ((chunk % (W / 8)) & ~7) * 8;
+  }
 };
 
 // S^T = K_w Q^T and dP^T = V_w dO^T of the query sub-tile at column q0 (kNq 8-column tiles).
@@ -300,9 +320,10 @@ TC_DEVICE void dv_dk_products(float (&dv)[D / 8][4], float (&dk)[D / 8][4], cons
 
 // The warp's dQ slice (16 query rows x D/2) = dS K over the Bc keys, from zero: nothing
 // read from global memory feeds these products.
-template <int D, int Bc>
-TC_DEVICE void dq_products(float (&qacc)[D / 16][4], const BwdLanes<D>& ln, const uint16_t* dSs, const uint16_t* Ks) {
-  const uint16_t* Kq = Ks + ((ln.dq_n * BwdLanes<D>::kHalfChunks) & ~7) * 8;
+template <int D, int Bc, int W>
+TC_DEVICE void dq_products(float (&qacc)[D / 16][4], const BwdLanes<D, W>& ln, const uint16_t* dSs,
+                           const uint16_t* Ks) {
+  const uint16_t* Kq = Ks + ln.template k_half<Bc>();
   TC_UNROLL
   for (int n = 0; n < D / 16; ++n)
     TC_UNROLL
@@ -325,8 +346,8 @@ TC_DEVICE void dq_products(float (&qacc)[D / 16][4], const BwdLanes<D>& ln, cons
 // The dQ tile (and affine's row sums) to shared memory in the accumulator's fragment order
 // (warp w's slice at w * 16 * D/2 floats, lane l's value n at (n * 32 + l) * 4), then this
 // thread's proxy fence: a bulk operation reads it after the next block barrier.
-template <int D, bool kAffine>
-TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], float rsum, const BwdLanes<D>& ln) {
+template <int D, bool kAffine, int W>
+TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], float rsum, const BwdLanes<D, W>& ln) {
   using L = MainLayout<D, kAffine>;
   float* slice = reinterpret_cast<float*>(smem + L::kDq) + ln.warp * (16 * D / 2);
   TC_UNROLL
@@ -339,9 +360,9 @@ TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], flo
 }
 
 // The timing build (kBwdAtomicDq): the slice added with red.global.add.v4.f32, in no order.
-template <int D, bool kAffine>
+template <int D, bool kAffine, int W>
 TC_DEVICE void atomic_dq(const BwdArgs& a, int64_t tile, const float (&qacc)[D / 16][4], float rsum,
-                         const BwdLanes<D>& ln) {
+                         const BwdLanes<D, W>& ln) {
   float* slice = a.dq_acc + tile * (kBwdTiles.Br * D) + ln.warp * (16 * D / 2);
   TC_UNROLL
   for (int n = 0; n < D / 16; ++n) tc::red_add_v4_f32(slice + (n * 32 + ln.lane) * 4, qacc[n]);
@@ -396,8 +417,8 @@ struct DqWriter {
 
 // Epilogue: dk = scale dK, dv = dV (+ R), staged through the K / V tiles (free once every
 // warp has left the loop) for 16-byte stores.
-template <int D, bool kAffine>
-TC_DEVICE void write_dk_dv(const BwdArgs& a, unsigned char* smem, const BwdBlock& w, const BwdLanes<D>& ln,
+template <int D, bool kAffine, int W>
+TC_DEVICE void write_dk_dv(const BwdArgs& a, unsigned char* smem, const BwdBlock& w, const BwdLanes<D, W>& ln,
                            const float (&dk)[D / 8][4], const float (&dv)[D / 8][4]) {
   using L = MainLayout<D, kAffine>;
   using SwzD = tc::Swizzle<D>;

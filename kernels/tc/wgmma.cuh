@@ -101,7 +101,8 @@ TC_DEVICE void fence_proxy_async() {
 #if defined(__CUDACC__)
 #define TC_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                  "+f"(d[i + 6]), "+f"(d[i + 7])
-#define TC_D32 TC_D8(0), TC_D8(8), TC_D8(16), TC_D8(24)
+#define TC_D16 TC_D8(0), TC_D8(8)
+#define TC_D32 TC_D16, TC_D8(16), TC_D8(24)
 #define TC_D64 TC_D32, TC_D8(32), TC_D8(40), TC_D8(48), TC_D8(56)
 #endif
 
@@ -109,9 +110,15 @@ TC_DEVICE void fence_proxy_async() {
 // B (16 x N) in shared memory; kTransA / kTransB: the operand is MN-major.
 template <int N, bool kTransA, bool kTransB>
 TC_DEVICE void wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
-  static_assert(N == 64 || N == 128, "wgmma shapes m64n64k16 and m64n128k16");
+  static_assert(N == 32 || N == 64 || N == 128, "wgmma shapes m64n32k16, m64n64k16 and m64n128k16");
 #if defined(__CUDACC__)
-  if constexpr (N == 64) {
+  if constexpr (N == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+        : TC_D16
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)), "n"(int(kTransA)), "n"(int(kTransB)));
+  } else if constexpr (N == 64) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
@@ -156,6 +163,7 @@ TC_DEVICE void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b_de
 #if defined(__CUDACC__)
 #undef TC_D64
 #undef TC_D32
+#undef TC_D16
 #undef TC_D8
 #endif
 

@@ -91,6 +91,7 @@ struct Emulated {
   std::vector<float> dsinks;
   bool guards_ok = false;
   uint64_t cp_async_dropped = 0;
+  uint64_t main_wgmma = 0;
 };
 
 // The launch sequence's Launcher, on the emulator.
@@ -98,7 +99,9 @@ struct SimLauncher {
   sim::Schedule schedule;
   int first_ticket = 0;  // > 0: the main kernel's first block skips the items before it
   unsigned resident = 1;  // > 1: the main kernel's blocks run together (sim::LaunchConfig)
+  bool wgmma = false;     // the main kernel's sm_90a build (kWgmma)
   uint64_t dropped = 0;
+  uint64_t main_wgmma = 0;  // the main kernel's wgmma instructions
   sim::LaunchConfig config(const flash::BwdGrid& g, unsigned threads, size_t smem) const {
     sim::LaunchConfig c;
     c.grid = {static_cast<unsigned>(g.x), static_cast<unsigned>(g.y), static_cast<unsigned>(g.z)};
@@ -129,8 +132,12 @@ struct SimLauncher {
   void main(const flash::BwdGrid& g, const flash::BwdArgs& a) {
     sim::LaunchConfig c = config(g, flash::kBwdThreads, flash_bwd::MainLayout<D, kAffine>::kBytes);
     c.resident_blocks = resident;
-    dropped += sim::launch(c, [&](unsigned char* smem) { flash_bwd::bwd_main<D, kAffine, kAtomic>(a, smem); })
-                   .cp_async_dropped;
+    const sim::LaunchStats st = sim::launch(c, [&](unsigned char* smem) {
+      if (wgmma) flash_bwd::bwd_main<D, kAffine, kAtomic, true>(a, smem);
+      else flash_bwd::bwd_main<D, kAffine, kAtomic, false>(a, smem);
+    });
+    dropped += st.cp_async_dropped;
+    main_wgmma += st.wgmma;
   }
   template <int D, bool kAffine>
   void finalize(const flash::BwdGrid& g, const flash::BwdArgs& a) {
@@ -138,9 +145,10 @@ struct SimLauncher {
   }
 };
 
-// atomic: the timing build's float-atomic dq accumulation (flash::kBwdAtomicDq).
+// atomic: the timing build's float-atomic dq accumulation (flash::kBwdAtomicDq);
+// wgmma: the main kernel's sm_90a build.
 Emulated run_emulated(const Problem& pb, sim::Schedule schedule, int first_ticket = 0, unsigned resident = 1,
-                      bool atomic = false) {
+                      bool atomic = false, bool wgmma = false) {
   const bool sink = features_of(pb.variant).sink, affine = features_of(pb.variant).affine;
   Guarded<uint16_t> dqkv(pb.qkv.size(), 0x7fc0, kGuardHalf);
   Guarded<uint16_t> dalpha(pb.alpha.size(), affine ? 0x7fc0 : 0, kGuardHalf);
@@ -157,7 +165,7 @@ Emulated run_emulated(const Problem& pb, sim::Schedule schedule, int first_ticke
   Guarded<uint8_t> ws(layout.bytes + 256, 0xff, kGuardByte);
   auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(ws.data()) + 255) & ~uintptr_t{255});
   const flash::BwdArgs a = flash::make_bwd_args(p, base);
-  SimLauncher launch{schedule, first_ticket, resident};
+  SimLauncher launch{schedule, first_ticket, resident, wgmma};
   flash::flash_dispatch(sink, affine, [&](auto flags) {
     using F = decltype(flags);
     if (pb.D == 64 && atomic)
@@ -176,6 +184,7 @@ Emulated run_emulated(const Problem& pb, sim::Schedule schedule, int first_ticke
   r.dalpha.assign(dalpha.data(), dalpha.data() + dalpha.n);
   r.dsinks.assign(dsinks.data(), dsinks.data() + dsinks.n);
   r.cp_async_dropped = launch.dropped;
+  r.main_wgmma = launch.main_wgmma;
   return r;
 }
 
@@ -276,17 +285,19 @@ bool same_bits(const Emulated& x, const Emulated& y) {
 
 constexpr auto kVariants = all_attention_variants();
 
-void check_problem(const Problem& pb, bool all_schedules) {
-  INFO(to_string(pb.variant) << " divisor " << pb.divisor << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H << " Hkv=" << pb.Hkv << " D=" << pb.D);
-  const Emulated fwd = run_emulated(pb, sim::Schedule::forward);
+void check_problem(const Problem& pb, bool all_schedules, bool wgmma = false) {
+  INFO(to_string(pb.variant) << " divisor " << pb.divisor << " B=" << pb.B << " T=" << pb.T << " H=" << pb.H
+                             << " Hkv=" << pb.Hkv << " D=" << pb.D << (wgmma ? " wgmma" : " mma.sync"));
+  const Emulated fwd = run_emulated(pb, sim::Schedule::forward, 0, 1, false, wgmma);
   CHECK(fwd.guards_ok);
   CHECK(fwd.cp_async_dropped == 0);  // every copy issued was waited for
+  CHECK((fwd.main_wgmma > 0) == wgmma);  // the build asked for ran
   compare_to_reference(pb, fwd);
-  const Emulated rev = run_emulated(pb, sim::Schedule::reverse);
+  const Emulated rev = run_emulated(pb, sim::Schedule::reverse, 0, 1, false, wgmma);
   CHECK(rev.guards_ok);
   CHECK(same_bits(fwd, rev));
   if (all_schedules) {
-    const Emulated shuf = run_emulated(pb, sim::Schedule::shuffled);
+    const Emulated shuf = run_emulated(pb, sim::Schedule::shuffled, 0, 1, false, wgmma);
     CHECK(shuf.guards_ok);
     CHECK(same_bits(fwd, shuf));
   }
@@ -384,4 +395,30 @@ TEST_CASE("emulated backward kernel at T 1000, 2048 and 4096", "[.][flash][sim][
     for (AttentionVariant v : kVariants)
       for (int64_t D : {64, 128}) check_problem(Problem(1, T, 2, 1, D, v, 7 * T + static_cast<int>(v)), false);
   }
+}
+
+TEST_CASE("emulated sm_90a backward kernel matches the reference", "[flash][sim][attention][sm90a]") {
+  // bwd_main with kWgmma (S^T, dP^T, dV, dK on wgmma; flash_backward_wgmma.cuh): the same
+  // bounds as the mma.sync build (the products are exact bf16 products summed in fp32, as
+  // mma.sync's; only the operands' path differs). Every variant, both head dims, GQA
+  // (group 2, h / group differs from h % Hkv), T 1, 7 and 130 (three key tiles of 64
+  // queries, a partial last tile, masked and unmasked pairs).
+  for (int64_t D : {64, 128})
+    for (AttentionVariant v : kVariants)
+      for (int64_t T : {1, 7, 130})
+        check_problem(Problem(T <= 7 ? 2 : 1, T, 4, 2, D, v, 8000 * T + 10 * D + static_cast<int>(v)), T == 7, true);
+}
+
+TEST_CASE("emulated sm_90a backward kernel under the visible divisor and with blocks together",
+          "[flash][sim][attention][sm90a]") {
+  for (int64_t D : {64, 128}) {
+    check_problem(Problem(2, 7, 4, 2, D, AttentionVariant::affine, 8100 + D, AffineBiasDivisor::visible), false, true);
+    check_problem(Problem(1, 130, 4, 2, D, AttentionVariant::affine, 8200 + D, AffineBiasDivisor::visible), false,
+                  true);
+  }
+  // Blocks resident together must give the bits of blocks one at a time.
+  const Problem pb(1, 257, 4, 2, 64, AttentionVariant::baseline, 8300);
+  const Emulated one = run_emulated(pb, sim::Schedule::forward, 0, 1, false, true);
+  compare_to_reference(pb, one);
+  CHECK(same_bits(one, run_emulated(pb, sim::Schedule::forward, 0, 3, false, true)));
 }

@@ -1,0 +1,79 @@
+// The wgmma (sm_90a) steps of the attention backward's main kernel (bwd_main with kWgmma,
+// flash_backward_kernel.cuh): the products a warpgroup issues on operands it reads from
+// shared memory through descriptors, in place of the per-warp ldmatrix + mma.sync of
+// flash_backward_steps.cuh. Warpgroup wg (warps 4wg..4wg+3) owns key rows 64wg..64wg+63,
+// the same rows as its four warps own there (16 each), and the wgmma accumulator of a
+// warp's 16 rows is the mma.sync C fragment (kernels/tc/wgmma_fragments.h: register
+// 4n + e of thread 4g + q is row g + 8(e / 2), column 8n + 2q + e % 2), so the steps
+// between (dS^T, the dQ staging, the epilogue) are shared unchanged. Q, dO, K and V are
+// tc::WgmmaTile's (load_tile with kWg), fenced for the async proxy before the barrier
+// that precedes their first product. Algorithm and resources: docs/flash_attention.md.
+#pragma once
+#include <cstdint>
+
+#include "kernels/tc/primitives.cuh"
+#include "kernels/tc/wgmma.cuh"
+
+namespace kdtrain::flash_bwd {
+
+// S^T = K_wg Q^T and dP^T = V_wg dO^T of the query sub-tile at column q0 (kNq 8-column
+// tiles, wgmma N = 8 kNq): A = the warpgroup's 64 key rows of K / V, B = the sub-tile's
+// query rows of Q / dO, all K-major (K = D). One commit group, retired before the
+// accumulators are read; sacc[n][e] / pacc[n][e] in the mma.sync C layout.
+template <int D, int Bc, int Br, int kNq>
+TC_DEVICE void st_dp_wgmma(float (&sacc)[kNq][4], float (&pacc)[kNq][4], const uint16_t* Ks, const uint16_t* Vs,
+                           const uint16_t* Qs, const uint16_t* dOs, int warp, int q0) {
+  using KT = tc::WgmmaTile<Bc, D>;
+  using QT = tc::WgmmaTile<Br, D>;
+  constexpr int N = 8 * kNq;
+  const int row0 = 64 * (warp / 4);
+  const uint32_t k = tc::shared_address(Ks), v = tc::shared_address(Vs);
+  const uint32_t q = tc::shared_address(Qs), o = tc::shared_address(dOs);
+  float s[N / 2], p[N / 2];
+  tc::wgmma_fence();
+  TC_UNROLL
+  for (int kb = 0; kb < D / 16; ++kb)
+    tc::wgmma_ss<N, false, false>(s, KT::desc_k_major(k, row0, kb), QT::desc_k_major(q, q0, kb), kb > 0);
+  TC_UNROLL
+  for (int kb = 0; kb < D / 16; ++kb)
+    tc::wgmma_ss<N, false, false>(p, KT::desc_k_major(v, row0, kb), QT::desc_k_major(o, q0, kb), kb > 0);
+  tc::wgmma_commit();
+  tc::wgmma_wait<0>();
+  tc::wgmma_fence_operand(s);
+  tc::wgmma_fence_operand(p);
+  TC_UNROLL
+  for (int n = 0; n < kNq; ++n)
+    TC_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      sacc[n][e] = s[4 * n + e];
+      pacc[n][e] = p[4 * n + e];
+    }
+}
+
+// dV_wg += (alpha P)^T dO and dK_wg += dS^T Q over the sub-tile's 8 kNq queries: A from
+// registers (pa, da: the bf16 A fragments sub_tile_gradients packed, k-step kk = queries
+// q0 + 16kk..), B = dO / Q MN-major (K = queries, N = D), read once per warpgroup. The
+// accumulators are the warps' dV / dK registers in the C layout (D/8 tiles of 4 = the
+// wgmma's D/2 registers), retired before pa / da are rewritten by the next sub-tile.
+template <int D, int Br, int kNq>
+TC_DEVICE void dv_dk_wgmma(float (&dv)[D / 8][4], float (&dk)[D / 8][4], const uint32_t (&pa)[kNq / 2][4],
+                           const uint32_t (&da)[kNq / 2][4], const uint16_t* Qs, const uint16_t* dOs, int q0) {
+  using QT = tc::WgmmaTile<Br, D>;
+  auto& dvf = reinterpret_cast<float(&)[D / 2]>(dv);
+  auto& dkf = reinterpret_cast<float(&)[D / 2]>(dk);
+  const uint32_t q = tc::shared_address(Qs), o = tc::shared_address(dOs);
+  tc::wgmma_fence_operand(dvf);
+  tc::wgmma_fence_operand(dkf);
+  tc::wgmma_fence();
+  TC_UNROLL
+  for (int kk = 0; kk < kNq / 2; ++kk) {
+    tc::wgmma_rs<D, true>(dvf, pa[kk], QT::desc_mn_major(o, q0 / 16 + kk), true);
+    tc::wgmma_rs<D, true>(dkf, da[kk], QT::desc_mn_major(q, q0 / 16 + kk), true);
+  }
+  tc::wgmma_commit();
+  tc::wgmma_wait<0>();
+  tc::wgmma_fence_operand(dvf);
+  tc::wgmma_fence_operand(dkf);
+}
+
+}  // namespace kdtrain::flash_bwd
