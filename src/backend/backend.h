@@ -296,11 +296,13 @@ class Backend {
 };
 
 // Throws when the backend is not built or no device exists. The string form
-// parses a --device flag ("cpu" or "cuda"). `attention_forward` (train.attention_forward)
-// is resolved by the CUDA backend once, here: a kernel it cannot run is an error now,
-// not at the first forward; the CPU backend ignores it.
+// parses a --device flag ("cpu" or "cuda"). `attention_forward` and `attention_backward`
+// (train.attention_forward / attention_backward) are resolved by the CUDA backend once,
+// here: a kernel it cannot run is an error now, not at the first call; the CPU backend
+// ignores them.
 std::unique_ptr<Backend> make_backend(Device device, int64_t threads = 0,
-                                      AttentionForward attention_forward = AttentionForward::auto_select);
+                                      AttentionForward attention_forward = AttentionForward::auto_select,
+                                      AttentionBackward attention_backward = AttentionBackward::auto_select);
 std::unique_ptr<Backend> make_backend(const std::string& device, int64_t threads = 0);
 bool cuda_available();
 

@@ -9,7 +9,8 @@ namespace kdtrain {
 
 std::unique_ptr<Backend> make_cpu_backend(int64_t threads);  // backend/cpu/cpu_backend.cpp
 #ifdef KDTRAIN_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward);  // src/backend/cuda/cuda_backend.cu
+std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward,
+                                           AttentionBackward attention_backward);  // src/backend/cuda/cuda_backend.cu
 #endif
 
 bool cuda_available() {
@@ -20,12 +21,14 @@ bool cuda_available() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(Device device, int64_t threads, AttentionForward attention_forward) {
+std::unique_ptr<Backend> make_backend(Device device, int64_t threads, AttentionForward attention_forward,
+                                      AttentionBackward attention_backward) {
   if (device == Device::cpu) return make_cpu_backend(threads);  // one attention implementation
   (void)attention_forward;  // read by the CUDA backend only
+  (void)attention_backward;
 #ifdef KDTRAIN_HAVE_CUDA
   KD_CHECK(cuda::device_present(), "train.device=cuda: no CUDA device is visible");
-  return make_cuda_backend(attention_forward);
+  return make_cuda_backend(attention_forward, attention_backward);
 #else
   fail("train.device=cuda: this kdtrain was built without CUDA (configure with -DKDTRAIN_CUDA=ON)");
 #endif

@@ -115,7 +115,8 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   const int64_t B = shape.B, T = shape.T, N = B * T;
   const HeadShape h = attention_heads(c.model, o.head_dim);
   const AttentionFeatures f = features_of(c.attention);
-  std::unique_ptr<Backend> backend = make_backend(shape.device, c.train.threads, c.train.attention_forward);
+  std::unique_ptr<Backend> backend = make_backend(shape.device, c.train.threads, c.train.attention_forward,
+                                                          c.train.attention_backward);
   Backend& be = *backend;
   AttentionBuffers buf(be, N, h, o.seed);
   const AttentionForwardArgs fa = forward_args(buf, {B, T, h.H, h.Hkv, h.D}, f);

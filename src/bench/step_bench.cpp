@@ -68,7 +68,8 @@ Config step_bench_config(const BenchShape& s, const BenchOptions& o) {
 
 BenchTeacher build_step_bench_parts(RunParts& parts, const BenchOptions& o) {
   const Config& c = parts.config;
-  parts.backend = make_backend(c.train.device, c.train.threads, c.train.attention_forward);
+  parts.backend = make_backend(c.train.device, c.train.threads, c.train.attention_forward,
+                               c.train.attention_backward);
   parts.student = std::make_unique<Model>(c.model, c.attention, *parts.backend, ModelUse::train);
   parts.student->set_recompute(recompute_plan(c.train));
   parts.student->set_params(init_params(parts.student->layout(), c.model, c.attention, o.seed));

@@ -29,6 +29,8 @@ enum class Recompute { none, swiglu, norms, mlp };
 // The fused attention forward's kernel on CUDA, resolved once when the backend is built
 // (backend/cuda/attention_path.h): the rule, or one kernel forced.
 enum class AttentionForward { auto_select, mma_sync, wgmma };
+// The fused attention backward's main kernel on CUDA, likewise.
+enum class AttentionBackward { auto_select, mma_sync, wgmma };
 
 template <typename E>
 struct ChoiceName {
@@ -81,6 +83,9 @@ KDTRAIN_CHOICES(Recompute, "train.recompute",
 KDTRAIN_CHOICES(AttentionForward, "train.attention_forward",
     {AttentionForward::auto_select, "auto"}, {AttentionForward::mma_sync, "mma_sync"},
     {AttentionForward::wgmma, "wgmma"});
+KDTRAIN_CHOICES(AttentionBackward, "train.attention_backward",
+    {AttentionBackward::auto_select, "auto"}, {AttentionBackward::mma_sync, "mma_sync"},
+    {AttentionBackward::wgmma, "wgmma"});
 #undef KDTRAIN_CHOICES
 
 namespace choice_detail {

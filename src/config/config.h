@@ -113,7 +113,8 @@ struct TrainConfig {
   int64_t threads = 0;  // CPU threads, 0 = all cores
   Recompute recompute = Recompute::norms;  // model/activations.h
   int64_t recompute_layers = 0;            // layers 0..K-1 recomputed whole in the backward
-  AttentionForward attention_forward = AttentionForward::auto_select;  // CUDA only
+  AttentionForward attention_forward = AttentionForward::auto_select;     // CUDA only
+  AttentionBackward attention_backward = AttentionBackward::auto_select;  // CUDA only
 };
 
 struct CheckpointConfig {

@@ -147,6 +147,9 @@ void visit(V& v, TrainConfig& t) {
   v.choice("attention_forward", t.attention_forward,
            "the CUDA attention forward's kernel: auto (wgmma where built, on compute capability 9.0), "
            "mma_sync, or wgmma (an error where it cannot run)");
+  v.choice("attention_backward", t.attention_backward,
+           "the CUDA attention backward's main kernel: auto (mma_sync until a GPU has timed both), "
+           "mma_sync, or wgmma (sm_90a build, compute capability 9.0; an error where it cannot run)");
 }
 
 template <typename V>

@@ -30,7 +30,7 @@ void RunParts::build() {
   int64_t threads = t.threads;
   if (threads == 0 && comm.local_world() > 1)
     threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / comm.local_world());
-  backend = make_backend(t.device, threads, t.attention_forward);
+  backend = make_backend(t.device, threads, t.attention_forward, t.attention_backward);
   student = std::make_unique<Model>(config.model, config.attention, *backend, ModelUse::train);
   student->set_recompute(recompute_plan(t));
   loss = std::make_unique<FusedLoss>(*backend);

@@ -1,7 +1,7 @@
 // CUDA fused attention (kernels/flash_attention_*.cu) against the fp32 CPU reference
 // (cpu_attention.cpp), every variant, head dims 64 and 128, MHA and GQA,
-// T in {1, 7, 128, 1000, 2048}; and the Hopper wgmma forward (D 128 and 64) where the
-// device runs it.
+// T in {1, 7, 128, 1000, 2048}; and the Hopper wgmma forward and backward (D 128 and 64)
+// where the device runs them.
 //
 // Tolerance rule (FlashAttention's): per output,
 //   max |kernel - truth| <= 2 * max |lowp - truth| + atol,   atol = 2^-8 * max |truth|
@@ -115,12 +115,14 @@ Outputs reference(const Host& in, AttentionShape dims, AttentionFeatures v, bool
   return r;
 }
 
-// wgmma_forward: the forward runs the Hopper wgmma kernel (flash_forward_sm90a_kernel.cuh)
-// instead of the mma.sync one; the backward is the same either way.
+// wgmma_forward / wgmma_backward: the forward runs the Hopper wgmma kernel
+// (flash_forward_sm90a_kernel.cuh), the backward its main kernel's sm_90a build
+// (flash_backward_wgmma.cuh), instead of the mma.sync ones.
 void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, AttentionVariant variant,
-              bool wgmma_forward = false, AffineBiasDivisor divisor = AffineBiasDivisor::sequence) {
+              bool wgmma_forward = false, AffineBiasDivisor divisor = AffineBiasDivisor::sequence,
+              bool wgmma_backward = false) {
   INFO("variant " << static_cast<int>(variant) << " divisor " << divisor << " B=" << B << " T=" << T << " H=" << H
-                  << " Hkv=" << Hkv << " D=" << D);
+                  << " Hkv=" << Hkv << " D=" << D << " wgmma fwd/bwd " << wgmma_forward << "/" << wgmma_backward);
   const AttentionShape dims{B, T, H, Hkv, D};
   std::mt19937 rng(static_cast<uint32_t>(T * 131 + D * 7 + Hkv * 3 + static_cast<int>(variant)));
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -191,7 +193,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
     dalpha.put(std::vector<uint16_t>(n_alpha, features_of(variant).affine ? kGuardHalf : uint16_t{0}), kGuardHalf);
     dsinks.put(std::vector<float>(static_cast<size_t>(H), 0.f), guard_float());
     cuda::flash_attention_forward(fp, fws.ptr, fws_bytes, stream, wgmma_forward);
-    cuda::flash_attention_backward(bp, ws.ptr, ws_bytes, stream);
+    cuda::flash_attention_backward(bp, ws.ptr, ws_bytes, stream, wgmma_backward);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     out_h[run] = out.get();
     lse_h[run] = lse.get();
@@ -258,6 +260,24 @@ TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flas
     for (int64_t D : {128, 64})
       for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, true);  // GQA, group 2
   for (int64_t T : {7, 1000}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, 128, AttentionVariant::affine, true, AffineBiasDivisor::visible);
+}
+
+TEST_CASE("cuda wgmma backward (sm_90a) matches the fp32 reference", "[cuda][flash][attention][sm90a]") {
+  if (!cuda::device_present()) {
+    WARN("SKIPPED: no CUDA device");
+    return;
+  }
+  if (cuda::flash_forward_kernel_here(AttentionForward::auto_select) != cuda::FlashForwardKernel::wgmma_sm90a) {
+    WARN("SKIPPED: the wgmma backward does not run here (needs compute capability 9.0 and a build with "
+         "KDTRAIN_CUDA_SM90A)");
+    return;
+  }
+  const auto sequence = AffineBiasDivisor::sequence;
+  for (AttentionVariant v : all_attention_variants())
+    for (int64_t D : {128, 64})
+      for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, true, sequence, true);
+  for (int64_t T : {7, 1000})
+    run_case(T >= 1000 ? 1 : 2, T, 4, 2, 64, AttentionVariant::affine, true, AffineBiasDivisor::visible, true);
 }
 
 #endif  // KDTRAIN_HAVE_CUDA

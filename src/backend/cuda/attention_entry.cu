@@ -68,10 +68,24 @@ size_t attention_workspace_bytes(const flash::AttentionParams& p, AttentionPass 
 }
 
 #if defined(KDTRAIN_HAVE_SM90A)
-constexpr bool kSm90aForwardBuilt = true;  // CMake KDTRAIN_CUDA_SM90A
+constexpr bool kSm90aBuilt = true;  // CMake KDTRAIN_CUDA_SM90A: the wgmma forward and backward
 #else
-constexpr bool kSm90aForwardBuilt = false;
+constexpr bool kSm90aBuilt = false;
 #endif
+
+namespace {
+struct ComputeCapability {
+  int major = 0, minor = 0;
+};
+ComputeCapability current_compute_capability() {
+  int device = 0;
+  ComputeCapability cc;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&cc.major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&cc.minor, cudaDevAttrComputeCapabilityMinor, device));
+  return cc;
+}
+}  // namespace
 
 FlashForwardKernel flash_forward_kernel_here(AttentionForward request) {
   // The variable that chose the kernel per call before train.attention_forward: a script
@@ -79,20 +93,24 @@ FlashForwardKernel flash_forward_kernel_here(AttentionForward request) {
   KD_CHECK(std::getenv("KDTRAIN_FLASH_FORWARD") == nullptr,
            "KDTRAIN_FLASH_FORWARD is no longer read: set train.attention_forward (--set "
            "train.attention_forward=mma_sync|wgmma|auto, or kdtrain bench --attention-forward) and unset it");
-  int device = 0, major = 0, minor = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return choose_flash_forward_kernel(request, major, minor, kSm90aForwardBuilt);
+  const ComputeCapability cc = current_compute_capability();
+  return choose_flash_forward_kernel(request, cc.major, cc.minor, kSm90aBuilt);
 }
 
-void attention_run(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path,
-                   FlashForwardKernel forward, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+FlashBackwardKernel flash_backward_kernel_here(AttentionBackward request) {
+  const ComputeCapability cc = current_compute_capability();
+  return choose_flash_backward_kernel(request, cc.major, cc.minor, kSm90aBuilt);
+}
+
+void attention_run(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path, FlashKernels kernels,
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (path == AttentionPath::flash) {
     if (pass == AttentionPass::forward)
-      flash_attention_forward(p, workspace, workspace_bytes, stream, forward == FlashForwardKernel::wgmma_sm90a);
+      flash_attention_forward(p, workspace, workspace_bytes, stream,
+                              kernels.forward == FlashForwardKernel::wgmma_sm90a);
     else
-      flash_attention_backward(p, workspace, workspace_bytes, stream);
+      flash_attention_backward(p, workspace, workspace_bytes, stream,
+                               kernels.backward == FlashBackwardKernel::wgmma_sm90a);
   } else {
     if (pass == AttentionPass::forward)
       row_attention_forward(p, stream);

@@ -29,10 +29,18 @@ size_t attention_workspace_bytes(const flash::AttentionParams& p, AttentionPass 
 // The fused forward's kernel on the current device (choose_flash_forward_kernel with
 // its compute capability and this build), asked once when the backend is built.
 FlashForwardKernel flash_forward_kernel_here(AttentionForward request);
+// The fused backward's main kernel, likewise (choose_flash_backward_kernel).
+FlashBackwardKernel flash_backward_kernel_here(AttentionBackward request);
 
-// Launches `pass` on `path` (a fused forward on `forward`); `workspace` holds
+// The fused path's kernels of one backend.
+struct FlashKernels {
+  FlashForwardKernel forward = FlashForwardKernel::mma_sync;
+  FlashBackwardKernel backward = FlashBackwardKernel::mma_sync;
+};
+
+// Launches `pass` on `path` (the fused path on `kernels`); `workspace` holds
 // attention_workspace_bytes() bytes.
-void attention_run(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path,
-                   FlashForwardKernel forward, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+void attention_run(const flash::AttentionParams& p, AttentionPass pass, AttentionPath path, FlashKernels kernels,
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace kdtrain::cuda

@@ -85,4 +85,26 @@ inline FlashForwardKernel choose_flash_forward_kernel(AttentionForward request, 
   return wgmma ? FlashForwardKernel::wgmma_sm90a : FlashForwardKernel::mma_sync;
 }
 
+// Within the fused path, which build of the backward's main kernel: mma.sync throughout
+// (sm_90), or S^T, dP^T, dV and dK on wgmma (sm_90a; the rest of the backward is shared).
+enum class FlashBackwardKernel { mma_sync, wgmma_sm90a };
+
+inline const char* to_string(FlashBackwardKernel k) {
+  return k == FlashBackwardKernel::wgmma_sm90a ? "wgmma_sm90a" : "mma_sync";
+}
+
+// The backward's main kernel of every call of one backend, chosen once from
+// train.attention_backward as the forward's (same `built` and device rule). Unlike the
+// forward, `auto` keeps the mma.sync kernel everywhere: the wgmma backward is checked in
+// the emulator only, and no GPU has timed it against the mma.sync one
+// (docs/flash_attention.md, "Hopper backward"); `wgmma` asks for it.
+inline FlashBackwardKernel choose_flash_backward_kernel(AttentionBackward request, int cc_major, int cc_minor,
+                                                        bool built) {
+  const bool runs_here = built && cc_major == 9 && cc_minor == 0;
+  if (request == AttentionBackward::wgmma)
+    KD_CHECK(runs_here, "train.attention_backward=wgmma: the wgmma backward needs a build with KDTRAIN_CUDA_SM90A (",
+             built ? "yes" : "no", ") and a device of compute capability 9.0 (", cc_major, ".", cc_minor, ")");
+  return request == AttentionBackward::wgmma ? FlashBackwardKernel::wgmma_sm90a : FlashBackwardKernel::mma_sync;
+}
+
 }  // namespace kdtrain::cuda

@@ -29,8 +29,9 @@ const bf16* BF(const void* p) { return static_cast<const bf16*>(p); }
 
 }  // namespace
 
-CudaBackend::CudaBackend(AttentionForward attention_forward)
-    : forward_kernel_(cuda::flash_forward_kernel_here(attention_forward)) {
+CudaBackend::CudaBackend(AttentionForward attention_forward, AttentionBackward attention_backward)
+    : kernels_{cuda::flash_forward_kernel_here(attention_forward),
+               cuda::flash_backward_kernel_here(attention_backward)} {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   blas_ = cuda::blas_create(kBlasWorkspaceBytes);
   memory_.on_alloc(blas_.workspace, blas_.workspace_bytes);
@@ -266,10 +267,12 @@ void CudaBackend::run_attention(const flash::AttentionParams& p, cuda::Attention
            " Hkv=", shape.Hkv, " D=", shape.D, ": no CUDA implementation: ", choice.reason);
   const size_t bytes = cuda::attention_workspace_bytes(p, pass, choice.path);
   void* workspace = bytes > 0 ? scratch(bytes) : nullptr;
-  cuda::attention_run(p, pass, choice.path, forward_kernel_, workspace, bytes, stream_);
+  cuda::attention_run(p, pass, choice.path, kernels_, workspace, bytes, stream_);
   std::string reason = choice.reason;
   if (choice.path == cuda::AttentionPath::flash && pass == cuda::AttentionPass::forward)
-    reason += std::string("; forward kernel ") + cuda::to_string(forward_kernel_);
+    reason += std::string("; forward kernel ") + cuda::to_string(kernels_.forward);
+  if (choice.path == cuda::AttentionPath::flash && pass == cuda::AttentionPass::backward)
+    reason += std::string("; backward kernel ") + cuda::to_string(kernels_.backward);
   paths_.record(shape, features, pass == cuda::AttentionPass::backward, cuda::to_string(choice.path), reason);
 }
 void CudaBackend::attention_forward(const AttentionForwardArgs& a) {
@@ -441,8 +444,8 @@ void CudaBackend::adamw_update(const AdamWArgs& a) {
                               a.segments[a.num_segments - 1].end, stream_);
 }
 
-std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward) {
-  return std::make_unique<CudaBackend>(attention_forward);
+std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward, AttentionBackward attention_backward) {
+  return std::make_unique<CudaBackend>(attention_forward, attention_backward);
 }
 
 }  // namespace kdtrain

@@ -31,7 +31,8 @@ namespace kdtrain {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(AttentionForward attention_forward = AttentionForward::auto_select);
+  explicit CudaBackend(AttentionForward attention_forward = AttentionForward::auto_select,
+                       AttentionBackward attention_backward = AttentionBackward::auto_select);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -129,9 +130,9 @@ class CudaBackend final : public Backend {
   MemoryTracker memory_;
   int64_t device_used_peak_ = 0, device_total_ = 0;  // cudaMemGetInfo samples
   AttentionPathLog paths_;
-  cuda::FlashForwardKernel forward_kernel_;  // train.attention_forward, resolved once
+  cuda::FlashKernels kernels_;  // train.attention_forward / attention_backward, resolved once
 };
 
-std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward);
+std::unique_ptr<Backend> make_cuda_backend(AttentionForward attention_forward, AttentionBackward attention_backward);
 
 }  // namespace kdtrain
