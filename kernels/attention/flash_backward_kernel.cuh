@@ -70,8 +70,8 @@ TC_DEVICE void bwd_finalize(const BwdArgs& a) {
   store_dq<D, kAffine>(a, qacc, rsum, b, h, i0, warp, lane);
 }
 
-// kWgmma (sm_90a only): S^T / dP^T and dV / dK on wgmma (flash_backward_wgmma.cuh), Q, dO,
-// K, V in the tc::WgmmaTile layout; otherwise mma.sync throughout.
+// kWgmma (sm_90a only): S^T / dP^T, dV / dK and dQ on wgmma (flash_backward_wgmma.cuh), Q,
+// dO, K, V in the tc::WgmmaTile layout; otherwise mma.sync throughout.
 template <int D, bool kAffine, bool kAtomic = flash::kBwdAtomicDq, bool kWgmma = false>
 TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   using L = MainLayout<D, kAffine>;
@@ -87,7 +87,7 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   for (int n = 0; n < D / 8; ++n)
     TC_UNROLL
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
-  const BwdLanes<D, kWgmma ? 64 : D> ln(tc::warp_id(), tc::lane_id());
+  const BwdLanes<D> ln(tc::warp_id(), tc::lane_id());
   const auto* Ks = reinterpret_cast<const uint16_t*>(smem + L::kK);
   const auto* Vs = reinterpret_cast<const uint16_t*>(smem + L::kV);
   const uint16_t* Kw = Ks + ln.warp * 16 * D;  // the warp's 16 key rows (mma.sync)
@@ -128,10 +128,12 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
       if (sub == 0) writer.issue(a, smem, w.kt);
       else writer.retire(a, w.kt);
     }
+    if constexpr (kWgmma) tc::fence_proxy_async();  // dS^T, for dQ's wgmma
     tc::sync_block();  // dS^T (and the rsum partials) complete; the dQ staging buffer free
 
     float qacc[D / 16][4];
-    dq_products<D, L::Bc>(qacc, ln, dSs, Ks);
+    if constexpr (kWgmma) dq_wgmma<D, L::Bc>(qacc, dSs, Ks, ln.warp);
+    else dq_products<D, L::Bc>(qacc, ln, dSs, Ks);
     float rsum = 0.f;  // affine: this pair's sum_j P dPraw for query row 16 dq_m + lane
     if constexpr (kAffine) {
       if (ln.dq_n == 0 && ln.lane < 16)

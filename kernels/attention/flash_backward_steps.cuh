@@ -10,8 +10,9 @@
 //              the fp32 accumulator with a bulk reduction in key-tile order (DqWriter),
 //              or the timing build's vector atomics (atomic_dq)
 //   epilogue   dk = scale dK, dv = dV (+ R)                           (write_dk_dv)
-// Same two targets as primitives.cuh. Algorithm, resources and the dq design:
-// docs/flash_attention.md.
+// The sm_90a build (bwd_main with kWgmma) runs the products on wgmma instead
+// (flash_backward_wgmma.cuh) and every other step here. Same two targets as
+// primitives.cuh. Algorithm, resources and the dq design: docs/flash_attention.md.
 #pragma once
 #include <cstdint>
 
@@ -196,17 +197,15 @@ struct LdsmLane {
 
 // This thread's place in the block and its ldmatrix address patterns: A of K_w / V_w;
 // B of Q / dO (K-dim = D); B transposed of dO / Q (K-dim = queries) and of K (K-dim =
-// keys; the warp's D half folds into the chunk part where it lies inside a W-column row,
-// into the base otherwise: k_half); A transposed of dS. W: the elements per swizzled row
-// of the D-wide tiles, D (Swizzle<D>) or 64 (tc::WgmmaTile's 64-column blocks: the wgmma
-// kernel, which reads K through ldmatrix only for dQ).
-template <int D, int W = D>
+// keys; the warp's D half folds into the chunk part for D = 64, into the base for
+// D = 128); A transposed of dS.
+template <int D>
 struct BwdLanes {
   static constexpr int kHalfChunks = D / 16;  // 16-byte chunks in D/2 columns
   int warp, lane, gq, tq;  // fragment row group and thread-in-group
   int key_r0;              // this lane's key rows in the tile: key_r0, key_r0 + 8
   int dq_m, dq_n;          // dQ slice: rows 16 dq_m.., cols dq_n * D/2..
-  LdsmLane<W> lane_a, lane_b, lane_t, lane_k;
+  LdsmLane<D> lane_a, lane_b, lane_t, lane_k;
   LdsmLane<64> lane_s;
   TC_DEVICE BwdLanes(int w, int l)
       : warp(w), lane(l), gq(l / 4), tq(l % 4), key_r0(w * 16 + l / 4), dq_m(w % 4), dq_n(w / 4),
@@ -215,13 +214,6 @@ struct BwdLanes {
         lane_t(l % 8 + ((l / 8) % 2) * 8, l / 16),
         lane_k(l % 8 + ((l / 8) % 2) * 8, l / 16 + (((w / 4) * kHalfChunks) & 7)),
         lane_s(l % 8 + (l / 16) * 8, (l / 8) % 2 + 2 * (w % 4)) {}
-  // Element offset of this warp's D half of the Bc-row K tile beyond lane_k's chunk part:
-  // within the row (W = D) or whole 64-column blocks of Bc rows (W = 64, D = 128).
-  template <int Bc>
-  TC_DEVICE int k_half() const {
-    const int chunk = dq_n * kHalfChunks;
-    return (chunk / (W / 8)) * Bc * W + ((chunk % (W / 8)) & ~7) * 8;
-  }
 };
 
 // S^T = K_w Q^T and dP^T = V_w dO^T of the query sub-tile at column q0 (kNq 8-column tiles).
@@ -320,10 +312,9 @@ TC_DEVICE void dv_dk_products(float (&dv)[D / 8][4], float (&dk)[D / 8][4], cons
 
 // The warp's dQ slice (16 query rows x D/2) = dS K over the Bc keys, from zero: nothing
 // read from global memory feeds these products.
-template <int D, int Bc, int W>
-TC_DEVICE void dq_products(float (&qacc)[D / 16][4], const BwdLanes<D, W>& ln, const uint16_t* dSs,
-                           const uint16_t* Ks) {
-  const uint16_t* Kq = Ks + ln.template k_half<Bc>();
+template <int D, int Bc>
+TC_DEVICE void dq_products(float (&qacc)[D / 16][4], const BwdLanes<D>& ln, const uint16_t* dSs, const uint16_t* Ks) {
+  const uint16_t* Kq = Ks + ((ln.dq_n * BwdLanes<D>::kHalfChunks) & ~7) * 8;
   TC_UNROLL
   for (int n = 0; n < D / 16; ++n)
     TC_UNROLL
@@ -346,8 +337,8 @@ TC_DEVICE void dq_products(float (&qacc)[D / 16][4], const BwdLanes<D, W>& ln, c
 // The dQ tile (and affine's row sums) to shared memory in the accumulator's fragment order
 // (warp w's slice at w * 16 * D/2 floats, lane l's value n at (n * 32 + l) * 4), then this
 // thread's proxy fence: a bulk operation reads it after the next block barrier.
-template <int D, bool kAffine, int W>
-TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], float rsum, const BwdLanes<D, W>& ln) {
+template <int D, bool kAffine>
+TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], float rsum, const BwdLanes<D>& ln) {
   using L = MainLayout<D, kAffine>;
   float* slice = reinterpret_cast<float*>(smem + L::kDq) + ln.warp * (16 * D / 2);
   TC_UNROLL
@@ -360,9 +351,9 @@ TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], flo
 }
 
 // The timing build (kBwdAtomicDq): the slice added with red.global.add.v4.f32, in no order.
-template <int D, bool kAffine, int W>
+template <int D, bool kAffine>
 TC_DEVICE void atomic_dq(const BwdArgs& a, int64_t tile, const float (&qacc)[D / 16][4], float rsum,
-                         const BwdLanes<D, W>& ln) {
+                         const BwdLanes<D>& ln) {
   float* slice = a.dq_acc + tile * (kBwdTiles.Br * D) + ln.warp * (16 * D / 2);
   TC_UNROLL
   for (int n = 0; n < D / 16; ++n) tc::red_add_v4_f32(slice + (n * 32 + ln.lane) * 4, qacc[n]);
@@ -417,8 +408,8 @@ struct DqWriter {
 
 // Epilogue: dk = scale dK, dv = dV (+ R), staged through the K / V tiles (free once every
 // warp has left the loop) for 16-byte stores.
-template <int D, bool kAffine, int W>
-TC_DEVICE void write_dk_dv(const BwdArgs& a, unsigned char* smem, const BwdBlock& w, const BwdLanes<D, W>& ln,
+template <int D, bool kAffine>
+TC_DEVICE void write_dk_dv(const BwdArgs& a, unsigned char* smem, const BwdBlock& w, const BwdLanes<D>& ln,
                            const float (&dk)[D / 8][4], const float (&dv)[D / 8][4]) {
   using L = MainLayout<D, kAffine>;
   using SwzD = tc::Swizzle<D>;

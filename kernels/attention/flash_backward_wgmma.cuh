@@ -76,4 +76,34 @@ TC_DEVICE void dv_dk_wgmma(float (&dv)[D / 8][4], float (&dk)[D / 8][4], const u
   tc::wgmma_fence_operand(dkf);
 }
 
+// The warp's dQ slice = dS K over the Bc keys, from zero, for the ordered dq hand-over
+// (stage_dq): warpgroup wg computes all Br = 64 query rows x columns wg D/2.. (wgmma N =
+// D/2), A = dS from the dS^T tile (Bc key rows x 64 queries, a WgmmaTile: MN-major, K =
+// keys), B = K MN-major (the warpgroup's half of its columns: a 64-column block at D 128,
+// 64 bytes into each 128-byte row at D 64). Warp w' of the warpgroup gets query rows
+// 16w'.. in the C layout, the mma.sync slice of warp 4wg + w' (dq_m = w', dq_n = wg).
+// dS^T was written by plain stores: every writer fenced it for the async proxy before the
+// barrier that precedes this.
+template <int D, int Bc>
+TC_DEVICE void dq_wgmma(float (&qacc)[D / 16][4], const uint16_t* dSs, const uint16_t* Ks, int warp) {
+  using KT = tc::WgmmaTile<Bc, D>;
+  using ST = tc::WgmmaTile<Bc, 64>;
+  constexpr int N = D / 2;
+  const int wg = warp / 4;
+  const uint32_t ds = tc::shared_address(dSs);
+  const uint32_t k = tc::shared_address(Ks) + (D == 128 ? wg * KT::kBlockBytes : wg * N * 2u);
+  float q[N / 2];
+  tc::wgmma_fence();
+  TC_UNROLL
+  for (int kb = 0; kb < Bc / 16; ++kb)
+    tc::wgmma_ss<N, true, true>(q, ST::desc_mn_major(ds, kb), KT::desc_mn_major(k, kb), kb > 0);
+  tc::wgmma_commit();
+  tc::wgmma_wait<0>();
+  tc::wgmma_fence_operand(q);
+  TC_UNROLL
+  for (int n = 0; n < D / 16; ++n)
+    TC_UNROLL
+    for (int e = 0; e < 4; ++e) qacc[n][e] = q[4 * n + e];
+}
+
 }  // namespace kdtrain::flash_bwd
