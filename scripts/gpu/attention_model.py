@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Performance model of the attention kernels, rerunnable without a GPU: compiles the
 forward (mma.sync, sm_90; wgmma, sm_90a) and the backward (deterministic and the atomics
-timing build, sm_90) with nvcc, reads each kernel's per-tile SASS instruction counts
+timing build, sm_90; the wgmma build of its main kernel, sm_90a) with nvcc, reads each kernel's per-tile SASS instruction counts
 (cuobjdump -sass) and resource report (ptxas -v), and prints predicted times at one shape
 (default: the benchmark's B 8, T 2048, H*D 2048, GQA 4, causal, bf16, H100 SXM).
 
@@ -10,7 +10,7 @@ result and written to the JSON (--json FILE) that scripts/gpu/gpu_window.sh can 
 measured times. docs/flash_attention.md ("Performance model") explains the terms.
 
 usage: attention_model.py [--json FILE] [--sass-dir DIR] [--B 8 --T 2048 --HD 2048 --gqa 4]
-  --sass-dir: reuse DIR/{fwd,fwd_sm90a,bwd,bwd_atomic}.{sass,ptxas} instead of compiling.
+  --sass-dir: reuse DIR/{fwd,fwd_sm90a,bwd,bwd_atomic,bwd_sm90a}.{sass,ptxas} instead of compiling.
 """
 import argparse
 import json
@@ -32,7 +32,7 @@ ASSUME = {
     "sms": 132,
     "hmma16816_per_clk": 0.70,   # mma.sync m16n8k16 bf16: ~70% of the dense tensor peak
     "wgmma_fma_per_clk": 2048 * 0.85,  # dense bf16 peak 2048 FMA/clk, 85% reached by wgmma
-    "smem_bytes_per_clk": 128,   # LDSM / LDS / STS / LDGSTS landing, and wgmma B operands
+    "smem_bytes_per_clk": 128,   # LDSM / LDS / STS / LDGSTS landing, and wgmma shared operands
     "mufu_lanes_per_clk": 16,    # ex2 / lg2
     "issue_per_clk": 4,          # one warp instruction per SM sub-partition
     "overhead": 0.10,            # barriers and dependency stalls on top of the busiest pipe
@@ -75,6 +75,7 @@ BUILDS = {  # name: (source, arch flags, defines)
     "fwd_sm90a": ("kernels/attention/flash_forward_sm90a.cu", ["-gencode", "arch=compute_90a,code=sm_90a"], []),
     "bwd": ("kernels/attention/flash_backward.cu", ["-arch=sm_90"], []),
     "bwd_atomic": ("kernels/attention/flash_backward.cu", ["-arch=sm_90"], ["-DKDTRAIN_ATTN_ATOMIC_DQ=1"]),
+    "bwd_sm90a": ("kernels/attention/flash_backward_sm90a.cu", ["-gencode", "arch=compute_90a,code=sm_90a"], []),
 }
 
 
@@ -132,14 +133,16 @@ def tile_counts(ins, inner_trips=1):
             for k in range(f2, l2 + 1):
                 weight[k - f] = inner_trips
     counts = {"instr": 0, "hmma": 0, "hgmma_fma": 0, "hgmma_smem": 0, "smem_bytes": 0, "mufu": 0}
-    for (_, op, _), w in zip(ins[f:l + 1], weight):
+    for (_, op, args), w in zip(ins[f:l + 1], weight):
         counts["instr"] += w
         if op.startswith("HMMA.16816"):
             counts["hmma"] += w
         m = re.match(r"HGMMA\.64x(\d+)x16", op)
         if m:
             counts["hgmma_fma"] += w * 64 * int(m.group(1)) * 16
-            counts["hgmma_smem"] += w * int(m.group(1)) * 16 * 2
+            counts["hgmma_smem"] += w * int(m.group(1)) * 16 * 2  # B: N x 16 bf16
+            if not re.match(r"R\d+, R\d+, gdesc", args):  # A from shared memory too (not RS)
+                counts["hgmma_smem"] += w * 64 * 16 * 2
         if op.startswith("MUFU"):
             counts["mufu"] += w
         for prefix, suffix, nbytes in SMEM_BYTES:
@@ -204,11 +207,12 @@ def forward(fns, regs, shape, d, a, wgmma):
             "bound": bound, "tile_clk": clk, "tile_pairs": pairs, "slot_efficiency": eff, "ms": ms}
 
 
-def backward(fns, regs, shape, d, a, atomic):
+def backward(fns, regs, shape, d, a, atomic, wgmma=False):
     B, T, H = shape["B"], shape["T"], shape["HD"] // d
     hkv = H // shape["gqa"]
     br, bc, warps = 64, 128, 8
-    name, ins = kernel(fns, rf"bwd_main_kernelILi{d}ELb0ELb{1 if atomic else 0}E")
+    pattern = rf"bwd_main_sm90a_kernelILi{d}ELb0E" if wgmma else rf"bwd_main_kernelILi{d}ELb0ELb{1 if atomic else 0}E"
+    name, ins = kernel(fns, pattern)
     c = tile_counts(ins, a["bwd_sub_tiles"])
     clk, bound, pipes = pipe_clocks(c, warps, a)
     if not atomic:
@@ -237,7 +241,8 @@ def backward(fns, regs, shape, d, a, atomic):
         hbm += tile_floats * 4  # the accumulator's memset
         launches += 1
     rest_ms = hbm / (a["hbm_tbs"] * 1e9) + launches * a["launch_us"] / 1e3
-    return {"kernel": "bwd_main atomics" if atomic else "bwd_main", "D": d, "registers": regs.get(name),
+    label = "bwd_main wgmma" if wgmma else "bwd_main atomics" if atomic else "bwd_main"
+    return {"kernel": label, "D": d, "registers": regs.get(name),
             "per_step_per_warp": c, "pipes_clk": pipes, "bound": bound, "step_clk": clk, "steps": total_steps,
             "slot_efficiency": eff, "main_ms": main_ms, "prep_finalize_ms": rest_ms, "ms": main_ms + rest_ms}
 
@@ -265,12 +270,15 @@ def main():
         f_wg = forward(fns["fwd_sm90a"], regs["fwd_sm90a"], shape, d, ASSUME, True)
         b_det = backward(fns["bwd"], regs["bwd"], shape, d, ASSUME, False)
         b_at = backward(fns["bwd_atomic"], regs["bwd_atomic"], shape, d, ASSUME, True)
-        result["kernels"] += [f_mma, f_wg, b_det, b_at]
-        fwd = f_wg if d == 128 else f_mma  # the run-time default per head dim
-        total = fwd["ms"] + b_det["ms"]
-        result["totals"].append({"D": d, "forward": fwd["kernel"], "fwd_ms": fwd["ms"], "bwd_ms": b_det["ms"],
-                                 "fwd_bwd_ms": total, "target_ms": TARGETS[d], "over_target": total / TARGETS[d] - 1,
-                                 "determinism_cost": b_det["ms"] / b_at["ms"] - 1})
+        b_wg = backward(fns["bwd_sm90a"], regs["bwd_sm90a"], shape, d, ASSUME, False, True)
+        result["kernels"] += [f_mma, f_wg, b_det, b_at, b_wg]
+        fwd = f_wg  # the run-time default (train.attention_forward=auto) at both head dims
+        for bwd in (b_det, b_wg):  # the backward's default (mma.sync) and the wgmma build
+            total = fwd["ms"] + bwd["ms"]
+            result["totals"].append({"D": d, "forward": fwd["kernel"], "backward": bwd["kernel"], "fwd_ms": fwd["ms"],
+                                     "bwd_ms": bwd["ms"], "fwd_bwd_ms": total, "target_ms": TARGETS[d],
+                                     "over_target": total / TARGETS[d] - 1,
+                                     "determinism_cost": b_det["ms"] / b_at["ms"] - 1})
     print(f"shape: B {shape['B']}, T {shape['T']}, H*D {shape['HD']}, GQA {shape['gqa']}, causal, bf16; "
           f"H100 SXM at {ASSUME['clock_ghz']} GHz (assumptions: --json)")
     print(f"{'kernel':<18} {'D':>4} {'regs':>5} {'bound':>7} {'clk/tile':>9} {'eff':>5} {'ms':>7}")
@@ -279,7 +287,8 @@ def main():
         print(f"{k['kernel']:<18} {k['D']:>4} {k['registers'] or '-':>5} {k['bound']:>7} {clk:>9.0f} "
               f"{k['slot_efficiency']:>5.2f} {k['ms']:>7.3f}")
     for t in result["totals"]:
-        print(f"D {t['D']}: fwd ({t['forward']}) {t['fwd_ms']:.3f} + bwd {t['bwd_ms']:.3f} = {t['fwd_bwd_ms']:.3f} ms "
+        print(f"D {t['D']}: fwd ({t['forward']}) {t['fwd_ms']:.3f} + bwd ({t['backward']}) {t['bwd_ms']:.3f} = "
+              f"{t['fwd_bwd_ms']:.3f} ms "
               f"against the target {t['target_ms']} ms ({100 * t['over_target']:+.0f}%); "
               f"determinism cost {100 * t['determinism_cost']:+.1f}%")
     if args.json:

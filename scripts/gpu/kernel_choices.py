@@ -6,8 +6,8 @@ run without a list of them written here:
   python3 scripts/gpu/kernel_choices.py KDTRAIN
 
 Every config key of `kdtrain config --list` whose name holds "attention" and whose choices
-include "auto" is a run-time kernel choice (train.attention_forward today; a backward
-kernel key the same way): one spec per choice other than auto,
+include "auto" is a run-time kernel choice (train.attention_forward and
+train.attention_backward): one spec per choice other than auto,
 "KEY:CHOICE=KDTRAIN --set KEY=CHOICE". A choice a binary refuses at some head dim gives an
 error row in the timings, not a failure.
 """

@@ -67,18 +67,25 @@ _KERNEL = re.compile(r"\b(forward|backward) kernel (\w+)")
 # whose attention path does not name its backward kernel (one deterministic kernel, and
 # the atomics timing build's).
 BACKWARD_DEFAULT = {False: "bwd_main", True: "bwd_main atomics"}
+# The names the attention path gives (src/backend/cuda/attention_path.h, to_string) as
+# the model names them.
+MODEL_NAME = {"forward": {"wgmma_sm90a": "wgmma"}, "backward": {"wgmma_sm90a": "bwd_main wgmma"}}
 
 
 def kernels_of(row):
-    """{"forward": name, "backward": name} of the kernels a kdtrain row ran: read from the
-    reason its attention path gives ("... forward kernel wgmma"), else the backward's
-    default name for its build; None for a pass nothing names."""
+    """{"forward": name, "backward": name} of the kernels a kdtrain row ran, as the model
+    names them: read from the reason its attention path gives ("... forward kernel
+    wgmma_sm90a; backward kernel mma_sync"), else the backward's default name for its
+    build; None for a pass nothing names."""
     found = {}
     for p in row.get("attention_paths") or []:
         for pass_, name in _KERNEL.findall(p.get("reason", "")):
-            found.setdefault(pass_, name)
+            found.setdefault(pass_, MODEL_NAME[pass_].get(name, name))
     atomic = row.get("build") == bench_attention.ATOMIC_BUILD
-    return {"forward": found.get("forward"), "backward": found.get("backward", BACKWARD_DEFAULT[atomic])}
+    backward = found.get("backward")
+    if backward in (None, "mma_sync"):
+        backward = BACKWARD_DEFAULT[atomic]
+    return {"forward": found.get("forward"), "backward": backward}
 
 
 def measured_vs_predicted(rows, predictions):

@@ -49,8 +49,9 @@ def test_performance_model_predicts_each_kernel(built, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads(out.read_text())
     assert {(k["kernel"], k["D"]) for k in result["kernels"]} == {
-        (k, d) for k in ("mma_sync", "wgmma", "bwd_main", "bwd_main atomics") for d in (64, 128)}
+        (k, d) for k in ("mma_sync", "wgmma", "bwd_main", "bwd_main atomics", "bwd_main wgmma") for d in (64, 128)}
     for k in result["kernels"]:
         assert 0.05 < k["ms"] < 20, k
-    assert [t["D"] for t in result["totals"]] == [64, 128]
+    assert [(t["D"], t["backward"]) for t in result["totals"]] == [
+        (d, b) for d in (64, 128) for b in ("bwd_main", "bwd_main wgmma")]
     assert "clock_ghz" in result["assumptions"]

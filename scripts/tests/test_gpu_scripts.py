@@ -212,10 +212,15 @@ def test_window_summary_synthetic(tmp_path):
     suite(tmp_path, "primitives", "Passed 1 test case with 392 assertions.\n", 1, "[cuda][tc]")
     suite(tmp_path, "flash", "x.cpp:1: failed: a\nFailed 1 test case, failed 2 assertions.\n", 10, "[flash]~[sim]")
     write(tmp_path / "racecheck.meta.json", json.dumps({"skipped": "DEVICE=cpu"}))
-    path_reason = [{"reason": "fused kernels; forward kernel wgmma"}]
+    path_reason = [{"reason": "fused kernels; forward kernel wgmma_sm90a"},
+                   {"reason": "fused kernels; backward kernel mma_sync"}]
+    wgmma_bwd = [{"reason": "fused kernels; forward kernel wgmma_sm90a"},
+                 {"reason": "fused kernels; backward kernel wgmma_sm90a"}]
     jsonl(tmp_path / "attention.jsonl", [
         {"kind": "kdtrain", "attention": "baseline", "D": 64, "forward_ms": 0.6, "backward_ms": 1.4,
          "fwd_bwd_ms": 2.0, "attention_paths": path_reason},
+        {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "train.attention_backward:wgmma",
+         "forward_ms": 0.6, "backward_ms": 0.9, "fwd_bwd_ms": 1.5, "attention_paths": wgmma_bwd},
         {"kind": "torch", "case": "sdpa", "variant": "baseline", "D": 64, "ms": 1.8, "fwd_ms": 0.5, "bwd_ms": 1.3},
         {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "atomic-dq", "forward_ms": 0.6,
          "backward_ms": 1.32, "fwd_bwd_ms": 1.92},
@@ -223,7 +228,8 @@ def test_window_summary_synthetic(tmp_path):
          "error": "refused"}])
     write(tmp_path / "predictions.json", json.dumps({"kernels": [  # attention_model.py --json
         {"kernel": "wgmma", "D": 64, "ms": 0.55}, {"kernel": "mma_sync", "D": 64, "ms": 0.7},
-        {"kernel": "bwd_main", "D": 64, "ms": 1.2}, {"kernel": "bwd_main atomics", "D": 64, "ms": 1.1}]}))
+        {"kernel": "bwd_main", "D": 64, "ms": 1.2}, {"kernel": "bwd_main atomics", "D": 64, "ms": 1.1},
+        {"kernel": "bwd_main wgmma", "D": 64, "ms": 0.8}]}))
     write(tmp_path / "phases.jsonl", '{"phase": "a tests", "status": "ok", "seconds": 70}\n'
                                      '{"phase": "b attention", "status": "cut at 120 s", "seconds": 120}\n')
     write(tmp_path / "nccl.log", "...\n   single vs nccl: the same bits\n   single vs nccl_after: the same bits\n"
@@ -238,6 +244,8 @@ def test_window_summary_synthetic(tmp_path):
     assert s["attention_ms"]["64"]["torch sdpa"] == {"fwd": 0.5, "bwd": 1.3, "fwd_bwd": 1.8}
     assert s["attn_fwd_ms"]["64"]["kdtrain baseline"] == {"measured": 0.6, "kernel": "wgmma", "predicted": 0.55}
     assert s["attn_bwd_ms"]["64"]["kdtrain baseline"] == {"measured": 1.4, "kernel": "bwd_main", "predicted": 1.2}
+    assert s["attn_bwd_ms"]["64"]["kdtrain[train.attention_backward:wgmma] baseline"] == {
+        "measured": 0.9, "kernel": "bwd_main wgmma", "predicted": 0.8}
     assert s["attn_bwd_ms"]["64"]["kdtrain[atomic-dq] baseline"] == {
         "measured": 1.32, "kernel": "bwd_main atomics", "predicted": 1.1}
     assert s["attn_fwd_ms"]["64"]["kdtrain[atomic-dq] baseline"]["predicted"] is None  # its kernel is not named

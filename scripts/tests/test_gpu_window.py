@@ -226,5 +226,7 @@ def test_kernel_choices_of_the_build_are_valid_specs():
     for spec in specs:
         label, binary, env, extra = bench_attention.parse_build(spec)
         assert binary == str(kdtrain) and extra[0] == "--set", spec
-    # train.attention_forward, where the build has the fused kernels' choice.
+    # train.attention_forward and train.attention_backward, where the build has the fused
+    # kernels' choices.
     assert not specs or any(s.startswith("train.attention_forward:mma_sync=") for s in specs)
+    assert not specs or any(s.startswith("train.attention_backward:wgmma=") for s in specs)
