@@ -246,16 +246,21 @@ TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][atte
     for (int64_t D : {64, 128}) run_case(T >= 1000 ? 1 : 2, T, 4, 1, D, AttentionVariant::affine, false, AffineBiasDivisor::visible);
 }
 
-TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flash][attention][sm90a]") {
+// Whether the sm_90a (wgmma) kernels run here; says why not when they do not.
+static bool wgmma_kernels_run_here(const char* which) {
   if (!cuda::device_present()) {
     WARN("SKIPPED: no CUDA device");
-    return;
+    return false;
   }
-  if (cuda::flash_forward_kernel_here(AttentionForward::auto_select) != cuda::FlashForwardKernel::wgmma_sm90a) {
-    WARN("SKIPPED: the wgmma forward does not run here (needs compute capability 9.0 and a build with "
-         "KDTRAIN_CUDA_SM90A)");
-    return;
-  }
+  if (cuda::flash_forward_kernel_here(AttentionForward::auto_select) == cuda::FlashForwardKernel::wgmma_sm90a)
+    return true;
+  WARN("SKIPPED: the wgmma " << which << " does not run here (needs compute capability 9.0 and a build with "
+                                         "KDTRAIN_CUDA_SM90A)");
+  return false;
+}
+
+TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flash][attention][sm90a]") {
+  if (!wgmma_kernels_run_here("forward")) return;
   for (AttentionVariant v : all_attention_variants())
     for (int64_t D : {128, 64})
       for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, true);  // GQA, group 2
@@ -263,15 +268,7 @@ TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flas
 }
 
 TEST_CASE("cuda wgmma backward (sm_90a) matches the fp32 reference", "[cuda][flash][attention][sm90a]") {
-  if (!cuda::device_present()) {
-    WARN("SKIPPED: no CUDA device");
-    return;
-  }
-  if (cuda::flash_forward_kernel_here(AttentionForward::auto_select) != cuda::FlashForwardKernel::wgmma_sm90a) {
-    WARN("SKIPPED: the wgmma backward does not run here (needs compute capability 9.0 and a build with "
-         "KDTRAIN_CUDA_SM90A)");
-    return;
-  }
+  if (!wgmma_kernels_run_here("backward")) return;
   const auto sequence = AffineBiasDivisor::sequence;
   for (AttentionVariant v : all_attention_variants())
     for (int64_t D : {128, 64})

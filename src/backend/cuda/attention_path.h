@@ -58,6 +58,18 @@ inline AttentionPathChoice choose_attention_path(const AttentionShape& s, bool b
   return {AttentionPath::row, why};
 }
 
+// Whether this build's sm_90a (wgmma) kernels run on a device of compute capability
+// cc_major.cc_minor: where they were built (`built`: CMake KDTRAIN_CUDA_SM90A) on 9.0
+// exactly (sm_90a code runs on no other). `required` (`key` set to wgmma): where they do
+// not, an error naming what is missing.
+inline bool sm90a_runs_here(const char* key, bool required, int cc_major, int cc_minor, bool built) {
+  const bool runs = built && cc_major == 9 && cc_minor == 0;
+  if (required)
+    KD_CHECK(runs, key, "=wgmma: the wgmma kernel needs a build with KDTRAIN_CUDA_SM90A (", built ? "yes" : "no",
+             ") and a device of compute capability 9.0 (", cc_major, ".", cc_minor, ")");
+  return runs;
+}
+
 // Within the fused path, which forward kernel: the mma.sync one (sm_80 instructions,
 // any head dim the fused path takes) or the Hopper one (wgmma, sm_90a).
 enum class FlashForwardKernel { mma_sync, wgmma_sm90a };
@@ -67,20 +79,17 @@ inline const char* to_string(FlashForwardKernel k) {
 }
 
 // The forward kernel of every call of one backend, chosen once when it is built from
-// train.attention_forward, this build and the device. The wgmma kernel runs where it was
-// built (`built`: CMake KDTRAIN_CUDA_SM90A) on a device of compute capability exactly 9.0
-// (sm_90a code runs on no other), at head dims 64 and 128 (the only ones the fused path
-// takes). `auto` takes it wherever it runs, at both head dims: at D 128 it is the
+// train.attention_forward, this build and the device. The wgmma kernel runs where
+// sm90a_runs_here says, at head dims 64 and 128 (the only ones the fused path takes).
+// `auto` takes it wherever it runs, at both head dims: at D 128 it is the
 // FlashAttention-3 shape; at D 64 it is predicted faster than the mma.sync kernel
 // (docs/flash_attention.md, "Hopper forward"), which a GPU has still to confirm
 // (`mma_sync` forces the other kernel, e.g. to time both). `wgmma` where it cannot run
 // is an error.
 inline FlashForwardKernel choose_flash_forward_kernel(AttentionForward request, int cc_major, int cc_minor,
                                                       bool built) {
-  const bool runs_here = built && cc_major == 9 && cc_minor == 0;
-  if (request == AttentionForward::wgmma)
-    KD_CHECK(runs_here, "train.attention_forward=wgmma: the wgmma forward needs a build with KDTRAIN_CUDA_SM90A (",
-             built ? "yes" : "no", ") and a device of compute capability 9.0 (", cc_major, ".", cc_minor, ")");
+  const bool runs_here =
+      sm90a_runs_here("train.attention_forward", request == AttentionForward::wgmma, cc_major, cc_minor, built);
   const bool wgmma = request == AttentionForward::wgmma || (request == AttentionForward::auto_select && runs_here);
   return wgmma ? FlashForwardKernel::wgmma_sm90a : FlashForwardKernel::mma_sync;
 }
@@ -94,17 +103,15 @@ inline const char* to_string(FlashBackwardKernel k) {
 }
 
 // The backward's main kernel of every call of one backend, chosen once from
-// train.attention_backward as the forward's (same `built` and device rule). Unlike the
+// train.attention_backward as the forward's (the same sm90a_runs_here rule). Unlike the
 // forward, `auto` keeps the mma.sync kernel everywhere: the wgmma backward is checked in
 // the emulator only, and no GPU has timed it against the mma.sync one
 // (docs/flash_attention.md, "Hopper backward"); `wgmma` asks for it.
 inline FlashBackwardKernel choose_flash_backward_kernel(AttentionBackward request, int cc_major, int cc_minor,
                                                         bool built) {
-  const bool runs_here = built && cc_major == 9 && cc_minor == 0;
-  if (request == AttentionBackward::wgmma)
-    KD_CHECK(runs_here, "train.attention_backward=wgmma: the wgmma backward needs a build with KDTRAIN_CUDA_SM90A (",
-             built ? "yes" : "no", ") and a device of compute capability 9.0 (", cc_major, ".", cc_minor, ")");
-  return request == AttentionBackward::wgmma ? FlashBackwardKernel::wgmma_sm90a : FlashBackwardKernel::mma_sync;
+  const bool wgmma = request == AttentionBackward::wgmma;
+  sm90a_runs_here("train.attention_backward", wgmma, cc_major, cc_minor, built);  // throws where it cannot run
+  return wgmma ? FlashBackwardKernel::wgmma_sm90a : FlashBackwardKernel::mma_sync;
 }
 
 }  // namespace kdtrain::cuda
