@@ -388,12 +388,18 @@ TEST_CASE("emulated backward kernel reports a dq tile whose earlier key tile nev
 }
 
 TEST_CASE("emulated backward kernel at T 1000, 2048 and 4096", "[.][flash][sim][long]") {
-  // Hidden (minutes of CPU per T): run by hand with "[long]"; KDTRAIN_SIM_LONG_T picks one T.
+  // Hidden (minutes of CPU per T): run by hand with "[long]"; KDTRAIN_SIM_LONG_T picks one T,
+  // KDTRAIN_SIM_LONG_BUILD=mma_sync or wgmma one build of the main kernel (default: both).
   const char* only = std::getenv("KDTRAIN_SIM_LONG_T");
+  const char* build = std::getenv("KDTRAIN_SIM_LONG_BUILD");
   for (int64_t T : {1000, 2048, 4096}) {
     if (only != nullptr && std::to_string(T) != only) continue;
-    for (AttentionVariant v : kVariants)
-      for (int64_t D : {64, 128}) check_problem(Problem(1, T, 2, 1, D, v, 7 * T + static_cast<int>(v)), false);
+    for (bool wgmma : {false, true}) {
+      if (build != nullptr && std::string(build) != (wgmma ? "wgmma" : "mma_sync")) continue;
+      for (AttentionVariant v : kVariants)
+        for (int64_t D : {64, 128})
+          check_problem(Problem(1, T, 2, 1, D, v, 7 * T + static_cast<int>(v)), false, wgmma);
+    }
   }
 }
 
