@@ -143,6 +143,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
   c.train.device = Device::cuda;
   c.train.on_nonfinite = NonFinitePolicy::skip;
   c.train.max_consecutive_skips = 3;
+  c.train.attention_backward = AttentionBackward::wgmma;
   c.checkpoint.interval = 250;
   c.log.interval = 10;
   c.eval.batches = 7;
@@ -155,7 +156,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
     CHECK(doc.contains(section));
   CHECK(doc["model"].size() == 17);
   CHECK(doc["model"]["rope_scaling"].size() == 5);
-  CHECK(doc["train"].size() == 12);
+  CHECK(doc["train"].size() == 13);
 
   // Through text, as it is written into a run directory.
   Config back;
@@ -165,6 +166,7 @@ TEST_CASE("config: to_json writes every key and round-trips exactly", "[config]"
   CHECK(back.model.rms_norm_eps == c.model.rms_norm_eps);
   CHECK(back.train.seed == c.train.seed);
   CHECK(back.train.max_consecutive_skips == 3);
+  CHECK(back.train.attention_backward == AttentionBackward::wgmma);
   CHECK(back.attention.variant == AttentionVariant::affine_gated);
   CHECK(back.model.rope_scaling.factor == 32.0);
 
