@@ -104,7 +104,7 @@ ShardHeader decode_shard_header(const uint8_t* b, const std::string& path) {
   KD_CHECK(h.V > 0 && h.V <= SizeLimits::vocab_size && h.K >= 1 && h.K <= h.V && h.seq_len > 0 &&
                h.seq_len <= SizeLimits::seq_len && h.windows >= 0 && h.windows < (int64_t(1) << 40) &&
                s.shards >= 1 && s.shard >= 0 && s.shard < s.shards && s.first_window >= 0 && s.windows >= 0 &&
-               s.first_window + s.windows <= h.windows,
+               s.first_window <= h.windows && s.windows <= h.windows - s.first_window,
            path, ": corrupt header (K ", h.K, ", V ", h.V, ", seq_len ", h.seq_len, ", windows ", h.windows,
            ", shard ", s.shard, " of ", s.shards, ", windows ", s.first_window, "+", s.windows, ")");
   KD_CHECK(get<int64_t>(b, Offsets::record_bytes) == h.record_bytes() && get<int64_t>(b, Offsets::id_bits) == h.id_bits(),

@@ -364,3 +364,15 @@ TEST_CASE("teacher cache: the value checks refuse each bad value", "[teacher_cac
     CHECK_THROWS_WITH(check(r), Contains("where") && Contains("window 7, position 1") && Contains(message));
   }
 }
+
+TEST_CASE("teacher cache: a shard header whose window range overflows is corrupt, not undefined behaviour",
+          "[teacher_cache][cache_format]") {
+  // fuzz_teacher_cache found first_window + windows overflowing int64 in the range check.
+  data::ShardHeader sh;
+  sh.cache = cache_header(3, 50, 4, 5);
+  sh.shards = 1;
+  sh.first_window = int64_t{7022344801102069760};
+  sh.windows = int64_t{8102650174501381727};
+  const std::vector<uint8_t> header = data::encode_shard_header(sh);
+  CHECK_THROWS_WITH(data::decode_shard_header(header.data(), "shard_x.bin"), Contains("corrupt header"));
+}
