@@ -10,7 +10,7 @@ result and written to the JSON (--json FILE) that scripts/gpu/gpu_window.sh can 
 measured times. docs/flash_attention.md ("Performance model") explains the terms.
 
 usage: attention_model.py [--json FILE] [--sass-dir DIR] [--B 8 --T 2048 --HD 2048 --gqa 4]
-  --sass-dir: reuse DIR/{fwd,fwd_sm90a,bwd,bwd_atomic,bwd_sm90a}.{sass,ptxas} instead of compiling.
+  --sass-dir: reuse DIR/{fwd,fwd_sm90a,bwd,bwd_atomic,bwd_sm90a,bwd_sm90a_atomic}.{sass,ptxas} instead of compiling.
 """
 import argparse
 import json
@@ -76,6 +76,8 @@ BUILDS = {  # name: (source, arch flags, defines)
     "bwd": ("kernels/attention/flash_backward.cu", ["-arch=sm_90"], []),
     "bwd_atomic": ("kernels/attention/flash_backward.cu", ["-arch=sm_90"], ["-DKDTRAIN_ATTN_ATOMIC_DQ=1"]),
     "bwd_sm90a": ("kernels/attention/flash_backward_sm90a.cu", ["-gencode", "arch=compute_90a,code=sm_90a"], []),
+    "bwd_sm90a_atomic": ("kernels/attention/flash_backward_sm90a.cu", ["-gencode", "arch=compute_90a,code=sm_90a"],
+                         ["-DKDTRAIN_ATTN_ATOMIC_DQ=1"]),
 }
 
 

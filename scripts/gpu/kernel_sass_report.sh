@@ -7,10 +7,12 @@
 #
 #   scripts/gpu/kernel_sass_report.sh [FILE.cu ...]     (default: every kernels/*.cu outside kernels/attention/)
 #   scripts/gpu/kernel_sass_report.sh --bwd-dq-check    the attention backward's SASS checks: builds
-#       kernels/attention/flash_backward.cu (default and atomics builds) and runs
-#       bwd_sass_check.py (same folder), which fails when a global load or semaphore poll
-#       feeds the first dQ HMMA, a gpu-scope MEMBAR precedes the next step's prefetch, or
-#       the atomics build adds without red.global.add.v4.f32 (docs/flash_attention.md).
+#       the main kernel's mma.sync build (kernels/attention/flash_backward.cu, sm_90) and its
+#       wgmma build (flash_backward_sm90a.cu, sm_90a), each deterministic and atomics, and runs
+#       bwd_sass_check.py (same folder) on each pair, which fails when a global load or
+#       semaphore poll feeds the first dQ HMMA / HGMMA, a gpu-scope MEMBAR precedes the next
+#       step's prefetch, or the atomics build adds without red.global.add.v4.f32
+#       (docs/flash_attention.md).
 #
 # cuobjdump comes from the CUDA toolkit or, where the toolkit lacks it, from the
 # PyPI package nvidia-cuda-cuobjdump (pip install nvidia-cuda-cuobjdump).
@@ -34,14 +36,21 @@ fi
 if [[ ${1:-} == --bwd-dq-check ]]; then
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
-  for build in bwd bwd_atomic; do
-    defs=(); [[ $build == bwd_atomic ]] && defs=(-DKDTRAIN_ATTN_ATOMIC_DQ=1)
-    "$NVCC" -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -Isrc -I. "${defs[@]}" -cubin \
-      kernels/attention/flash_backward.cu -o "$work/$build.cubin"
-    PATH="$(dirname "$CUOBJDUMP"):$PATH" "$CUOBJDUMP" -sass "$work/$build.cubin" >"$work/$build.sass"
+  status=0
+  for arch in sm_90 sm_90a; do
+    src=kernels/attention/flash_backward.cu; flags=(-arch=sm_90)
+    [[ $arch == sm_90a ]] && src=kernels/attention/flash_backward_sm90a.cu && flags=(-gencode arch=compute_90a,code=sm_90a)
+    for build in det atomic; do
+      defs=(); [[ $build == atomic ]] && defs=(-DKDTRAIN_ATTN_ATOMIC_DQ=1)
+      "$NVCC" -std=c++17 "${flags[@]}" --expt-relaxed-constexpr -Isrc -I. "${defs[@]}" -cubin "$src" \
+        -o "$work/$arch.$build.cubin"
+      PATH="$(dirname "$CUOBJDUMP"):$PATH" "$CUOBJDUMP" -sass "$work/$arch.$build.cubin" >"$work/$arch.$build.sass"
+    done
+    echo "== $arch ($src)"
+    python3 "$(dirname "${BASH_SOURCE[0]}")/bwd_sass_check.py" "$work/$arch.det.sass" "$work/$arch.atomic.sass" \
+      || status=1
   done
-  python3 "$(dirname "${BASH_SOURCE[0]}")/bwd_sass_check.py" "$work/bwd.sass" "$work/bwd_atomic.sass"
-  exit $?
+  exit $status
 fi
 files=("$@")
 if ((${#files[@]} == 0)); then

@@ -1,10 +1,15 @@
-"""The attention kernels' SASS checks and performance model, without a GPU: compiles the
-forward and backward (both backward builds) with nvcc once, then
-- scripts/gpu/bwd_sass_check.py must pass on the backward (dq off the MMA warps, the
-  atomics build's vector reductions: docs/flash_attention.md),
-- scripts/gpu/attention_model.py must read the same SASS and write a JSON with a
-  prediction per kernel and per head dim.
-Skips, saying why, where nvcc or cuobjdump is absent."""
+"""The attention kernels' SASS checks and performance model, without a GPU.
+- scripts/gpu/bwd_sass_check.py on small hand-written listings (no nvcc needed): a good
+  step loop of each build (mma.sync: HMMA; wgmma: HGMMA) passes, and each deliberately bad
+  one (a global load feeding the first dQ product, a gpu-scope MEMBAR before the prefetch,
+  a late poll, ...) fails with its message.
+- On the real kernels (compiles the forward and the backward, mma.sync and wgmma builds,
+  deterministic and atomics, with nvcc once): bwd_sass_check.py must pass on both
+  backward builds (dq off the MMA warps, the atomics builds' vector reductions:
+  docs/flash_attention.md) and fail on the wgmma build's SASS with a global load spliced
+  in; scripts/gpu/attention_model.py must read the same SASS and write a JSON with a
+  prediction per kernel and per head dim. These skip, saying why, where nvcc or
+  cuobjdump is absent."""
 import json
 import os
 import shutil
@@ -17,6 +22,118 @@ from repo_paths import REPO
 
 GPU_SCRIPTS = REPO / "scripts" / "gpu"
 sys.path.insert(0, str(GPU_SCRIPTS))
+import bwd_sass_check  # noqa: E402
+
+MMA_KERNEL = "_ZN7kdtrain4cuda12_GLOBAL__N_115bwd_main_kernelILi64ELb0ELb0EEEvNS_5flash7BwdArgsE"
+WGMMA_KERNEL = "_ZN7kdtrain4cuda12_GLOBAL__N_121bwd_main_sm90a_kernelILi64ELb0EEEvNS_5flash7BwdArgsE"
+POLL = "LDG.E.STRONG.GPU R30, desc[UR12][R92.64]"
+PREFETCH = "LDGSTS.E.BYPASS.128 [R73], desc[UR12][R20.64]"
+PRODUCTS = {  # the step's S^T product and the dQ phase, as nvcc 13.0 writes them
+    "HMMA": (["HMMA.16816.F32.BF16 R40, R8, R12, RZ"],
+             ["LDSM.16.M88.4 R8, [R3]", "LDSM.16.MT88.4 R12, [R5]", "HMMA.16816.F32.BF16 R104, R8, R12, RZ",
+              "HMMA.16816.F32.BF16 R104, R8, R14, R104"]),
+    "HGMMA": (["WARPGROUP.ARRIVE", "HGMMA.64x32x16.F32.BF16 R168, gdesc[UR16], RZ, !UPT, gsb0",
+               "WARPGROUP.DEPBAR.LE gsb0, 0x0"],
+              ["IMAD.MOV.U32 R88, RZ, RZ, R22", "R2UR UR8, R88", "R2UR UR9, R89", "R2UR UR10, R90", "R2UR UR11, R91",
+               "WARPGROUP.ARRIVE", "HGMMA.64x32x16.F32.BF16 R104, gdesc[UR8].tnspA.tnspB, RZ, !UPT",
+               "HGMMA.64x32x16.F32.BF16 R104, gdesc[UR8].tnspA.tnspB, R104, gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0"]),
+}
+
+
+def step_loop(mma):
+    """A deterministic kernel's step loop: barrier, prefetch, poll, S^T product, the dq
+    hand-over's bulk operations, the dS^T barrier, the dQ products, staging, branch back."""
+    sub, dq = PRODUCTS[mma]
+    return (["S2R R0, SR_TID.X", "DEPBAR.LE SB0, 0x0", "BAR.SYNC.DEFER_BLOCKING 0x0", PREFETCH, "LDGDEPBAR", POLL]
+            + sub + ["UBLKRED.G.S.ADD.F32.RN [UR8], [UR5], UR6", "UBLKCP.G.S [UR8], [UR5], UR6",
+                     "FENCE.VIEW.ASYNC.S", "BAR.SYNC.DEFER_BLOCKING 0x0"]
+            + dq + ["STS.128 [R13+0x14400], R104", "MEMBAR.ALL.CTA", "BRA 0x10", "EXIT"])
+
+
+def listing(kernel, body):
+    """cuobjdump -sass text of one function (instruction i at address 16 i)."""
+    return "\n".join([f"\t\tFunction : {kernel}"] + [f"        /*{16 * i:04x}*/                   {ins} ;"
+                                                        for i, ins in enumerate(body)]) + "\n"
+
+
+def check(tmp_path, capsys, deterministic, atomic=None):
+    paths = []
+    for name, text in (("det.sass", deterministic), ("atomic.sass", atomic)):
+        if text is not None:
+            (tmp_path / name).write_text(text)
+            paths.append(str(tmp_path / name))
+    rc = bwd_sass_check.main(["bwd_sass_check.py"] + paths)
+    return rc, capsys.readouterr().out
+
+
+def edit(body, old, new):
+    """body with the instruction `old` replaced by the list `new` (exactly one match)."""
+    assert body.count(old) == 1, old
+    i = body.index(old)
+    return body[:i] + new + body[i + 1:]
+
+
+@pytest.mark.parametrize("mma, kernel", [("HMMA", MMA_KERNEL), ("HGMMA", WGMMA_KERNEL)])
+def test_sass_check_passes_a_good_step_loop(tmp_path, capsys, mma, kernel):
+    rc, out = check(tmp_path, capsys, listing(kernel, step_loop(mma)))
+    assert rc == 0 and out == f"bwd_main{' wgmma' if mma == 'HGMMA' else ''} D=64: OK\n", out
+
+
+ST_PRODUCT = "HGMMA.64x32x16.F32.BF16 R168, gdesc[UR16], RZ, !UPT, gsb0"
+FIRST_DQ = "HGMMA.64x32x16.F32.BF16 R104, gdesc[UR8].tnspA.tnspB, RZ, !UPT"
+LAST_DQ = "HGMMA.64x32x16.F32.BF16 R104, gdesc[UR8].tnspA.tnspB, R104, gsb0"
+WGMMA_MUTANTS = {  # name: (edits of the good wgmma loop, messages the check must print)
+    "dq C operand loaded from global": (
+        [(FIRST_DQ, ["LDG.E.128 R60, desc[UR12][R40.64]",
+                     "HGMMA.64x32x16.F32.BF16 R104, gdesc[UR8].tnspA.tnspB, R60"])],
+        ["accumulates onto R60, not RZ", "fed by the global load LDG.E.128", "LDG.E.128 at", "in the dQ phase"]),
+    "dq descriptor from a global load before the dS barrier": (
+        [("IMAD.MOV.U32 R88, RZ, RZ, R22", []), (POLL, [POLL, "LDG.E.64 R88, desc[UR12][R40.64]"])],
+        ["first dQ HGMMA at 0x", "is fed by the global load LDG.E.64 at"]),
+    "gpu MEMBAR before the prefetch": (
+        [(PREFETCH, ["MEMBAR.ALL.GPU", PREFETCH])],
+        ["MEMBAR.ALL.GPU at 0x30 between the dQ products and the next step's prefetch"]),
+    "release right after the dQ products": (
+        [(LAST_DQ, [LAST_DQ, "MEMBAR.SC.GPU"])], ["MEMBAR.SC.GPU at 0x150 in the dQ phase",
+                                                   "MEMBAR.SC.GPU at 0x150 between the dQ products"]),
+    "semaphore poll after the first product": (
+        [(POLL, []), (ST_PRODUCT, [ST_PRODUCT, POLL])],
+        ["the semaphore poll (LDG.E.STRONG.GPU) is not issued before the step's first HGMMA"]),
+    "dq A from registers": (
+        [(FIRST_DQ, ["HGMMA.64x32x16.F32.BF16 R104, R8, gdesc[UR8].tnspB, RZ, !UPT"])],
+        ["takes A from registers (R8), not by descriptor"]),
+    "no bulk reduction": (
+        [("UBLKRED.G.S.ADD.F32.RN [UR8], [UR5], UR6", [])], ["no bulk reduction (UBLKRED) in the step loop"]),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(WGMMA_MUTANTS))
+def test_sass_check_fails_a_bad_wgmma_step_loop(tmp_path, capsys, mutant):
+    edits, messages = WGMMA_MUTANTS[mutant]
+    body = step_loop("HGMMA")
+    for old, new in edits:
+        body = edit(body, old, new)
+    rc, out = check(tmp_path, capsys, listing(WGMMA_KERNEL, body))
+    assert rc == 1 and "bwd_main wgmma D=64: FAILED" in out, out
+    for m in messages:
+        assert m in out, (m, out)
+
+
+def test_sass_check_fails_an_hmma_operand_from_global(tmp_path, capsys):
+    body = edit(step_loop("HMMA"), "LDSM.16.MT88.4 R12, [R5]", ["LDG.E.128 R12, desc[UR12][R40.64]"])
+    rc, out = check(tmp_path, capsys, listing(MMA_KERNEL, body))
+    assert rc == 1 and "operand R12 comes from LDG.E.128, not LDSM" in out, out
+
+
+def test_sass_check_counts_the_wgmma_atomics_builds_vector_reductions(tmp_path, capsys):
+    """The sm_90a kernel's name has no atomics flag: the second file's is the atomics build."""
+    reds = ["REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU desc[UR12][R40.64], R104"] * 4
+    good = listing(WGMMA_KERNEL, ["S2R R0, SR_TID.X"] + reds + ["EXIT"])
+    bad = listing(WGMMA_KERNEL, ["S2R R0, SR_TID.X"] + reds[1:] + ["EXIT"])
+    det = listing(WGMMA_KERNEL, step_loop("HGMMA"))
+    assert check(tmp_path, capsys, det, good)[0] == 0
+    rc, out = check(tmp_path, capsys, det, bad)
+    assert rc == 1 and "3 REDG.E.ADD.F32x4, expected 4" in out, out
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +150,37 @@ def built(tmp_path_factory):
     return out
 
 
-def test_backward_dq_sass_checks_pass(built):
-    r = subprocess.run([sys.executable, str(GPU_SCRIPTS / "bwd_sass_check.py"), str(built / "bwd.sass"),
-                        str(built / "bwd_atomic.sass")], capture_output=True, text=True)
+@pytest.mark.parametrize("build", ["bwd", "bwd_sm90a"])
+def test_backward_dq_sass_checks_pass(built, build):
+    r = subprocess.run([sys.executable, str(GPU_SCRIPTS / "bwd_sass_check.py"), str(built / f"{build}.sass"),
+                        str(built / f"{build}_atomic.sass")], capture_output=True, text=True)
     print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count(": OK") == 8  # 4 deterministic + 4 atomics instantiations
+
+
+def test_sass_check_fails_the_real_wgmma_kernel_spliced(built, tmp_path, capsys):
+    """The wgmma build's D 64 kernel, re-listed (instruction i at 16 i, as cuobjdump has it),
+    passes; with the instruction before the first dQ HGMMA made a global load that the
+    product accumulates onto, or the one after the step's top barrier a gpu-scope MEMBAR,
+    it fails."""
+    name, ins = next((n, i) for n, i in bwd_sass_check.functions((built / "bwd_sm90a.sass").read_text()).items()
+                     if "bwd_main_sm90a_kernelILi64ELb0E" in n)
+    assert [a for a, _, _ in ins] == [16 * k for k in range(len(ins))]
+    body = [f"{op} {args}" for _, op, args in ins]
+    top, back = bwd_sass_check.step_loop(ins)
+    ds_bar = max(k for k in range(top + 1, back) if ins[k][1].startswith("BAR.SYNC"))
+    first = next(k for k in range(ds_bar, back) if ins[k][1].startswith("HGMMA"))
+    assert check(tmp_path, capsys, listing(name, body))[0] == 0
+    fed = list(body)
+    fed[first - 1] = "LDG.E.128 R60, desc[UR12][R40.64]"
+    fed[first] = body[first].replace("RZ, !UPT", "R60")
+    rc, out = check(tmp_path, capsys, listing(name, fed))
+    assert rc == 1 and "accumulates onto R60, not RZ" in out and "fed by the global load LDG.E.128" in out, out
+    fenced = list(body)
+    fenced[top + 1] = "MEMBAR.ALL.GPU"
+    rc, out = check(tmp_path, capsys, listing(name, fenced))
+    assert rc == 1 and "MEMBAR.ALL.GPU at" in out and "next step's prefetch" in out, out
 
 
 def test_performance_model_predicts_each_kernel(built, tmp_path):
