@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include <cmath>
@@ -51,6 +52,10 @@ struct Operand {
   WgmmaSwizzle swizzle;
   WgmmaMajor major;
   int lbo, sbo;  // bytes
+  // MN-major only: the operand is columns mn_first.. of this placement, its descriptor
+  // starting 2 mn_first bytes into the swizzle rows (mn_first < 8W, within one row), as
+  // the D 64 backward's dQ reads K from the middle of 128-byte rows.
+  int mn_first = 0;
 };
 
 // LBO/SBO of a dense placement of an mn_extent x 16 operand in each mode.
@@ -62,8 +67,8 @@ inline Operand dense(WgmmaSwizzle s, WgmmaMajor major, int mn_extent) {
   }
   if (major == WgmmaMajor::k) return {s, major, 16, 8 * 16 * W};
   // MN-major: a pattern is 8 k rows of one block of 8W mn; the mn blocks are adjacent,
-  // the second k group after all of them.
-  return {s, major, 8 * 16 * W, 8 * 16 * W * (mn_extent / (8 * W))};
+  // the second k group after all of them (a whole pattern even when mn_extent < 8W).
+  return {s, major, 8 * 16 * W, 8 * 16 * W * std::max(1, mn_extent / (8 * W))};
 }
 
 // A (64 x 16) and B (16 x n) densely placed in one swizzle mode, each K- and MN-major.
@@ -106,7 +111,7 @@ struct WgmmaCase {
 inline int d_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i % 4) / 2); }
 inline int d_col(int t, int i) { return 8 * (i / 4) + 2 * (t % 4) + i % 2; }
 
-// A case of n columns (64 or 128): random A, B and C (from seed), A from shared memory
+// A case of n columns (32, 64 or 128): random A, B and C (from seed), A from shared memory
 // placed as `a` or, with a null `a`, from registers.
 inline WgmmaCase::WgmmaCase(int N, const Operand* a, const Operand& b, bool trans_a, bool trans_b, bool accumulate,
                             uint32_t seed) {
@@ -117,13 +122,17 @@ inline WgmmaCase::WgmmaCase(int N, const Operand* a, const Operand& b, bool tran
   std::uniform_real_distribution<float> u(-4.f, 4.f);
   w.C.resize(64 * N);
   for (auto& x : w.C) x = u(rng);
-  const size_t a_bytes = a != nullptr ? operand_bytes(*a, 64) : 0, b_bytes = operand_bytes(b, N);
+  if (b.mn_first != 0 && (b.major != WgmmaMajor::mn || b.swizzle == WgmmaSwizzle::none ||
+                          b.mn_first >= 8 * tc::wgmma_swizzle_chunks(b.swizzle)))
+    throw std::invalid_argument("WgmmaCase: mn_first needs an MN-major swizzled B and must stay within a row");
+  const size_t a_bytes = a != nullptr ? operand_bytes(*a, 64) : 0, b_bytes = operand_bytes(b, N + b.mn_first);
   w.image.assign(a_bytes + b_bytes, 0);
   auto put = [&](size_t at, uint16_t v) { std::memcpy(&w.image[at], &v, 2); };
   for (int k = 0; k < 16; ++k) {
     if (a != nullptr)
       for (int m = 0; m < 64; ++m) put(placed_at(a->swizzle, a->major, a->lbo, a->sbo, m, k), w.A[m * 16 + k]);
-    for (int n = 0; n < N; ++n) put(a_bytes + placed_at(b.swizzle, b.major, b.lbo, b.sbo, n, k), w.B[k * N + n]);
+    for (int n = 0; n < N; ++n)
+      put(a_bytes + placed_at(b.swizzle, b.major, b.lbo, b.sbo, b.mn_first + n, k), w.B[k * N + n]);
   }
   w.a.assign(128 * 4, 0);
   w.c.resize(128 * (N / 2));
@@ -143,7 +152,7 @@ inline WgmmaCase::WgmmaCase(int N, const Operand* a, const Operand& b, bool tran
   p.image = w.image.data();
   p.image_bytes = static_cast<int>(w.image.size());
   p.a_desc = a != nullptr ? tc::wgmma_desc(0, a->lbo, a->sbo, a->swizzle) : 0;
-  p.b_desc = tc::wgmma_desc(static_cast<uint32_t>(a_bytes), b.lbo, b.sbo, b.swizzle);
+  p.b_desc = tc::wgmma_desc(static_cast<uint32_t>(a_bytes + 2 * b.mn_first), b.lbo, b.sbo, b.swizzle);
   p.a = w.a.data();
   p.c = w.c.data();
 }

@@ -113,7 +113,18 @@ TEST_CASE("sim wgmma: A and B from shared memory in every swizzle mode and major
     check_product<128, true, true>(&o.amn, o.bmn, true, seed++);
     check_product<64, false, false>(&o.ak, o64.bk, true, seed++);
     check_product<64, true, true>(&o.amn, o64.bmn, false, seed++);
+    check_product<32, false, false>(&o.ak, dense(s, WgmmaMajor::k, 32), true, seed++);
+    check_product<32, true, true>(&o.amn, dense(s, WgmmaMajor::mn, 32), false, seed++);
   }
+}
+
+TEST_CASE("sim wgmma: N 32 with B starting 64 bytes into its 128-byte swizzled rows matches a matmul", "[sim][wgmma]") {
+  // The D 64 backward's dQ: B = K MN-major, columns 32..63 of 64-column 128B-swizzled rows.
+  Operand b = dense(WgmmaSwizzle::b128, WgmmaMajor::mn, 64);
+  b.mn_first = 32;
+  const DenseOperands o(WgmmaSwizzle::b128, 64);
+  check_product<32, true, true>(&o.amn, b, true, 71);
+  check_product<32, false, true>(&o.ak, b, false, 72);
 }
 
 TEST_CASE("sim wgmma: A from registers (the ISA's fragment) matches a matmul", "[sim][wgmma]") {
