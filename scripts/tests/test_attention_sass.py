@@ -191,9 +191,14 @@ def test_performance_model_predicts_each_kernel(built, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads(out.read_text())
     assert {(k["kernel"], k["D"]) for k in result["kernels"]} == {
-        (k, d) for k in ("mma_sync", "wgmma", "bwd_main", "bwd_main atomics", "bwd_main wgmma") for d in (64, 128)}
+        (k, d) for k in ("mma_sync", "wgmma", "bwd_main", "bwd_main atomics", "bwd_main wgmma",
+                         "bwd_main wgmma atomics") for d in (64, 128)}
     for k in result["kernels"]:
         assert 0.05 < k["ms"] < 20, k
     assert [(t["D"], t["backward"]) for t in result["totals"]] == [
         (d, b) for d in (64, 128) for b in ("bwd_main", "bwd_main wgmma")]
+    ms = {(k["kernel"], k["D"]): k["ms"] for k in result["kernels"]}
+    for t in result["totals"]:  # each backward against its own atomics timing build
+        assert t["determinism_cost"] == pytest.approx(ms[(t["backward"], t["D"])] / ms[(t["backward"] + " atomics", t["D"])] - 1)
+    assert r.stdout.count("attn_determinism_cost") == 4
     assert "clock_ghz" in result["assumptions"]
