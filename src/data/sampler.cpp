@@ -74,8 +74,14 @@ std::vector<int64_t> Sampler::next_global_batch(int64_t global_batch) {
 }
 
 std::vector<int64_t> Sampler::peek_global_batch(int64_t global_batch) const {
-  if (global_batch <= 0 || index_ + global_batch > num_windows_) return {};
-  return std::vector<int64_t>(order_.begin() + index_, order_.begin() + index_ + global_batch);
+  if (global_batch <= 0 || global_batch > num_windows_) return {};
+  if (index_ + global_batch <= num_windows_)
+    return std::vector<int64_t>(order_.begin() + index_, order_.begin() + index_ + global_batch);
+  // The batch runs into the next epoch, whose order is as deterministic as this one's.
+  std::vector<int64_t> batch(order_.begin() + index_, order_.end());
+  const std::vector<int64_t> next = epoch_permutation(num_windows_, seed_, epoch_ + 1);
+  batch.insert(batch.end(), next.begin(), next.begin() + (global_batch - static_cast<int64_t>(batch.size())));
+  return batch;
 }
 
 nlohmann::json Sampler::to_json() const {

@@ -22,8 +22,8 @@ class Sampler {
   // Window ids of the next optimizer step (global_batch windows, all ranks),
   // continuing into the next epoch when this one runs out.
   std::vector<int64_t> next_global_batch(int64_t global_batch);
-  // The batch next_global_batch would return, without drawing it, when it lies
-  // inside the current epoch's order; empty when it would start a new epoch.
+  // The batch next_global_batch would return, without drawing it (into the next
+  // epoch's order where this one runs out); empty for a batch it would refuse.
   std::vector<int64_t> peek_global_batch(int64_t global_batch) const;
 
   int64_t epoch() const { return epoch_; }

@@ -77,16 +77,28 @@ TEST_CASE("sampler: state round trip resumes the same sequence", "[sampler]") {
 
 // The teacher cache's prefetch asks the sampler for the next step's windows
 // without drawing them (data/teacher_cache_prefetch.h): the peek is the next
-// draw while it lies inside the epoch, and nothing when it would start another.
-TEST_CASE("sampler: peek_global_batch is the next draw, or empty across an epoch", "[sampler][teacher_cache]") {
+// draw, also when that draw runs into the next epoch (so the first micro-batch
+// of an epoch is read ahead too).
+TEST_CASE("sampler: peek_global_batch is the next draw, across an epoch too", "[sampler][teacher_cache]") {
   kdtrain::data::Sampler sampler(10, 5);
   for (int step = 0; step < 3; ++step) {
     const std::vector<int64_t> peeked = sampler.peek_global_batch(3);
     REQUIRE(peeked.size() == 3);
     CHECK(sampler.next_global_batch(3) == peeked);
   }
-  CHECK(sampler.peek_global_batch(3).empty());  // index 9 of 10: the next batch crosses into epoch 1
-  CHECK(sampler.next_global_batch(3).size() == 3);
+  // index 9 of 10: the next batch takes one window of epoch 0 and two of epoch 1
+  const std::vector<int64_t> crossing = sampler.peek_global_batch(3);
+  REQUIRE(crossing.size() == 3);
+  CHECK(sampler.next_global_batch(3) == crossing);
+  CHECK(sampler.epoch() == 1);
+  CHECK(sampler.peek_global_batch(11).empty());  // more than the data set: next_global_batch refuses it
+  // A whole epoch per batch (the bench's pool): every peek is the next epoch's order.
+  kdtrain::data::Sampler whole(4, 9);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<int64_t> peeked = whole.peek_global_batch(4);
+    REQUIRE(peeked.size() == 4);
+    CHECK(whole.next_global_batch(4) == peeked);
+  }
   const std::vector<int64_t> peeked = sampler.peek_global_batch(3);  // inside epoch 1 again
   CHECK(sampler.next_global_batch(3) == peeked);
 }
