@@ -194,13 +194,17 @@ nlohmann::json run_bench(const BenchOptions& o) {
   RunParts parts(step_bench_config(shape, o), *comm, "");
   const BenchTeacher teacher = build_step_bench_parts(parts, o);
   PhaseTimer timer(*parts.backend);
-  TrainStep step(parts, &timer, random_batches(parts.config, o));
+  TrainStep step(parts, &timer, random_batches(parts, o));
   Backend& backend = *parts.backend;
   backend.synchronize();
   BackendCounters timed_start;
+  CacheReaderCounts reader_start;
   double last_loss = 0.0;
   for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
-    if (i == o.warmup) timed_start = backend.counters();
+    if (i == o.warmup) {
+      timed_start = backend.counters();
+      reader_start = reader_counts(parts);
+    }
     timer.begin_step(i >= o.warmup);
     last_loss = step.run(i + 1).loss;
     timer.end_step();
@@ -221,14 +225,13 @@ nlohmann::json run_bench(const BenchOptions& o) {
   r["teacher_ready_s"] = teacher.source == "checkpoint" ? nlohmann::json(teacher.ready_s) : nlohmann::json(nullptr);
   r["teacher_cache_k"] = o.teacher_cache;
   r["cache_tail"] = o.teacher_cache > 0 ? nlohmann::json(to_string(c.kd.cache_tail)) : nlohmann::json(nullptr);
+  r["cache_reader"] = cache_reader_report(parts, reader_start);
   r["recompute"] = to_string(c.train.recompute);
   r["recompute_layers"] = c.train.recompute_layers;
   r["schedule"] = to_string(c.schedule.kind);
   add_throughput(r, parts, timer, o.peak_tflops);
   r["final_loss"] = last_loss;
-  MemoryPlanInput plan_input = parts.memory_plan_input();
-  plan_input.cache_top_k = o.teacher_cache;
-  r["memory"] = memory_report(parts, plan_memory(plan_input));
+  r["memory"] = memory_report(parts, plan_memory(parts.memory_plan_input()));
   r["attention_paths"] = attention_paths_json(backend);
   r["attention_path"] = attention_path_summary(r["attention_paths"]);
   r["traffic_per_step"] = traffic_per_step(timed_start, backend.counters(), o.steps);

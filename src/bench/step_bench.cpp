@@ -1,12 +1,12 @@
 #include "bench/step_bench.h"
 
 #include <chrono>
-#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <random>
 
 #include "core/error.h"
+#include "data/teacher_cache_synthetic.h"
 #include "model/init.h"
 #include "train/teacher_load.h"
 
@@ -19,39 +19,35 @@ double ms_since(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// N rows of a cached top-K teacher: K distinct random ids per row, log-probabilities
-// of a random softmax over them holding 90% of the mass, log(0.1) for the tail.
-CachedRows random_cached_rows(int64_t N, int64_t V, int64_t K, uint64_t seed) {
+// --teacher-cache K: a cache of the pool's B windows (random rows, bf16, one
+// shard) opened as training opens kd.teacher_cache, and its reader started, so
+// the step takes its rows from the reader thread (and on CUDA its upload lane)
+// as in training. The files are deleted once mapped.
+void open_synthetic_cache(RunParts& parts, const BenchOptions& o) {
+  const Config& c = parts.config;
+  const int64_t V = c.model.vocab_size, K = o.teacher_cache;
   KD_CHECK(K >= 1 && K <= V, "--teacher-cache ", K, " must be in [1, vocab_size = ", V, "]");
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(V - 1));
-  std::normal_distribution<float> logit(0.f, 2.f);
-  CachedRows rows;
-  rows.K = K;
-  std::vector<int32_t> taken(static_cast<size_t>(V), -1);
-  std::vector<float> z(static_cast<size_t>(K));
-  for (int64_t r = 0; r < N; ++r) {
-    double sum = 0.0;
-    for (int64_t k = 0; k < K; ++k) {
-      int32_t id = pick(rng);
-      while (taken[id] == r) id = (id + 1) % static_cast<int32_t>(V);
-      taken[id] = static_cast<int32_t>(r);
-      rows.ids.push_back(id);
-      z[k] = logit(rng);
-      sum += std::exp(double(z[k]));
-    }
-    for (int64_t k = 0; k < K; ++k)
-      rows.logp.push_back(static_cast<float>(double(z[k]) - std::log(sum) + std::log(0.9)));
-    rows.log_tail.push_back(static_cast<float>(std::log(0.1)));
+  data::CacheHeader shape;
+  shape.K = K;
+  shape.V = V;
+  shape.seq_len = c.train.seq_len;
+  shape.windows = c.train.micro_batch;
+  const std::string dir = data::synthetic_cache_dir("bench_teacher_cache");
+  try {
+    data::write_synthetic_cache(dir, shape, shape.windows, o.seed + 2);
+    parts.cache = std::make_unique<data::TeacherCache>(dir);
+  } catch (...) {
+    std::filesystem::remove_all(dir);
+    throw;
   }
-  return rows;
+  std::filesystem::remove_all(dir);
+  parts.start_cache_reader();
 }
 
 // Window w of the pool is row w of one (B, T+1) block of random tokens.
 struct RandomWindows {
   int64_t T = 0;
   std::vector<int32_t> inputs, targets;  // (B, T)
-  CachedRows cached;                     // (B*T) rows with --teacher-cache
 };
 
 }  // namespace
@@ -90,13 +86,15 @@ BenchTeacher build_step_bench_parts(RunParts& parts, const BenchOptions& o) {
     parts.teacher->set_params(init_params(parts.teacher->layout(), m, a, o.seed + 1));
     t.source = "preset (random init)";
   }
+  if (o.teacher_cache > 0) open_synthetic_cache(parts, o);
   parts.sampler = std::make_unique<data::Sampler>(c.train.micro_batch, c.train.seed);
   parts.opt_range = {0, parts.student->layout().total};
   parts.optimizer = std::make_unique<AdamW>(*parts.student, c.optimizer);
   return t;
 }
 
-BatchSource random_batches(const Config& c, const BenchOptions& o) {
+BatchSource random_batches(const RunParts& parts, const BenchOptions& o) {
+  const Config& c = parts.config;
   const int64_t B = c.train.micro_batch, T = c.train.seq_len, V = c.model.vocab_size;
   auto pool = std::make_shared<RandomWindows>();
   pool->T = T;
@@ -121,21 +119,22 @@ BatchSource random_batches(const Config& c, const BenchOptions& o) {
       std::copy_n(pool->targets.begin() + windows[i] * T, T, targets + i * T);
     }
   };
-  if (o.teacher_cache <= 0) return source;
-  pool->cached = random_cached_rows(B * T, V, o.teacher_cache, o.seed + 2);
-  source.cached_rows = [pool](const std::vector<int64_t>& windows, const std::vector<int64_t>&) {
-    const int64_t T = pool->T, K = pool->cached.K;
-    const CachedRows& all = pool->cached;
-    CachedRows rows;
-    rows.K = K;
-    for (int64_t w : windows) {
-      rows.ids.insert(rows.ids.end(), all.ids.begin() + w * T * K, all.ids.begin() + (w + 1) * T * K);
-      rows.logp.insert(rows.logp.end(), all.logp.begin() + w * T * K, all.logp.begin() + (w + 1) * T * K);
-      rows.log_tail.insert(rows.log_tail.end(), all.log_tail.begin() + w * T, all.log_tail.begin() + (w + 1) * T);
-    }
-    return rows;
-  };
+  source.cached_rows = cache_reader_rows(parts);
   return source;
+}
+
+CacheReaderCounts reader_counts(const RunParts& parts) {
+  const data::CachePrefetcher* reader = parts.cache_reader.get();
+  if (!reader) return {};
+  return {reader->hits(), reader->misses()};
+}
+
+nlohmann::json cache_reader_report(const RunParts& parts, const CacheReaderCounts& timed_start) {
+  if (!parts.cache_reader) return nullptr;
+  const CacheReaderCounts now = reader_counts(parts);
+  return {{"hits", now.hits - timed_start.hits},
+          {"misses", now.misses - timed_start.misses},
+          {"upload_lane", parts.cache_reader->uploads()}};
 }
 
 nlohmann::json measured_arenas(const RunParts& parts) {

@@ -1,9 +1,9 @@
 // What `kdtrain bench` puts around the training step it times: the run's parts
 // built from the bench's options instead of a data set (a random-init student,
 // an optional teacher, the optimizer, a sampler over a pool of random token
-// windows), the batch source that serves those windows (and random cached
-// teacher rows for --teacher-cache), and the observer that times each phase
-// of TrainStep::run (train/observer.h).
+// windows, with --teacher-cache a synthetic cache of them read by training's
+// cache reader), the batch source that serves those windows, and the observer
+// that times each phase of TrainStep::run (train/observer.h).
 #pragma once
 #include <array>
 #include <chrono>
@@ -31,13 +31,24 @@ struct BenchTeacher {
   double ready_s = 0;  // a checkpoint's: mapped, checked, uploaded and hashed (train/teacher_load.h)
 };
 // Builds parts.backend, student (random init from --seed), loss, teacher
-// (--teacher: a preset, random init, or a checkpoint directory), sampler and
-// optimizer for parts.config.
+// (--teacher: a preset, random init, or a checkpoint directory) or cache and
+// its reader (--teacher-cache: a synthetic cache of the pool's windows),
+// sampler and optimizer for parts.config.
 BenchTeacher build_step_bench_parts(RunParts& parts, const BenchOptions& options);
 
 // B windows of random tokens (fixed seed: inputs the first T of T+1, targets the
-// last T) and, with --teacher-cache K, T random cached rows per window.
-BatchSource random_batches(const Config& config, const BenchOptions& options);
+// last T) and, with --teacher-cache K, their rows from parts.cache_reader.
+BatchSource random_batches(const RunParts& parts, const BenchOptions& options);
+
+// The cache reader's takes so far: served by its thread (hits) or read on the
+// step's thread (misses); zero without --teacher-cache.
+struct CacheReaderCounts {
+  int64_t hits = 0, misses = 0;
+};
+CacheReaderCounts reader_counts(const RunParts& parts);
+// {"hits", "misses"} of the timed steps (since `timed_start`) and "upload_lane"
+// (the reader thread uploads the rows: CUDA); null without --teacher-cache.
+nlohmann::json cache_reader_report(const RunParts& parts, const CacheReaderCounts& timed_start);
 
 // The arenas the timed run allocated, as "<key>_bytes" of the memory plan's
 // rows (model/memory_plan.h): the student's and the teacher's activations, and

@@ -1,20 +1,15 @@
 #include "cli/teacher_cache_bench.h"
 
 #include <time.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <filesystem>
-#include <numeric>
 #include <vector>
 
 #include "config/limits.h"
 #include "core/error.h"
-#include "core/rng.h"
 #include "data/teacher_cache.h"
-#include "data/teacher_cache_writer.h"
+#include "data/teacher_cache_synthetic.h"
 
 namespace kdtrain::cli {
 
@@ -34,46 +29,6 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Rows shaped like a teacher's: K distinct ids, log-probs descending holding 90%
-// of the mass, the rest in the tail.
-void synthetic_window(const data::CacheHeader& h, SplitMix64& rng, std::vector<int32_t>& ids,
-                      std::vector<float>& logp, std::vector<float>& tail) {
-  const int64_t T = h.seq_len, K = h.K;
-  std::vector<double> w(K);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t k = 0; k < K; ++k) {
-      ids[t * K + k] = static_cast<int32_t>((rng.next() % static_cast<uint64_t>(h.V / K)) * K + k);
-      w[k] = std::exp(-4.0 * rng.uniform());
-    }
-    std::sort(w.begin(), w.end(), std::greater<double>());
-    const double total = std::accumulate(w.begin(), w.end(), 0.0);
-    for (int64_t k = 0; k < K; ++k) logp[t * K + k] = static_cast<float>(std::log(0.9 * w[k] / total));
-    tail[t] = static_cast<float>(std::log(0.1));
-  }
-}
-
-std::string write_synthetic(const CacheReadBenchOptions& o) {
-  const std::string dir = (fs::temp_directory_path() / ("kdtrain_cache_bench." + std::to_string(getpid()))).string();
-  fs::create_directories(dir);
-  data::CacheHeader h;
-  h.K = o.top_k;
-  h.V = o.vocab_size;
-  h.seq_len = o.seq_len;
-  h.windows = o.windows;
-  data::CacheManifest plan = data::plan_cache(h, o.windows);
-  SplitMix64 rng(1);
-  std::vector<int32_t> ids(h.seq_len * h.K);
-  std::vector<float> logp(h.seq_len * h.K), tail(h.seq_len);
-  data::CacheShardWriter writer(dir, plan, 0);
-  for (int64_t w = 0; w < h.windows; ++w) {
-    synthetic_window(h, rng, ids, logp, tail);
-    writer.add_window(ids.data(), logp.data(), tail.data());
-  }
-  plan.shards[0].checksum = writer.commit();
-  data::write_cache_manifest(dir, plan);
-  return dir;
-}
-
 }  // namespace
 
 nlohmann::json run_cache_read_bench(const CacheReadBenchOptions& o) {
@@ -81,9 +36,17 @@ nlohmann::json run_cache_read_bench(const CacheReadBenchOptions& o) {
   KD_CHECK(!o.cache.empty() || (o.top_k >= 1 && o.vocab_size >= o.top_k && o.vocab_size <= SizeLimits::vocab_size),
            "bench --teacher-cache-read: the synthetic cache needs 1 <= K <= --cache-vocab <= ", SizeLimits::vocab_size,
            " (K ", o.top_k, ", vocabulary ", o.vocab_size, ")");
-  const std::string dir = o.cache.empty() ? write_synthetic(o) : o.cache;
+  const std::string dir = o.cache.empty() ? data::synthetic_cache_dir("cache_bench") : o.cache;
   nlohmann::json r;
   try {
+    if (o.cache.empty()) {
+      data::CacheHeader shape;
+      shape.K = o.top_k;
+      shape.V = o.vocab_size;
+      shape.seq_len = o.seq_len;
+      shape.windows = o.windows;
+      data::write_synthetic_cache(dir, shape, o.windows, 1);
+    }
     auto t0 = std::chrono::steady_clock::now();
     const data::TeacherCache cache(dir);
     r["open_s"] = seconds_since(t0);

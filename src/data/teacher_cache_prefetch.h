@@ -50,6 +50,7 @@ class CachePrefetcher {
 
   int64_t hits() const { return hits_; }      // takes served by a request
   int64_t misses() const { return misses_; }  // takes read on the spot
+  bool uploads() const { return lane_ != nullptr; }  // the rows are uploaded (CachedRows::device)
 
  private:
   void run();

@@ -71,6 +71,11 @@ void RunParts::load_data() {
   sampler = std::make_unique<data::Sampler>(windows, t.seed);
 }
 
+// On CUDA the reader thread also uploads each micro-batch's rows.
+void RunParts::start_cache_reader() {
+  cache_reader = std::make_unique<data::CachePrefetcher>(*cache, *backend, config.train.micro_batch);
+}
+
 // kd.teacher (a model run online) or kd.teacher_cache (its stored top-k rows,
 // which replace it), and the fingerprint a resume compares.
 void RunParts::load_teacher() {
@@ -89,8 +94,7 @@ void RunParts::load_teacher() {
   if (!kd.teacher_cache.empty()) {
     cache = std::make_unique<data::TeacherCache>(kd.teacher_cache);
     cache->require_match(*train_data, vocab, "kd.teacher_cache");
-    // On CUDA the reader thread also uploads each micro-batch's rows.
-    cache_reader = std::make_unique<data::CachePrefetcher>(*cache, *backend, config.train.micro_batch);
+    start_cache_reader();
     const data::CacheHeader& h = cache->header();
     teacher_fingerprint = "cache:" + io::hex64(h.teacher_hash) + ",top_k=" + std::to_string(h.K) +
                           (h.value_type == data::CacheValueType::bf16 ? ",bf16" : ",f32");

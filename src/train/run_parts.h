@@ -62,6 +62,9 @@ struct RunParts {
   // The memory plan's input for this run on its backend and ranks (model/memory_plan.h):
   // the set-up log prints the plan; `kdtrain bench` prints it beside what it measured.
   MemoryPlanInput memory_plan_input() const;
+  // Starts the reader of `cache` for this run's micro-batches (sets
+  // cache_reader): build() does, and `kdtrain bench --teacher-cache` on its own cache.
+  void start_cache_reader();
   // The loss the step minimises: weight*KD + (1-weight)*CE, or CE without a teacher.
   double mixed_loss(const LossSums& sums) const {
     return sums.mixed(static_cast<float>(config.kd.weight), has_teacher());

@@ -16,15 +16,20 @@ BatchSource dataset_batches(const RunParts& parts) {
   source.tokens = [train](const std::vector<int64_t>& windows, int32_t* inputs, int32_t* targets) {
     train->fill_batch(windows, inputs, targets);
   };
+  source.cached_rows = cache_reader_rows(parts);
+  return source;
+}
+
+CachedRowsSource cache_reader_rows(const RunParts& parts) {
+  data::CachePrefetcher* reader = parts.cache_reader.get();
+  if (!reader) return {};
   // The rows were read while the previous micro-batch computed; the next ones
   // are read while this one computes.
-  if (data::CachePrefetcher* reader = parts.cache_reader.get())
-    source.cached_rows = [reader](const std::vector<int64_t>& windows, const std::vector<int64_t>& next) {
-      CachedRows rows = reader->take(windows);
-      reader->request(next);
-      return rows;
-    };
-  return source;
+  return [reader](const std::vector<int64_t>& windows, const std::vector<int64_t>& next) {
+    CachedRows rows = reader->take(windows);
+    reader->request(next);
+    return rows;
+  };
 }
 
 // The gradient reduction (dist/grad_reducer.h): the student's backward marks

@@ -44,13 +44,18 @@ struct SkipCounts {
 // (B*T each, host), and with a teacher cache the windows' cached rows in order;
 // `next` are the windows the step reads after these, for a source that reads
 // ahead. Training reads parts.train_data and parts.cache_reader (dataset_batches);
-// `kdtrain bench` gives random tokens.
+// `kdtrain bench` gives random tokens (and reads a synthetic cache through the
+// same reader, cache_reader_rows).
+using CachedRowsSource =
+    std::function<CachedRows(const std::vector<int64_t>& windows, const std::vector<int64_t>& next)>;
 struct BatchSource {
   std::function<void(const std::vector<int64_t>& windows, int32_t* inputs, int32_t* targets)> tokens;
-  std::function<CachedRows(const std::vector<int64_t>& windows, const std::vector<int64_t>& next)>
-      cached_rows;  // empty: no cache
+  CachedRowsSource cached_rows;  // empty: no cache
 };
 BatchSource dataset_batches(const RunParts& parts);
+// The rows from parts.cache_reader, taken for these windows and the next ones
+// requested (empty without a reader): training's, and `kdtrain bench --teacher-cache`'s.
+CachedRowsSource cache_reader_rows(const RunParts& parts);
 
 class TrainStep {
  public:

@@ -149,10 +149,25 @@ TEST_CASE("bench: teacher from a preset and MFU from --peak-tflops", "[bench]") 
   CHECK(r["memory"]["measured"]["teacher_activations_bytes"] == r["memory"]["plan"]["teacher_activations_bytes"]);
 }
 
-TEST_CASE("bench: a cached teacher's random rows enter the step and the plan", "[bench]") {
+// --teacher-cache times training's path: the rows come from a cache through the
+// run's reader thread, which had each timed step's rows read ahead (a take read
+// on the step's own thread would count as a miss).
+TEST_CASE("bench: a cached teacher's rows come through the run's reader and enter the plan", "[bench]") {
   const json r = run_bench({"--teacher-cache", "8"});
   CHECK(r["teacher_cache_k"] == 8);
-  CHECK(std::isfinite(r["final_loss"].get<double>()));
+  const double loss = r["final_loss"].get<double>();
+  CHECK(std::isfinite(loss));
+  CHECK(loss > 0.0);  // KD and CE of a random student
+  REQUIRE(r["cache_reader"].is_object());
+  CHECK(r["cache_reader"]["hits"] == 2);  // --steps 2, one micro-batch each
+  CHECK(r["cache_reader"]["misses"] == 0);
+  CHECK(r["cache_reader"]["upload_lane"] == false);  // the CPU reads host rows
+  // The take (and any wait for the reader) is timed in the teacher's phase; the
+  // phases still make up the step (means of two steps: equal within rounding).
+  const json& p = r["phase_ms"];
+  const double sum = p["teacher_forward"].get<double>() + p["student_forward_loss"].get<double>() +
+                     p["backward"].get<double>() + p["optimizer"].get<double>();
+  CHECK(sum == Approx(r["step_ms"].get<double>()).epsilon(0.05).margin(0.05));
   const json& plan = r["memory"]["plan"];
   // 64 tokens x 8 cached ids: int32 ids and fp32 log-probabilities, plus the fp32 log tail.
   CHECK(plan["teacher_cache_bytes"] == 64 * 8 * 8 + 64 * 4);
