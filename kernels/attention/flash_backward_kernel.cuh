@@ -101,9 +101,9 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     const flash::BwdStep st = sc.step(s);
     const int64_t h = w.g * sc.group + st.head_in_group;
     // Stage `stage` has landed; every warp is done with the previous step (dS^T) and has
-    // staged and fenced its dQ slice.
+    // staged and fenced its dQ slice (kWgmma: fenced here, with the landed copies).
     tc::cp_async_wait<0>();
-    if constexpr (kWgmma) tc::fence_proxy_async();  // the landed copies, for the wgmma reads
+    if constexpr (kWgmma) tc::fence_proxy_async();  // the landed copies and dQ slice, for wgmma / bulk reads
     tc::sync_block();
     if (s + 1 < w.steps) load_step<D, kAffine, kWgmma>(a, smem, w.b, w.g, s + 1, stage ^ 1);
     tc::cp_async_commit();
@@ -143,12 +143,13 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     if constexpr (kAtomic) {
       atomic_dq<D, kAffine>(a, tile, qacc, rsum, ln);
     } else {
-      stage_dq<D, kAffine>(smem, qacc, rsum, ln);
+      stage_dq<D, kAffine, !kWgmma>(smem, qacc, rsum, ln);
       writer.stage(tile);
     }
   }
 
   tc::cp_async_wait<0>();
+  if constexpr (kWgmma && !kAtomic) tc::fence_proxy_async();  // the last dQ slice, for the bulk read
   tc::sync_block();  // the last dQ tile staged; K / V free for the epilogue
   writer.poll(a, w.kt);
   writer.issue(a, smem, w.kt);

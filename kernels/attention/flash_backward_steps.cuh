@@ -336,8 +336,10 @@ TC_DEVICE void dq_products(float (&qacc)[D / 16][4], const BwdLanes<D>& ln, cons
 
 // The dQ tile (and affine's row sums) to shared memory in the accumulator's fragment order
 // (warp w's slice at w * 16 * D/2 floats, lane l's value n at (n * 32 + l) * 4), then this
-// thread's proxy fence: a bulk operation reads it after the next block barrier.
-template <int D, bool kAffine>
+// thread's proxy fence: a bulk operation reads it after the next block barrier. kFence
+// false leaves the fence to the caller, which must issue one before that barrier (the
+// wgmma build's fence for its landed copies does both jobs).
+template <int D, bool kAffine, bool kFence = true>
 TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], float rsum, const BwdLanes<D>& ln) {
   using L = MainLayout<D, kAffine>;
   float* slice = reinterpret_cast<float*>(smem + L::kDq) + ln.warp * (16 * D / 2);
@@ -347,7 +349,7 @@ TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], flo
     if (ln.dq_n == 0 && ln.lane < 16)
       tc::store_shared(reinterpret_cast<float*>(smem + L::kRsRow) + ln.dq_m * 16 + ln.lane, rsum);
   }
-  tc::fence_proxy_async();
+  if constexpr (kFence) tc::fence_proxy_async();
 }
 
 // The timing build (kBwdAtomicDq): the slice added with red.global.add.v4.f32, in no order.
