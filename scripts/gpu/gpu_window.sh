@@ -27,7 +27,8 @@
 #      flash kernels ([cuda][flash]), the other attention cases, the real shapes ([realistic]),
 #      then the rest of [cuda]. A suite stopped by its time limit is "cut at N s".
 #   b  attention forward and backward at D 64 and 128, each timing written as it is measured:
-#      kdtrain's baseline and SDPA, the atomics timing build (attn_determinism_cost), every
+#      kdtrain's baseline and SDPA, the atomics timing build (attn_determinism_cost; once more
+#      per backward kernel choice: attn_determinism_cost_by_choice), every
 #      kernel choice the binary offers (scripts/gpu/kernel_choices.py) and other packed build
 #      (bin/kdtrain_LABEL), kdtrain's variants, PyTorch's; predicted beside measured where
 #      the pack holds predictions.json.

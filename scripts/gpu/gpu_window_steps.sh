@@ -165,7 +165,12 @@ window_suites() {
 # (b) attention alone, forward and backward apart, each row written as it is measured.
 attention_b() {
   local builds=() spec bin compile=""
-  [[ -n "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "atomic-dq=$KDTRAIN_ATOMIC_DQ")
+  if [[ -n "$KDTRAIN_ATOMIC_DQ" ]]; then
+    builds+=(--kdtrain-build "atomic-dq=$KDTRAIN_ATOMIC_DQ")
+    while IFS= read -r spec; do  # the atomics build of each backward kernel (its determinism cost)
+      [[ $spec == train.attention_backward:* ]] && builds+=(--kdtrain-build "atomic-dq+$spec")
+    done < <(python3 scripts/gpu/kernel_choices.py "$KDTRAIN_ATOMIC_DQ")
+  fi
   while IFS= read -r spec; do
     [[ -n "$spec" ]] && builds+=(--kdtrain-build "$spec")
   done < <(python3 scripts/gpu/kernel_choices.py "$KDTRAIN"; printf '%s\n' "$ATTN_BUILDS")

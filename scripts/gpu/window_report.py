@@ -81,10 +81,13 @@ def kernels_of(row):
     for p in row.get("attention_paths") or []:
         for pass_, name in _KERNEL.findall(p.get("reason", "")):
             found.setdefault(pass_, MODEL_NAME[pass_].get(name, name))
-    atomic = row.get("build") == bench_attention.ATOMIC_BUILD
+    build = row.get("build") or ""
+    atomic = build == bench_attention.ATOMIC_BUILD or build.startswith(bench_attention.ATOMIC_BUILD + "+")
     backward = found.get("backward")
     if backward in (None, "mma_sync"):
         backward = BACKWARD_DEFAULT[atomic]
+    elif atomic:
+        backward += " atomics"  # the model's name for that kernel's atomics timing build
     return {"forward": found.get("forward"), "backward": backward}
 
 
@@ -154,6 +157,9 @@ def window_table(s):
     cost = s["attn_determinism_cost"] or {}
     rows.append(("attn_determinism_cost (deterministic / atomics - 1)",
                  ", ".join(f"D={d}: {g.fmt(x, '{:+.1%}')}" for d, x in sorted(cost.items())) or "not measured"))
+    for d, per in sorted((s.get("attn_determinism_cost_by_choice") or {}).items()):
+        for choice, x in sorted(per.items()):
+            rows.append((f"attn_determinism_cost D={d} {choice}", g.fmt(x, "{:+.1%}")))
     identical = s["nccl_world1_identical"]
     rows.append(("NCCL at world size 1", (s["nccl"] or "not run") +
                  ("" if identical is None else f" (training bit-identical to single: {identical})")))

@@ -223,7 +223,12 @@ def summarize(rows):
         if r["D"] in sdpa:
             r["slowdown_vs_sdpa"] = r["ms"] / sdpa[r["D"]]
     out = {"attn_fwdbwd_vs_sdpa": {}, "variant_attn_slowdown": {}, "variant_speedup_vs_torch_best": {},
-           "attn_determinism_cost": {}}
+           "attn_determinism_cost": {}, "attn_determinism_cost_by_choice": {}}
+    for r in builds:  # a kernel choice against the atomics build run with the same choice
+        choice = r["build"][len(ATOMIC_BUILD) + 1:] if r["build"].startswith(ATOMIC_BUILD + "+") else None
+        det = next((b["fwd_bwd_ms"] for b in builds if b["D"] == r["D"] and b["build"] == choice), None)
+        if choice and det:
+            out["attn_determinism_cost_by_choice"].setdefault(str(r["D"]), {})[choice] = det / r["fwd_bwd_ms"] - 1
     for D in sorted({r["D"] for r in mine}):
         ms = {r["attention"]: r["fwd_bwd_ms"] for r in mine if r["D"] == D}
         base = ms.get("baseline")
@@ -268,7 +273,9 @@ def run(args, stream=None):
     return report
 
 
-# The label of the float-atomics timing build (KDTRAIN_ATTN_ATOMIC_DQ) among --kdtrain-build.
+# The label of the float-atomics timing build (KDTRAIN_ATTN_ATOMIC_DQ) among --kdtrain-build;
+# "atomic-dq+CHOICE" is that build run with the kernel choice labelled CHOICE
+# (attn_determinism_cost_by_choice).
 ATOMIC_BUILD = "atomic-dq"
 
 

@@ -76,6 +76,13 @@ def test_ratios_of_any_subset_of_rows():
              {"kind": "torch", "case": "sink+compile", "variant": "sink", "D": 64, "ms": 4.4},
              {"kind": "kdtrain", "variant": "gated", "D": 64, "error": "x"}]
     r = bench_attention.summarize(rows)
+    assert r["attn_determinism_cost"] == {"64": pytest.approx(0.25)} and r["attn_determinism_cost_by_choice"] == {}
+    choice = "train.attention_backward:wgmma"
+    rows += [{"kind": "kdtrain", "attention": "baseline", "D": 64, "build": choice, "fwd_bwd_ms": 1.5},
+             {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "atomic-dq+" + choice, "fwd_bwd_ms": 1.2},
+             {"kind": "kdtrain", "attention": "baseline", "D": 128, "build": "atomic-dq+" + choice, "fwd_bwd_ms": 1.0}]
+    r = bench_attention.summarize(rows)  # D 128 has no deterministic row of the choice: no ratio
+    assert r["attn_determinism_cost_by_choice"] == {"64": {choice: pytest.approx(0.25)}}
     assert r["attn_determinism_cost"] == {"64": pytest.approx(0.25)}
     assert r["variant_attn_slowdown"] == {"64": {"baseline": 1.0, "sink": pytest.approx(1.1)}}
     assert r["variant_speedup_vs_torch_best"] == {"64": {"sink": pytest.approx(2.0)}}

@@ -224,12 +224,14 @@ def test_window_summary_synthetic(tmp_path):
         {"kind": "torch", "case": "sdpa", "variant": "baseline", "D": 64, "ms": 1.8, "fwd_ms": 0.5, "bwd_ms": 1.3},
         {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "atomic-dq", "forward_ms": 0.6,
          "backward_ms": 1.32, "fwd_bwd_ms": 1.92},
+        {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "atomic-dq+train.attention_backward:wgmma",
+         "forward_ms": 0.6, "backward_ms": 0.8, "fwd_bwd_ms": 1.4, "attention_paths": wgmma_bwd},
         {"kind": "kdtrain", "variant": "baseline", "D": 128, "build": "KDTRAIN_FLASH_FORWARD:wgmma",
          "error": "refused"}])
     write(tmp_path / "predictions.json", json.dumps({"kernels": [  # attention_model.py --json
         {"kernel": "wgmma", "D": 64, "ms": 0.55}, {"kernel": "mma_sync", "D": 64, "ms": 0.7},
         {"kernel": "bwd_main", "D": 64, "ms": 1.2}, {"kernel": "bwd_main atomics", "D": 64, "ms": 1.1},
-        {"kernel": "bwd_main wgmma", "D": 64, "ms": 0.8}]}))
+        {"kernel": "bwd_main wgmma", "D": 64, "ms": 0.8}, {"kernel": "bwd_main wgmma atomics", "D": 64, "ms": 0.75}]}))
     write(tmp_path / "phases.jsonl", '{"phase": "a tests", "status": "ok", "seconds": 70}\n'
                                      '{"phase": "b attention", "status": "cut at 120 s", "seconds": 120}\n')
     write(tmp_path / "nccl.log", "...\n   single vs nccl: the same bits\n   single vs nccl_after: the same bits\n"
@@ -249,12 +251,16 @@ def test_window_summary_synthetic(tmp_path):
     assert s["attn_bwd_ms"]["64"]["kdtrain[atomic-dq] baseline"] == {
         "measured": 1.32, "kernel": "bwd_main atomics", "predicted": 1.1}
     assert s["attn_fwd_ms"]["64"]["kdtrain[atomic-dq] baseline"]["predicted"] is None  # its kernel is not named
+    assert s["attn_bwd_ms"]["64"]["kdtrain[atomic-dq+train.attention_backward:wgmma] baseline"] == {
+        "measured": 0.8, "kernel": "bwd_main wgmma atomics", "predicted": 0.75}
+    assert s["attn_determinism_cost_by_choice"] == {"64": {"train.attention_backward:wgmma": pytest.approx(1.5 / 1.4 - 1)}}
     assert s["nccl"] == "nccl: passed" and s["nccl_world1_identical"] is True
     assert s["env"]["gpu"].startswith("NVIDIA H100")
     table = window_report.window_table(s)
     assert "cut at 120 s (120 s)" in table and "D=64: +4.2%" in table
     lines = {line.split("  ")[0]: line.rstrip() for line in table.splitlines()}
     assert lines["attention D=64 kdtrain baseline fwd (wgmma): measured / predicted ms"].endswith("0.60 / 0.55")
+    assert lines["attn_determinism_cost D=64 train.attention_backward:wgmma"].endswith("+7.1%")
     assert lines["attention D=128 kdtrain[KDTRAIN_FLASH_FORWARD:wgmma] baseline"].endswith("error: refused")
     assert table.splitlines()[-1].startswith("overall") and "failed" in table.splitlines()[-1]
     doc = gpu_docs.latest_doc(s)
