@@ -1,5 +1,7 @@
 #include "data/sampler.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace kdtrain::data {
@@ -82,6 +84,11 @@ std::vector<int64_t> Sampler::peek_global_batch(int64_t global_batch) const {
   const std::vector<int64_t> next = epoch_permutation(num_windows_, seed_, epoch_ + 1);
   batch.insert(batch.end(), next.begin(), next.begin() + (global_batch - static_cast<int64_t>(batch.size())));
   return batch;
+}
+
+std::vector<int64_t> Sampler::peek_in_epoch(int64_t count) const {
+  const int64_t end = index_ + std::max<int64_t>(0, std::min(count, num_windows_ - index_));
+  return std::vector<int64_t>(order_.begin() + index_, order_.begin() + end);
 }
 
 nlohmann::json Sampler::to_json() const {

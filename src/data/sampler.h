@@ -26,6 +26,10 @@ class Sampler {
   // epoch's order where this one runs out); empty for a batch it would refuse.
   std::vector<int64_t> peek_global_batch(int64_t global_batch) const;
 
+  // Up to `count` windows next_global_batch draws next, as far as the current
+  // epoch's order goes.
+  std::vector<int64_t> peek_in_epoch(int64_t count) const;
+
   int64_t epoch() const { return epoch_; }
   int64_t index() const { return index_; }
   int64_t num_windows() const { return num_windows_; }

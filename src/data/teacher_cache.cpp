@@ -130,7 +130,8 @@ void write_cache_manifest(const std::string& dir, const CacheManifest& m) {
 
 TeacherCache::TeacherCache(const std::string& dir) : dir_(dir), manifest_(read_cache_manifest(dir)) {
   const CacheHeader& h = manifest_.header;
-  verified_ = std::make_unique<bool[]>(manifest_.shards.size());
+  checks_.assign(manifest_.shards.size(), ShardCheck::unsummed);
+  computed_.assign(manifest_.shards.size(), 0);
   for (size_t s = 0; s < manifest_.shards.size(); ++s) {
     const CacheShardInfo& info = manifest_.shards[s];
     const std::string path = (fs::path(dir) / info.file).string();
@@ -183,17 +184,55 @@ int64_t TeacherCache::shard_of(int64_t window) const {
   return window / manifest_.shard_windows;
 }
 
-void TeacherCache::verify_shard(int64_t s, int64_t window) const {
-  std::lock_guard<std::mutex> lock(verify_mutex_);
-  if (verified_[s]) return;
+bool TeacherCache::claim(int64_t s) const {
+  if (checks_[s] != ShardCheck::unsummed) return false;
+  checks_[s] = ShardCheck::summing;
+  return true;
+}
+
+// Sums a shard this thread claimed, outside the lock: two threads sum two shards at once.
+void TeacherCache::sum_claimed(int64_t s, bool ahead) const {
   const io::MappedFile& f = files_[s];
-  const uint64_t payload = f.size() - kCacheTrailerBytes;
   CacheChecksum sum;
-  sum.update(f.data(), payload);
-  KD_CHECK(sum.value() == manifest_.shards[s].checksum, describe(s), ": checksum mismatch (stored ",
-           manifest_.shards[s].checksum, ", computed ", sum.value(), ") found when reading window ", window,
+  sum.update(f.data(), f.size() - kCacheTrailerBytes);
+  std::lock_guard<std::mutex> lock(verify_mutex_);
+  computed_[s] = sum.value();
+  checks_[s] = computed_[s] == manifest_.shards[s].checksum ? ShardCheck::good : ShardCheck::bad;
+  ++(ahead ? summed_ahead_ : summed_on_read_);
+  verify_done_.notify_all();
+}
+
+bool TeacherCache::verify_if_free(int64_t s, bool ahead) const {
+  {
+    std::lock_guard<std::mutex> lock(verify_mutex_);
+    if (!claim(s)) return false;
+  }
+  sum_claimed(s, ahead);
+  return true;
+}
+
+void TeacherCache::verify_shard(int64_t s, int64_t window) const {
+  verify_if_free(s, false);
+  std::unique_lock<std::mutex> lock(verify_mutex_);
+  verify_done_.wait(lock, [&] { return checks_[s] != ShardCheck::summing; });
+  KD_CHECK(checks_[s] == ShardCheck::good, describe(s), ": checksum mismatch (stored ", manifest_.shards[s].checksum,
+           ", computed ", computed_[s], ") found when reading window ", window,
            ": the shard is corrupt; delete it and rerun `kdtrain teacher-cache` to rewrite it");
-  verified_[s] = true;
+}
+
+bool TeacherCache::shard_verified(int64_t s) const {
+  std::lock_guard<std::mutex> lock(verify_mutex_);
+  return checks_[s] == ShardCheck::good;
+}
+
+int64_t TeacherCache::shards_summed_on_read() const {
+  std::lock_guard<std::mutex> lock(verify_mutex_);
+  return summed_on_read_;
+}
+
+int64_t TeacherCache::shards_summed_ahead() const {
+  std::lock_guard<std::mutex> lock(verify_mutex_);
+  return summed_ahead_;
 }
 
 void TeacherCache::append_window(int64_t window, CachedRows& out) const {

@@ -8,13 +8,16 @@
 // each a run of consecutive windows with its own header and checksum
 // (data/teacher_cache_format.h). Opening reads the manifest and each shard's
 // header, size and trailer: O(shards), never the records. A shard's checksum is
-// verified the first time a window of it is read (training reads in its
-// prefetch thread, data/teacher_cache_prefetch.h); every decoded row's values
-// are checked (io/teacher_cache_values.h). Every error names the shard and the window.
+// verified before the first read of a window of it returns (training reads in
+// its prefetch thread, and a verifier thread sums the shards the next steps
+// read ahead of time, data/teacher_cache_prefetch.h); every decoded row's
+// values are checked (io/teacher_cache_values.h). Every error names the shard
+// and the window.
 //
 // The loss against these rows is model/cached_teacher_loss.h; `kdtrain
 // teacher-cache` writes caches (cli/teacher_cache_builder.h).
 #pragma once
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -87,8 +90,16 @@ class TeacherCache {
 
   int64_t shard_of(int64_t window) const;
   // The shard's checksum over its header and records (every byte); throws naming
-  // the shard on a mismatch. Done once per shard.
+  // the shard and `window` on a mismatch. Summed once per shard: a shard another
+  // thread is summing is waited for, and a mismatch found ahead is thrown here.
   void verify_shard(int64_t shard, int64_t window) const;
+  // Sums the shard's checksum unless it is summed or another thread is at it; a
+  // mismatch is kept for verify_shard to throw. `ahead`: before its first read
+  // (the verifier thread), else for a read. Returns whether it summed.
+  bool verify_if_free(int64_t shard, bool ahead) const;
+  bool shard_verified(int64_t shard) const;  // summed, and the checksum matched
+  int64_t shards_summed_on_read() const;     // by verify_if_free(·, false) or verify_shard
+  int64_t shards_summed_ahead() const;       // by verify_if_free(·, true)
   // "<dir>: shard <file> (windows a..b)", for errors.
   std::string describe(int64_t shard) const;
 
@@ -96,8 +107,14 @@ class TeacherCache {
   std::string dir_;
   CacheManifest manifest_;
   std::vector<io::MappedFile> files_;
+  enum class ShardCheck : uint8_t { unsummed, summing, good, bad };
+  bool claim(int64_t shard) const;  // unsummed -> summing, under verify_mutex_
+  void sum_claimed(int64_t shard, bool ahead) const;
   mutable std::mutex verify_mutex_;
-  mutable std::unique_ptr<bool[]> verified_;
+  mutable std::condition_variable verify_done_;
+  mutable std::vector<ShardCheck> checks_;  // per shard, under verify_mutex_
+  mutable std::vector<uint64_t> computed_;  // the summed checksums (for a mismatch's error)
+  mutable int64_t summed_on_read_ = 0, summed_ahead_ = 0;
 };
 
 // The teacher's fingerprint as a cache records it (CacheHeader::teacher_hash): a

@@ -1,6 +1,7 @@
 // The cache rows' background reader (data/teacher_cache_prefetch.h).
 #include "data/teacher_cache_prefetch.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/error.h"
@@ -13,7 +14,7 @@ CachePrefetcher::CachePrefetcher(const TeacherCache& cache, Backend& backend, in
     : CachePrefetcher(cache, make_upload_lane(backend, slot_bytes(cache.header(), max_windows)), max_windows) {}
 
 CachePrefetcher::CachePrefetcher(const TeacherCache& cache, std::unique_ptr<UploadLane> lane, int64_t max_windows)
-    : cache_(cache), lane_(std::move(lane)), max_windows_(max_windows), thread_([this] { run(); }) {}
+    : cache_(cache), verifier_(cache), lane_(std::move(lane)), max_windows_(max_windows), thread_([this] { run(); }) {}
 
 CachePrefetcher::~CachePrefetcher() {
   {
@@ -28,7 +29,12 @@ size_t CachePrefetcher::slot_bytes(const CacheHeader& h, int64_t max_windows) {
   return static_cast<size_t>(max_windows * h.seq_len * (8 * h.K + 4));
 }
 
+void CachePrefetcher::verify_free_shards(const std::vector<int64_t>& windows) const {
+  for (int64_t w : windows) cache_.verify_if_free(cache_.shard_of(w), false);
+}
+
 CachedRows CachePrefetcher::read(const std::vector<int64_t>& windows) const {
+  verify_free_shards(windows);
   CachedRows rows;
   for (int64_t w : windows) cache_.append_window(w, rows);
   return rows;
@@ -41,6 +47,7 @@ CachedRows CachePrefetcher::fill(int slot, const std::vector<int64_t>& windows) 
   KD_CHECK(static_cast<int64_t>(windows.size()) <= max_windows_, "teacher cache reader: ", windows.size(),
            " windows asked for at once, its slots hold ", max_windows_);
   const int64_t T = h.seq_len, K = h.K, n = static_cast<int64_t>(windows.size()) * T;
+  verify_free_shards(windows);
   lane_->begin_fill(slot);
   auto* ids = static_cast<int32_t*>(lane_->host(slot));
   float* logp = reinterpret_cast<float*>(ids + n * K);
@@ -140,6 +147,18 @@ std::vector<int64_t> next_micro_windows(const Sampler& sampler, const std::vecto
   const std::vector<int64_t> next = sampler.peek_global_batch(global_batch);
   if (next.empty()) return {};
   return first(rank_slice(next, rank, world), 0);
+}
+
+std::vector<int64_t> windows_ahead(const Sampler& sampler, int64_t global_batch, int64_t steps, int rank, int world,
+                                   const std::vector<int64_t>& requested) {
+  const std::vector<int64_t> next = sampler.peek_in_epoch(steps * global_batch);
+  std::vector<int64_t> out;
+  for (int64_t s = 0; (s + 1) * global_batch <= static_cast<int64_t>(next.size()); ++s) {
+    const std::vector<int64_t> batch(next.begin() + s * global_batch, next.begin() + (s + 1) * global_batch);
+    for (int64_t w : rank_slice(batch, rank, world))
+      if (std::find(requested.begin(), requested.end(), w) == requested.end()) out.push_back(w);
+  }
+  return out;
 }
 
 }  // namespace kdtrain::data

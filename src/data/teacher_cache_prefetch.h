@@ -1,11 +1,13 @@
 // Reads the next micro-batch's cache rows while the current one computes: one
-// background thread decodes (and validates, and on a shard's first read
-// verifies) the windows of the last request, so the step finds them ready. On
+// background thread decodes (and validates, and sums the checksum of a shard
+// not summed yet) the windows of the last request, so the step finds them ready. On
 // a backend with an upload lane (CUDA, backend/upload_lane.h) the thread also
 // uploads them, from pinned memory on a stream of its own, into the slot the
 // step is not reading; the step's queue waits for that copy on the device.
 // The step's hook is two calls per micro-batch: take(these windows), then
-// request(the next micro-batch's windows).
+// request(the next micro-batch's windows); and once per step verify_ahead(the
+// windows of the steps after), whose shards a verifier thread sums before
+// their first read (data/teacher_cache_verifier.h).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "backend/upload_lane.h"
 #include "data/sampler.h"
 #include "data/teacher_cache.h"
+#include "data/teacher_cache_verifier.h"
 
 namespace kdtrain::data {
 
@@ -45,6 +48,11 @@ class CachePrefetcher {
   // take's slot back: the step's work queued so far is its last use.
   CachedRows take(const std::vector<int64_t>& windows);
 
+  // Windows read after the request, in order: their shards are summed ahead by
+  // the verifier thread (ShardVerifier::ahead).
+  void verify_ahead(const std::vector<int64_t>& windows) { verifier_.ahead(windows); }
+  void wait_verified_ahead() { verifier_.wait_idle(); }  // tests
+
   // Bytes of one slot for max_windows windows of `cache`: ids, log-probs, tails.
   static size_t slot_bytes(const CacheHeader& h, int64_t max_windows);
 
@@ -54,6 +62,9 @@ class CachePrefetcher {
 
  private:
   void run();
+  // Sums the checksums of the windows' shards no thread has summed or is summing,
+  // before decoding waits for any the verifier is summing.
+  void verify_free_shards(const std::vector<int64_t>& windows) const;
   CachedRows read(const std::vector<int64_t>& windows) const;
   // Decodes `windows` into the lane's slot and uploads them (reader thread, or
   // the step's on-the-spot read while the reader is idle).
@@ -65,6 +76,7 @@ class CachePrefetcher {
   int free_slot() const { return handed_out_ == 0 ? 1 : 0; }  // the slot the step does not hold
 
   const TeacherCache& cache_;
+  ShardVerifier verifier_;
   std::unique_ptr<UploadLane> lane_;  // null: host rows
   int64_t max_windows_ = 0;
   int handed_out_ = -1;               // the slot the step reads (lane), -1 none; under mutex_
@@ -86,5 +98,11 @@ class CachePrefetcher {
 // sampler cannot tell yet.
 std::vector<int64_t> next_micro_windows(const Sampler& sampler, const std::vector<int64_t>& windows, int64_t micro,
                                         int64_t micro_batch, int64_t global_batch, int rank, int world);
+
+// The windows this rank reads in the `steps` steps after the sampler's
+// position, in order, as far as the epoch's order goes, less those `requested`
+// (the reader is reading them): the verifier's list.
+std::vector<int64_t> windows_ahead(const Sampler& sampler, int64_t global_batch, int64_t steps, int rank, int world,
+                                   const std::vector<int64_t>& requested);
 
 }  // namespace kdtrain::data

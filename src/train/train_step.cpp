@@ -1,6 +1,8 @@
 #include "train/train_step.h"
 
 #include <cmath>
+#include <memory>
+#include <utility>
 
 #include "core/error.h"
 #include "data/teacher_cache_prefetch.h"
@@ -9,6 +11,13 @@
 #include "train/schedule.h"
 
 namespace kdtrain {
+
+namespace {
+// How far ahead the verifier is given the shards to sum: early in a run a
+// step's windows fall in shards not yet summed, and summing is slower than the
+// step, so the list only has to outlast the verifier's work until the next step.
+constexpr int64_t kVerifyAheadSteps = 8;
+}  // namespace
 
 BatchSource dataset_batches(const RunParts& parts) {
   BatchSource source;
@@ -23,11 +32,21 @@ BatchSource dataset_batches(const RunParts& parts) {
 CachedRowsSource cache_reader_rows(const RunParts& parts) {
   data::CachePrefetcher* reader = parts.cache_reader.get();
   if (!reader) return {};
+  const RunParts* run = &parts;
+  auto listed_at = std::make_shared<std::pair<int64_t, int64_t>>(-1, -1);  // the sampler's position then
   // The rows were read while the previous micro-batch computed; the next ones
-  // are read while this one computes.
-  return [reader](const std::vector<int64_t>& windows, const std::vector<int64_t>& next) {
+  // are read while this one computes. Once per step (the sampler moved), the
+  // shards of the next steps' windows go to the verifier thread.
+  return [reader, run, listed_at](const std::vector<int64_t>& windows, const std::vector<int64_t>& next) {
     CachedRows rows = reader->take(windows);
     reader->request(next);
+    const data::Sampler& sampler = *run->sampler;
+    const std::pair<int64_t, int64_t> position(sampler.epoch(), sampler.index());
+    if (position != *listed_at) {
+      *listed_at = position;
+      reader->verify_ahead(data::windows_ahead(sampler, run->config.train.global_batch, kVerifyAheadSteps,
+                                               run->comm.rank(), run->comm.world(), next));
+    }
     return rows;
   };
 }

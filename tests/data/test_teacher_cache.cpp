@@ -39,6 +39,7 @@ namespace {
 
 using kdtrain::testing::TempDir;
 using kdtrain::testing::CacheFixture;
+using kdtrain::testing::cached_run_config;
 
 // Teacher log-softmax of raw logits, in double.
 std::vector<double> log_softmax(const std::vector<double>& z, double tau = 1.0) {
@@ -100,18 +101,6 @@ struct SparseProblem {
     return std::accumulate(kd.begin(), kd.end(), 0.0);
   }
 };
-
-// A bf16 top-8 cache of the fixture's data, and a tiny run (global batch 4 of micro-batches
-// of 2) that trains the fixture's student from it.
-Config cached_run_config(CacheFixture& f) {
-  cli::build_teacher_cache(f.options(8, data::CacheValueType::bf16));
-  Config c = testing::tiny_run_config(f.shard);
-  c.model = f.student_cfg;
-  c.kd.teacher_cache = f.dir.file("cache");
-  c.kd.cache_tail = CacheTail::bucket;
-  c.train.seq_len = f.T;
-  return c;
-}
 
 }  // namespace
 

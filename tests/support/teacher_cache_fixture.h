@@ -1,6 +1,6 @@
 // A teacher checkpoint and a token shard over the llama_like vocabulary (61),
-// and the `kdtrain teacher-cache` options over them, shared by the teacher
-// cache tests.
+// the `kdtrain teacher-cache` options over them, and a tiny run distilling from
+// their cache, shared by the teacher cache tests.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,6 +12,7 @@
 #include "model/init.h"
 #include "model/param_layout.h"
 #include "support/model_fixtures.h"
+#include "support/run_parts_fixture.h"
 #include "support/temp_dir.h"
 
 namespace kdtrain::testing {
@@ -56,5 +57,17 @@ struct CacheFixture {
     return o;
   }
 };
+
+// A bf16 top-8 cache of the fixture's data, and a tiny run (global batch 4 of micro-batches
+// of 2) that trains the fixture's student from it.
+inline Config cached_run_config(CacheFixture& f) {
+  cli::build_teacher_cache(f.options(8, data::CacheValueType::bf16));
+  Config c = tiny_run_config(f.shard);
+  c.model = f.student_cfg;
+  c.kd.teacher_cache = f.dir.file("cache");
+  c.kd.cache_tail = CacheTail::bucket;
+  c.train.seq_len = f.T;
+  return c;
+}
 
 }  // namespace kdtrain::testing
