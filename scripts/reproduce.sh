@@ -12,7 +12,7 @@
 #   zero-shot (six lm-eval tasks) -> attention analysis -> report.
 #
 #   scripts/reproduce.sh --config configs/paper/llama3.2-1b.json --attention affine \
-#       --data-dir DIR --teacher HF_DIR --out RUN_DIR
+#       --data-dir DIR --teacher HF_DIR --out ROW
 #       [--tokenizer DIR] [--steps N] [--device cpu|cuda] [--launch "mpirun -np 8"]
 #       [--set section.key=value ...] [--fineweb FILE...] [--c4 FILE] [--val-tokens N] [--max-tokens N]
 #       [--limit N] [--batch-size N] [--eval-data DIR] [--eval-windows N]
@@ -20,11 +20,14 @@
 #   scripts/reproduce.sh --prepare-only --data-dir DIR --tokenizer TOK [--fineweb ...] [--c4 F]
 #       (stage 1 only: the data of a tokenizer)
 #
-# Every stage is skipped when its output exists (delete the file to redo it); an
-# interrupted training run is resumed with `kdtrain train --resume`. A run
-# directory remembers what trained it (RUN/reproduce_stamp: the config file, the
-# variant and every override); a different request for the same directory is
-# refused rather than mixed in. Data: DIR/fineweb_edu (prepare_fineweb_edu.py,
+# ROW holds the row: the training run in ROW/run and, beside it, what is derived
+# from it (info.json, hf/, eval_c4.json, zero_shot.json, analysis/, report/;
+# scripts/report/study_layout.py defines the layout; only `kdtrain train` writes
+# inside ROW/run). Every stage is skipped when its output exists (delete
+# the file to redo it); an interrupted training run is resumed with `kdtrain
+# train --resume`. A row remembers what trained its run (ROW/reproduce_stamp: the
+# config file, the variant and every override); a different request for the same
+# row is refused rather than mixed in. Data: DIR/fineweb_edu (prepare_fineweb_edu.py,
 # --val-tokens for its validation shard, --max-tokens to stop the input there)
 # and DIR/c4 (prepare_c4.py), tokenized with --tokenizer (default: the teacher's
 # tokenizer files, else ../shared/data's Llama-3 / Qwen2 tokenizer by the
@@ -40,18 +43,18 @@ if [[ ${1:-} == --tables ]]; then
   exec python3 "$ROOT/scripts/report/reproduce_tables.py" "$@"
 fi
 
-CONFIG=""; VARIANT=""; DATA_DIR=""; TEACHER=""; RUN=""; TOKENIZER=""; STEPS=""; DEVICE=""
+CONFIG=""; VARIANT=""; DATA_DIR=""; TEACHER=""; ROW=""; TOKENIZER=""; STEPS=""; DEVICE=""
 LAUNCH=""; FINEWEB=(); C4=""; LIMIT=""; BATCH=""; REPORT=""; EVAL_WINDOWS=""; ANALYZE_SEQS=""
 OVERRIDES=(); VAL_TOKENS=""; MAX_TOKENS=""; EVAL_DATA=""; NO_REPORT=0; PREPARE_ONLY=0; NO_ZERO_SHOT=0
 KDTRAIN="${KDTRAIN:-$ROOT/build/kdtrain}"
-usage() { sed -n "2,33p" "$0"; }
+usage() { sed -n "2,36p" "$0"; }
 while (($#)); do
   case "$1" in
     --config) CONFIG="$2"; shift 2 ;;
     --attention) VARIANT="$2"; shift 2 ;;
     --data-dir) DATA_DIR="$2"; shift 2 ;;
     --teacher) TEACHER="$2"; shift 2 ;;
-    --out) RUN="$2"; shift 2 ;;
+    --out) ROW="$2"; shift 2 ;;
     --tokenizer) TOKENIZER="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
@@ -107,16 +110,19 @@ if ((PREPARE_ONLY)); then
   prepare_data
   exit 0
 fi
-[[ -n $CONFIG && -n $VARIANT && -n $DATA_DIR && -n $TEACHER && -n $RUN ]] ||
+[[ -n $CONFIG && -n $VARIANT && -n $DATA_DIR && -n $TEACHER && -n $ROW ]] ||
   die "--config, --attention, --data-dir, --teacher and --out are required (--help)"
 [[ -f $CONFIG ]] || die "--config $CONFIG: no such file"
 [[ -d $TEACHER ]] || die "--teacher $TEACHER: not a directory (a Hugging Face or kdtrain checkpoint)"
 [[ -x $KDTRAIN ]] || die "$KDTRAIN is not built (cmake -S . -B build && cmake --build build)"
 "$KDTRAIN" info --variants | awk '{print $1}' | grep -qxF -- "$VARIANT" || die "--attention $VARIANT: unknown variant"
+# ROW_RUN, ROW_EVAL_C4, ROW_HF, ...: the row's paths (scripts/report/study_layout.py).
+eval "$(python3 "$ROOT/scripts/report/study_layout.py" "$ROW")"
+RUN="$ROW_RUN"
 
 cfg() { python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get(sys.argv[2], {}).get(sys.argv[3], ''))" "$CONFIG" "$1" "$2"; }
 : "${DEVICE:=$(cfg train device)}"; : "${DEVICE:=cpu}"
-: "${REPORT:=$RUN/report}"
+: "${REPORT:=$ROW_REPORT}"
 if [[ -z $TOKENIZER ]]; then
   if [[ -f $TEACHER/tokenizer.json || -f $TEACHER/tokenizer.model ]]; then
     TOKENIZER="$TEACHER"
@@ -158,8 +164,8 @@ fi
 SETS+=(${OVERRIDES[@]+"${OVERRIDES[@]}"})  # after the defaults above: the caller's --set wins
 # What trains this run: a different request for the same directory is refused.
 STAMP=$({ cat "$CONFIG"; printf '%s\n' "$VARIANT" "${SETS[@]}"; } | sha256sum | cut -d' ' -f1)
-if [[ -f $RUN/reproduce_stamp && $(cat "$RUN/reproduce_stamp") != "$STAMP" ]]; then
-  die "$RUN was trained from another config, variant or --set (its reproduce_stamp differs);" \
+if [[ -f $ROW_REPRODUCE_STAMP && $(cat "$ROW_REPRODUCE_STAMP") != "$STAMP" ]]; then
+  die "$RUN was trained from another config, variant or --set ($ROW_REPRODUCE_STAMP differs);" \
       "delete it or use another --out"
 fi
 if [[ -f $RUN/config.json ]]; then
@@ -181,9 +187,8 @@ else
   rc=0
   ${LAUNCHER[@]+"${LAUNCHER[@]}"} "$KDTRAIN" train --config "$CONFIG" --attention "$VARIANT" \
     "${SETS[@]}" --run-dir "$RUN" || rc=$?
-  # The stamp goes in once train has made $RUN a run directory: train refuses to start
-  # in a directory holding files of another kind (docs/reliability.md).
-  [[ -f $RUN/config.json ]] && echo "$STAMP" > "$RUN/reproduce_stamp"
+  # The stamp goes beside the run once train has made $RUN a run directory.
+  [[ -f $RUN/config.json ]] && echo "$STAMP" > "$ROW_REPRODUCE_STAMP"
   ((rc == 0)) || die "training $RUN failed (exit $rc); rerun to resume"
 fi
 FINAL=$(final_of_run)
@@ -193,14 +198,14 @@ CKPT="$RUN/checkpoints/$FINAL"
 SEQ_LEN=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['train']['seq_len'])" "$RUN/config.json")
 
 # ---- 3. export, evaluate, analyse
-stage "info" "$RUN/info.json" \
-  bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$RUN/config.json" "$RUN/info.json"
-stage "export -> $RUN/hf" "$RUN/hf/config.json" \
-  "$KDTRAIN" export --checkpoint "$CKPT" --out "$RUN/hf" --tokenizer "$TOKENIZER" --force
+stage "info" "$ROW_INFO" \
+  bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$RUN/config.json" "$ROW_INFO"
+stage "export -> $ROW_HF" "$ROW_HF/config.json" \
+  "$KDTRAIN" export --checkpoint "$CKPT" --out "$ROW_HF" --tokenizer "$TOKENIZER" --force
 EV=(--seq-len "$SEQ_LEN" --device "$DEVICE")
 [[ -n $EVAL_WINDOWS ]] && EV+=(--max-windows "$EVAL_WINDOWS")
-stage "C4 perplexity (seq $SEQ_LEN)" "$RUN/eval_c4.json" \
-  "$KDTRAIN" eval --checkpoint "$CKPT" --data "$C4_SHARDS" "${EV[@]}" --out "$RUN/eval_c4.json"
+stage "C4 perplexity (seq $SEQ_LEN)" "$ROW_EVAL_C4" \
+  "$KDTRAIN" eval --checkpoint "$CKPT" --data "$C4_SHARDS" "${EV[@]}" --out "$ROW_EVAL_C4"
 ZS=(--device "$DEVICE")
 [[ -n $LIMIT ]] && ZS+=(--limit "$LIMIT")
 [[ -n $BATCH ]] && ZS+=(--batch-size "$BATCH")
@@ -208,18 +213,18 @@ ZS=(--device "$DEVICE")
 if ((NO_ZERO_SHOT)); then
   log "zero-shot: left to the caller (--no-zero-shot)"
 else
-  stage "zero-shot (six tasks)" "$RUN/zero_shot.json" \
-    python3 "$ROOT/scripts/report/run_zero_shot.py" --model "$RUN/hf" --out "$RUN/zero_shot.json" "${ZS[@]}"
+  stage "zero-shot (six tasks)" "$ROW_ZERO_SHOT" \
+    python3 "$ROOT/scripts/report/run_zero_shot.py" --model "$ROW_HF" --out "$ROW_ZERO_SHOT" "${ZS[@]}"
 fi
 AN=(--device "$DEVICE")
 [[ -n $ANALYZE_SEQS ]] && AN+=(--num-seqs "$ANALYZE_SEQS")
 ((SEQ_LEN < 1024)) && AN+=(--seq-len "$SEQ_LEN")  # the paper's 1024 unless trained shorter
-stage "attention analysis" "$RUN/analysis/analysis.json" \
-  "$KDTRAIN" analyze --checkpoint "$CKPT" --data "$C4_SHARDS" "${AN[@]}" --out "$RUN/analysis"
+stage "attention analysis" "$ROW_ANALYSIS/analysis.json" \
+  "$KDTRAIN" analyze --checkpoint "$CKPT" --data "$C4_SHARDS" "${AN[@]}" --out "$ROW_ANALYSIS"
 
 # ---- 4. report (always redone)
 if ((NO_REPORT)); then log "finished"; exit 0; fi
 log "report -> $REPORT"
-python3 "$ROOT/scripts/report/report.py" "$RUN" --out "$REPORT" --kdtrain "$KDTRAIN" >/dev/null
+python3 "$ROOT/scripts/report/report.py" "$ROW" --out "$REPORT" --kdtrain "$KDTRAIN" >/dev/null
 cat "$REPORT"/table1.md 2>/dev/null || true
-log "finished; to put rows together: scripts/reproduce.sh --tables, or python3 scripts/report/report.py RUN_DIR... --out DIR"
+log "finished; to put rows together: scripts/reproduce.sh --tables, or python3 scripts/report/report.py ROW... --out DIR"

@@ -7,6 +7,9 @@
 # export), analysed (`kdtrain analyze`), and scripts/report/report.py writes the tables
 # and figures. Finished stages are skipped on a rerun (delete a file to redo it);
 # a run whose config file or overrides changed is redone with its evaluations.
+# Each run is a row OUT/runs/NAME: the training run in OUT/runs/NAME/run, what is
+# derived from it beside it (eval_c4.json, hf/, zero_shot.json, analysis/, info.json,
+# study_stamp; scripts/report/study_layout.py defines the layout).
 #
 #   scripts/small_study.sh [--out DIR] [--smoke] [--gpu] [--device cpu|cuda]
 #                          [--limit N] [--teacher-config F] [--student-config F]
@@ -49,7 +52,7 @@ while (($#)); do
     --kdtrain) KDTRAIN="$2"; shift 2 ;;
     --student-set) STUDENT_SET+=(--set "$2"); shift 2 ;;
     --affine-divisors) AFFINE_DIVISORS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "small_study.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -104,16 +107,18 @@ stage() {
   printf '%s\t%s\n' "$name" "$dt" >> "$TIMINGS"
   log "$name: ${dt}s"
 }
+# row_paths ROW: ROW_RUN, ROW_EVAL_C4, ROW_HF, ... of ROW (scripts/report/study_layout.py).
+row_paths() { eval "$(python3 scripts/report/study_layout.py "$1")"; }
 cfg_value() { python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c[sys.argv[2]][sys.argv[3]])" "$@"; }
 # A run's stamp: sha256 of its config file's bytes and its command-line overrides
 # (and, for students, the teacher's stamp). A run is finished when its latest
-# checkpoint is the final step and its stamp is unchanged; otherwise it is
-# deleted (with its evaluations) and redone.
+# checkpoint is the final step and its stamp is unchanged; otherwise its row is
+# deleted (the run with its evaluations) and redone. Needs row_paths of the row.
 stamp_of() { { cat "$1"; shift; printf '%s\n' "$@"; } | sha256sum | cut -d' ' -f1; }
 finished() {
-  local run="$1" steps="$2" stamp="$3"
-  [[ -f $run/checkpoints/latest ]] && [[ $(cat "$run/checkpoints/latest") == "$(printf 'step_%08d' "$steps")" ]] &&
-    [[ -f $run/study_stamp ]] && [[ $(cat "$run/study_stamp") == "$stamp" ]]
+  local steps="$1" stamp="$2" latest="$ROW_RUN/checkpoints/latest"
+  [[ -f $latest ]] && [[ $(cat "$latest") == "$(printf 'step_%08d' "$steps")" ]] &&
+    [[ -f $ROW_STUDY_STAMP ]] && [[ $(cat "$ROW_STUDY_STAMP") == "$stamp" ]]
 }
 
 # ---- 1. tokenizer and data
@@ -146,27 +151,31 @@ EVAL_ARGS=(--seq-len "$SEQ_LEN")
 ZS_ARGS=(--device "$DEVICE" --dtype float32)  # fp32 even on CUDA: docs/reproduce.md, "GPU version"
 [[ -n $LIMIT ]] && ZS_ARGS+=(--limit "$LIMIT")
 
-# train_and_eval NAME TRAIN_STAGE RUN STAMP CONFIG ARGS...: trains RUN with CONFIG and ARGS
-# unless it finished with STAMP (a stale run is deleted first), records STAMP, sets CKPT to
-# the final checkpoint and evaluates it on C4. Stages "NAME: TRAIN_STAGE", "NAME: C4 eval".
+# train_and_eval NAME TRAIN_STAGE ROW STAMP CONFIG ARGS...: trains ROW's run with CONFIG and
+# ARGS unless it finished with STAMP (a stale row is deleted first), records STAMP, sets CKPT to
+# the final checkpoint and evaluates it on C4; leaves ROW's paths in ROW_*. Stages
+# "NAME: TRAIN_STAGE", "NAME: C4 eval".
 train_and_eval() {
-  local name="$1" train_stage="$2" run="$3" stamp="$4" cfg="$5"
+  local name="$1" train_stage="$2" row="$3" stamp="$4" cfg="$5"
   shift 5
-  if ! finished "$run" "$(steps_of "$cfg")" "$stamp"; then rm -rf "$run"; fi
-  stage "$name: $train_stage" "$run/checkpoints/latest" \
-    "$KDTRAIN" train --config "$cfg" "$@" --run-dir "$run"
-  echo "$stamp" > "$run/study_stamp"
-  CKPT="$run/checkpoints/$(cat "$run/checkpoints/latest")"
-  stage "$name: C4 eval" "$run/eval_c4.json" \
+  row_paths "$row"
+  if ! finished "$(steps_of "$cfg")" "$stamp"; then rm -rf "$row"; fi
+  mkdir -p "$row"
+  stage "$name: $train_stage" "$ROW_RUN/checkpoints/latest" \
+    "$KDTRAIN" train --config "$cfg" "$@" --run-dir "$ROW_RUN"
+  echo "$stamp" > "$ROW_STUDY_STAMP"
+  CKPT="$ROW_RUN/checkpoints/$(cat "$ROW_RUN/checkpoints/latest")"
+  stage "$name: C4 eval" "$ROW_EVAL_C4" \
     "$KDTRAIN" eval --checkpoint "$CKPT" --data "$C4_SHARDS" "${EVAL_ARGS[@]}" "${DEV[@]}" \
-      --out "$run/eval_c4.json"
+      --out "$ROW_EVAL_C4"
 }
 
 # ---- 2. teacher (cross-entropy only)
-TEACHER_RUN="$OUT/runs/teacher"
+TEACHER_ROW="$OUT/runs/teacher"
 TEACHER_STAMP=$(stamp_of "$TEACHER_CFG" "${COMMON[@]}")
-train_and_eval teacher train "$TEACHER_RUN" "$TEACHER_STAMP" "$TEACHER_CFG" "${COMMON[@]}"
+train_and_eval teacher train "$TEACHER_ROW" "$TEACHER_STAMP" "$TEACHER_CFG" "${COMMON[@]}"
 TEACHER="$CKPT"
+TEACHER_EVAL="$ROW_EVAL_C4"
 
 # ---- 3. students, one per variant, then their evaluation and analysis
 # student_runs: "NAME VARIANT DIVISOR" lines, DIVISOR "-" for variants without the affine term.
@@ -184,25 +193,25 @@ student_runs() {
     fi
   done
 }
-runs=()
+rows=()
 while read -r -u 3 v variant divisor; do
-  run="$OUT/runs/$v"
-  runs+=("$run")
+  row="$OUT/runs/$v"
+  rows+=("$row")
   args=(--attention "$variant" "${COMMON[@]}" --set "kd.teacher=$TEACHER")
   [[ $divisor == - ]] || args+=(--set "attention.affine_bias_divisor=$divisor")
   args+=(${STUDENT_SET[@]+"${STUDENT_SET[@]}"})
   st=$(stamp_of "$STUDENT_CFG" "${args[@]}" "teacher $TEACHER_STAMP")
-  train_and_eval "$v" "train (KD from teacher)" "$run" "$st" "$STUDENT_CFG" "${args[@]}"
+  train_and_eval "$v" "train (KD from teacher)" "$row" "$st" "$STUDENT_CFG" "${args[@]}"
   ckpt="$CKPT"
-  stage "$v: info" "$run/info.json" \
-    bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$run/config.json" "$run/info.json"
-  stage "$v: export" "$run/hf/config.json" \
-    "$KDTRAIN" export --checkpoint "$ckpt" --out "$run/hf" --tokenizer "$TOKENIZER" --force
-  stage "$v: zero-shot" "$run/zero_shot.json" \
-    python3 scripts/report/run_zero_shot.py --model "$run/hf" --out "$run/zero_shot.json" "${ZS_ARGS[@]}"
-  stage "$v: analyze" "$run/analysis/analysis.json" \
+  stage "$v: info" "$ROW_INFO" \
+    bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$ROW_RUN/config.json" "$ROW_INFO"
+  stage "$v: export" "$ROW_HF/config.json" \
+    "$KDTRAIN" export --checkpoint "$ckpt" --out "$ROW_HF" --tokenizer "$TOKENIZER" --force
+  stage "$v: zero-shot" "$ROW_ZERO_SHOT" \
+    python3 scripts/report/run_zero_shot.py --model "$ROW_HF" --out "$ROW_ZERO_SHOT" "${ZS_ARGS[@]}"
+  stage "$v: analyze" "$ROW_ANALYSIS/analysis.json" \
     "$KDTRAIN" analyze --checkpoint "$ckpt" --data "$C4_SHARDS" --seq-len "$SEQ_LEN" \
-      --num-seqs "$ANALYZE_SEQS" "${DEV[@]}" --out "$run/analysis"
+      --num-seqs "$ANALYZE_SEQS" "${DEV[@]}" --out "$ROW_ANALYSIS"
 done 3< <(student_runs)
 
 # ---- 4. report (always redone: cheap)
@@ -211,10 +220,10 @@ FLAGS=""  # (an assignment from $( ((GPU)) && ...) takes its status: 1 under set
 ((SMOKE)) && FLAGS+=" --smoke"
 ((GPU)) && FLAGS+=" --gpu"
 NOTE="A scaled-down Table 1 on real text (scripts/small_study.sh$FLAGS); docs/reproduce.md, \"The small study\"."
-python3 scripts/report/report.py "${runs[@]}" --out "$OUT/report" --kdtrain "$KDTRAIN" \
+python3 scripts/report/report.py "${rows[@]}" --out "$OUT/report" --kdtrain "$KDTRAIN" \
   --title "Small study" --note "$NOTE" >/dev/null
 printf 'total (this invocation)\t%s\n' "$(($(date +%s) - STUDY_START))" >> "$TIMINGS"
 log "done in $(($(date +%s) - STUDY_START))s; report in $OUT/report"
 echo
 cat "$OUT/report/table1.md" "$OUT/report/table2.md" 2>/dev/null || true
-python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print(f\"teacher: C4 PPL {e['perplexity']:.3f} (mean CE {e['mean_ce']:.4f})\")" "$TEACHER_RUN/eval_c4.json"
+python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print(f\"teacher: C4 PPL {e['perplexity']:.3f} (mean CE {e['mean_ce']:.4f})\")" "$TEACHER_EVAL"

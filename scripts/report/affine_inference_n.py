@@ -7,9 +7,10 @@ training length (`train_length`) and N = the keys of each call (`keys`).
         --tokenizer DIR --out DIR [--seq-lens 128 64] [--max-windows 256] [--num-seqs 10]
         [--limit 100] [--kdtrain build/kdtrain] [--no-zero-shot]
 
-RUN_DIR is a training run (a small-study student) whose latest checkpoint is an affine
-model with the `sequence` divisor. For each run and each N this runs `kdtrain eval` on
-C4 and `kdtrain analyze` at every --seq-lens (the first should be the training length,
+RUN_DIR is a training run (a small-study student: its row STUDY/runs/NAME, or
+the run directory itself, scripts/report/study_layout.py) whose latest checkpoint is
+an affine model with the `sequence` divisor; OUT/NAME gets its files. For each run
+and each N this runs `kdtrain eval` on C4 and `kdtrain analyze` at every --seq-lens (the first should be the training length,
 where the two N agree by construction; a shorter one is where they differ, as the
 paper-scale analysis's 1024-token windows on 2048-token models), `kdtrain export
 --affine-n N` and scripts/run_zero_shot.py on the export with per-item
@@ -35,6 +36,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent  # scripts/report, beside run_zero_shot.py
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+from study_layout import Row  # noqa: E402
+
 NS = ("train_length", "keys")
 
 
@@ -90,20 +94,21 @@ def zero_shot_agreement(a: dict, b: dict) -> tuple[float, float]:
     return (changed / items if items else float("nan"), mean(diffs) or 0.0)
 
 
-def measure(run: Path, out: Path, args) -> list[dict]:
+def measure(path: Path, out: Path, args) -> list[dict]:
     """Runs every step of one run under both N; returns its rows."""
+    run_name, checkpoint = Row(path).name, str(Row(path).run)
     rows = []
     values: dict[str, dict] = {n: {} for n in NS}
     for n in NS:
-        d = out / run.name / n
+        d = out / run_name / n
         d.mkdir(parents=True, exist_ok=True)
         for L in args.seq_lens:
             ev = d / f"eval_c4_{L}.json"
-            run_cmd([args.kdtrain, "eval", "--checkpoint", str(run), "--data", args.c4, "--seq-len", str(L),
+            run_cmd([args.kdtrain, "eval", "--checkpoint", checkpoint, "--data", args.c4, "--seq-len", str(L),
                      "--max-windows", str(args.max_windows), "--affine-n", n, "--out", str(ev)], ev)
             values[n][("c4_ppl", L)] = json.loads(ev.read_text())["perplexity"]
             an = d / f"analysis_{L}"
-            run_cmd([args.kdtrain, "analyze", "--checkpoint", str(run), "--data", args.c4, "--seq-len", str(L),
+            run_cmd([args.kdtrain, "analyze", "--checkpoint", checkpoint, "--data", args.c4, "--seq-len", str(L),
                      "--num-seqs", str(args.num_seqs), "--affine-n", n, "--out", str(an)], an / "analysis.json")
             a = json.loads((an / "analysis.json").read_text())
             for k, v in analysis_quantities(a).items():
@@ -112,7 +117,7 @@ def measure(run: Path, out: Path, args) -> list[dict]:
         if args.no_zero_shot:
             continue
         hf = d / "hf"
-        run_cmd([args.kdtrain, "export", "--checkpoint", str(run), "--out", str(hf), "--tokenizer",
+        run_cmd([args.kdtrain, "export", "--checkpoint", checkpoint, "--out", str(hf), "--tokenizer",
                  args.tokenizer, "--affine-n", n, "--force"], hf / "config.json")
         zs = d / "zero_shot.json"
         run_cmd([sys.executable, str(HERE / "run_zero_shot.py"), "--model", str(hf), "--out", str(zs),
@@ -126,14 +131,14 @@ def measure(run: Path, out: Path, args) -> list[dict]:
         b = values["keys"].get((name, L))
         if name == "head_mass":
             diff = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
-            rows.append(row(run.name, "fig5_head_mass_max_cell_change", L, None, None, diff))
+            rows.append(row(run_name, "fig5_head_mass_max_cell_change", L, None, None, diff))
             continue
-        rows.append(row(run.name, name, L, a, b, None if a is None or b is None else a - b))
+        rows.append(row(run_name, name, L, a, b, None if a is None or b is None else a - b))
     if not args.no_zero_shot:
         changed, dll = zero_shot_agreement(
-            *(json.loads((out / run.name / n / "zero_shot_samples.json").read_text()) for n in NS))
-        rows.append(row(run.name, "zero_shot_items_changed", "", None, None, changed))
-        rows.append(row(run.name, "zero_shot_mean_abs_loglik_change", "", None, None, dll))
+            *(json.loads((out / run_name / n / "zero_shot_samples.json").read_text()) for n in NS))
+        rows.append(row(run_name, "zero_shot_items_changed", "", None, None, changed))
+        rows.append(row(run_name, "zero_shot_mean_abs_loglik_change", "", None, None, dll))
     return rows
 
 

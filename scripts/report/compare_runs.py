@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""Prints one row per run directory: variant, delta params, final train loss, KD,
-CE, validation loss and mean throughput, from metrics.jsonl and `kdtrain info`."""
+"""Prints one row per run directory (or study row, scripts/report/study_layout.py):
+variant, delta params, final train loss, KD, CE, validation loss and mean
+throughput, from metrics.jsonl and `kdtrain info`."""
 import argparse
 import json
 import pathlib
 import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from study_layout import Row  # noqa: E402
 
 
 def last_metrics(run_dir):
@@ -32,7 +37,7 @@ def main():
     header = f"{'variant':<14}{'Δparams':>10}{'loss':>9}{'KD':>9}{'CE':>9}{'val loss':>10}{'tok/s':>10}"
     print(header)
     print("-" * len(header))
-    for run in args.runs:
+    for run in (Row(r).run for r in args.runs):
         config = json.loads((run / "config.json").read_text())
         m = last_metrics(run)
         print(f"{config['attention']['variant']:<14}{delta_params(args.kdtrain, run):>10,}"

@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""The paper's Tables 1-5 and Figures 2-11 from kdtrain run directories.
+"""The paper's Tables 1-5 and Figures 2-11 from kdtrain runs.
 
-    python3 scripts/report/report.py RUN_DIR... --out DIR [--title T] [--note TEXT]...
+    python3 scripts/report/report.py ROW... --out DIR [--title T] [--note TEXT]...
 
-Each run directory may hold (docs/evaluation.md, "Run directory layout"):
-    config.json              resolved config (written by `kdtrain train`)   model, variant, α activation
-    metrics.jsonl            per-step metrics (written by `kdtrain train`)  loss, grad-norm curves
-    info.json                `kdtrain info --config RUN/config.json --json` ΔParams (else computed)
-    eval_c4.json             `kdtrain eval ... --out RUN/eval_c4.json`       C4 PPL, C4 BPB, C4 word PPL
-    zero_shot.json           scripts/report/run_zero_shot.py --out RUN/zero_shot.json
-    analysis/analysis.json   `kdtrain analyze ... --out RUN/analysis`        Figs. 3-6, 9
-    study_row.json           scripts/report/reproduce_tables.py                     the model-size label
+Each ROW is a study row (scripts/report/study_layout.py; docs/evaluation.md, "Run
+directory layout"): the training run in ROW/run, and beside it what was derived from it.
+A folder without run/ (a bare run directory, or a copy made before that layout) is
+read flat. The files read:
+    run/config.json          resolved config (written by `kdtrain train`)   model, variant, α activation
+    run/metrics.jsonl        per-step metrics (written by `kdtrain train`)  loss, grad-norm curves
+    info.json                `kdtrain info --config ROW/run/config.json --json` ΔParams (else computed)
+    eval_c4.json             `kdtrain eval ... --out ROW/eval_c4.json`       C4 PPL, C4 BPB, C4 word PPL
+    zero_shot.json           scripts/report/run_zero_shot.py --out ROW/zero_shot.json
+    analysis/analysis.json   `kdtrain analyze ... --out ROW/analysis`        Figs. 3-6, 9
+    study_row.json           scripts/report/reproduce_tables.py              the model-size label
 Missing pieces leave empty cells or skip a figure; they are never an error.
 
 Writes to DIR: table1..table5 .md and .csv (Table 1: baseline / sink / affine;
@@ -61,7 +64,7 @@ def index_page(runs: list[Run], parts: list[tuple[str, str]], made: list[tuple[s
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", type=Path, help="run directories")
+    p.add_argument("runs", nargs="+", type=Path, help="study rows (ROW holding run/) or run directories")
     p.add_argument("--out", required=True, type=Path, help="report directory")
     p.add_argument("--loss-steps", type=int, default=20,
                    help="final training loss = mean of the last N logged steps (default 20)")

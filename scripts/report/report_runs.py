@@ -1,5 +1,7 @@
-"""One kdtrain run directory as scripts/report/report.py reads it (docs/evaluation.md,
-"Run directory layout"). Missing files leave fields None; they are never an error.
+"""One row of a study (a kdtrain run directory and the results beside it,
+scripts/report/study_layout.py) as scripts/report/report.py reads it
+(docs/evaluation.md, "Run directory layout"). Missing files leave fields None;
+they are never an error.
 """
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/, for kdtrain_hf
 from kdtrain_hf.variants import AFFINE_BIAS_DIVISOR_BEFORE_KEY, ATTENTION_VARIANTS, VARIANT_ROWS, features  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from study_layout import Row  # noqa: E402
 
 METHOD = {row.name: row.method for row in VARIANT_ROWS}
 VARIANT_ORDER = list(ATTENTION_VARIANTS)
@@ -24,7 +29,6 @@ LOGIT_ALL_KEY = "attn_logit_mean_abs_all"  # Fig. 2's quantity: every position o
 # The training loss on the paper's scale (docs/evaluation.md, "Loss"): the teacher
 # soft cross-entropy KL + H(teacher) of a distilled run, the CE of a run without one.
 SOFT_CE_KEY = "soft_ce"
-ROW_FILE = "study_row.json"     # written by scripts/report/reproduce_tables.py: the row's size label
 
 
 def read_json(path: Path):
@@ -81,17 +85,18 @@ def kdtrain_info(binary: str, config: Path) -> dict | None:
 
 class Run:
     def __init__(self, path: Path, kdtrain: str | None = None):
-        self.path = Path(path)
-        self.name = self.path.name
-        self.config = read_json(self.path / "config.json") or {}
-        self.metrics = read_metrics(self.path / "metrics.jsonl")
-        self.eval_c4 = read_json(self.path / "eval_c4.json")
-        self.zero_shot = read_json(self.path / "zero_shot.json")
-        self.analysis = read_json(self.path / "analysis" / "analysis.json")
-        self.info = read_json(self.path / "info.json")
-        self.row = read_json(self.path / ROW_FILE) or {}
-        if self.info is None and kdtrain and (self.path / "config.json").exists():
-            self.info = kdtrain_info(kdtrain, self.path / "config.json")
+        row = Row(path)
+        self.path = row.path
+        self.name = row.name
+        self.config = read_json(row.run / "config.json") or {}
+        self.metrics = read_metrics(row.run / "metrics.jsonl")
+        self.eval_c4 = read_json(row.result("eval_c4"))
+        self.zero_shot = read_json(row.result("zero_shot"))
+        self.analysis = read_json(row.analysis_json())
+        self.info = read_json(row.result("info"))
+        self.row = read_json(row.result("study_row")) or {}
+        if self.info is None and kdtrain and (row.run / "config.json").exists():
+            self.info = kdtrain_info(kdtrain, row.run / "config.json")
         model = self.config.get("model", {})
         attention = self.config.get("attention", {})
         self.variant = attention.get("variant") or (self.analysis or {}).get("attention") or "baseline"

@@ -7,7 +7,9 @@
 Runs every row of configs/paper/study.json (three sizes x the variants of Tables
 1-3, plus the sigmoid-α affine run of Table 3), each through `scripts/reproduce.sh`
 (prepare data, train by distillation, export, C4 perplexity, attention analysis;
-finished stages are skipped, an interrupted training run is resumed), then the
+finished stages are skipped, an interrupted training run is resumed) into the
+row OUT/runs/NAME (the run in OUT/runs/NAME/run, its results beside it:
+scripts/report/study_layout.py), then the
 six zero-shot tasks of every run in one scripts/report/run_zero_shot.py process, then
 scripts/report/report.py over all of them into OUT/report (index.md, table1..5 .md
 and .csv, fig2..fig10 PNG). Teachers are DIR/<teacher name of the size>
@@ -29,6 +31,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from study_layout import written  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
@@ -110,17 +115,17 @@ def smoke_teacher(a, plan: dict, size: str, data_dir: Path) -> Path:
     return done
 
 
-def zero_shot(a, run_dirs: list[Path]) -> bool:
+def zero_shot(a, rows: list[Path]) -> bool:
     """The six zero-shot tasks for every run without zero_shot.json, in one
     run_zero_shot.py process (lm-eval, transformers and torch start once, not once
     per run); each JSON is written as its model finishes. False if it failed."""
-    todo = [r for r in run_dirs if not (r / "zero_shot.json").exists()]
+    todo = [r for r in rows if not written(r, "zero_shot").exists()]
     if not todo:
         log("zero-shot: skipped, every run has zero_shot.json")
         return True
     log(f"zero-shot (six tasks) for {len(todo)} run(s): {' '.join(r.name for r in todo)}")
     cmd = [sys.executable, str(REPO / "scripts" / "report" / "run_zero_shot.py"),
-           "--model", *[str(r / "hf") for r in todo], "--out", *[str(r / "zero_shot.json") for r in todo],
+           "--model", *[str(written(r, "hf")) for r in todo], "--out", *[str(written(r, "zero_shot")) for r in todo],
            "--device", a.device]
     for flag, value in (("--limit", a.limit), ("--eval-data", a.eval_data), ("--batch-size", a.batch_size)):
         if value:
@@ -165,7 +170,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 2)[2])
-    p.add_argument("--out", required=True, type=Path, help="study directory (runs/, data/, report/)")
+    p.add_argument("--out", required=True, type=Path, help="study directory (runs/NAME rows as study_layout.py lays them out, data/, report/)")
     p.add_argument("--plan", type=Path, default=PLAN, help=f"study plan (default {PLAN.relative_to(REPO)})")
     p.add_argument("--smoke", action="store_true", help="tiny configs, ../shared/data, CE teachers")
     p.add_argument("--teachers", type=Path, help="directory holding the plan's teacher directories")
@@ -244,10 +249,10 @@ def main(argv=None) -> int:
                     teachers[size] = smoke_teacher(a, plan, size, data_dir)
                 else:
                     teachers[size] = teacher_of(a, plan, size)
-            run_dir = a.out / "runs" / name
+            row_dir = a.out / "runs" / name  # the row: run/ and its results (study_layout.py)
             overrides = (plan["smoke"]["set"] + spec["smoke_student"] if a.smoke else []) + run["set"] + a.set
             cmd = ["bash", reproduce, "--config", spec["config"], "--attention", run["attention"],
-                   "--teacher", str(teachers[size]), "--out", str(run_dir), "--device", a.device,
+                   "--teacher", str(teachers[size]), "--out", str(row_dir), "--device", a.device,
                    "--no-report", "--no-zero-shot", *common, *sets(overrides)]
             for flag, value in (("--launch", a.launch), ("--eval-windows", a.eval_windows),
                                 ("--analyze-seqs", a.analyze_seqs)):
@@ -255,8 +260,7 @@ def main(argv=None) -> int:
                     cmd += [flag, str(value)]
             log(f"{name}: {size} {run['attention']} {' '.join(run['set'])}".rstrip())
             run_cmd(cmd)
-            # After the run exists: train refuses to start in a directory holding other files.
-            (run_dir / "study_row.json").write_text(json.dumps(
+            written(row_dir, "study_row").write_text(json.dumps(
                 {"size": size, "name": name, "smoke": a.smoke, "plan": str(a.plan)}) + "\n")
         except (RuntimeError, SystemExit) as e:
             failed.append(name)

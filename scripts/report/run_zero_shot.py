@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Zero-shot accuracy on the paper's six tasks through lm-eval-harness, offline.
 
-    python3 scripts/report/run_zero_shot.py --model HF_DIR --out RUN/zero_shot.json [--limit N]
+    python3 scripts/report/run_zero_shot.py --model HF_DIR --out ROW/zero_shot.json [--limit N]
     python3 scripts/report/run_zero_shot.py --model A/hf B/hf --out A/zero_shot.json B/zero_shot.json
 
 Several models in one call are scored one after the other in one process, which
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, nargs="+", help="Hugging Face model directory (or several)")
     p.add_argument("--out", required=True, nargs="+", type=Path,
-                   help="output JSON (e.g. RUN/zero_shot.json), one per --model")
+                   help="output JSON (e.g. ROW/zero_shot.json), one per --model")
     p.add_argument("--limit", type=int, default=None, help="first N items of each task (testing)")
     p.add_argument("--eval-data", type=Path, default=DEFAULT_EVAL_DATA,
                    help=f"evaluation slices (default {DEFAULT_EVAL_DATA})")

@@ -4,10 +4,10 @@ report's tables do not carry: the late training and final validation losses, the
 C4 numbers at full precision, the zero-shot average and the attention analysis (first-token weight,
 entropy, each query's total weight on the tokens, α and α_ma).
 
-    scripts/report/study_summary.py RUN_DIR... --out summary.csv
+    scripts/report/study_summary.py ROW... --out summary.csv
 
-The runs are read as scripts/report/report.py reads them (report_runs.Run); a number a run
-does not have is left blank.
+The rows (scripts/report/study_layout.py) are read as scripts/report/report.py reads them
+(report_runs.Run); a number a run does not have is left blank.
 """
 import argparse
 import csv
@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report_runs import Run  # noqa: E402
+from study_layout import Row  # noqa: E402
 
 LAST = 20  # the late window of the training losses, as the report's Loss column
 
@@ -75,10 +76,10 @@ def summary_row(run: Run) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="run directories")
+    ap.add_argument("runs", nargs="+", type=Path, help="study rows (ROW holding run/) or run directories")
     ap.add_argument("--out", type=Path, required=True, help="the CSV to write")
     args = ap.parse_args(argv)
-    missing = [str(r) for r in args.runs if not (r / "config.json").is_file()]
+    missing = [str(r) for r in args.runs if not (Row(r).run / "config.json").is_file()]
     if missing:
         raise SystemExit(f"study_summary: not a run directory (no config.json): {', '.join(missing)}")
     rows = [summary_row(run) for run in sorted((Run(r) for r in args.runs), key=Run.sort_key)]

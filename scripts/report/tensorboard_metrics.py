@@ -5,8 +5,11 @@
     tensorboard --logdir DIR
 
 Each run directory's metrics.jsonl (one JSON object per step, docs/training.md)
-becomes scalars under DIR/<run name> (default DIR: each run's own
-RUN_DIR/tensorboard, so `tensorboard --logdir runs` shows every run):
+becomes scalars under DIR/<run name>. A RUN_DIR may be a study row (ROW holding
+run/, scripts/report/study_layout.py; the row names it). By default the event
+files go beside the run, never into it (only `kdtrain train` writes in a run
+directory): ROW/tensorboard for a row, else RUN_DIR/../tensorboard/<run name>, so
+`tensorboard --logdir runs` shows every run of runs/:
 
   train/loss, train/kd, train/ce, train/soft_ce, train/lr, train/grad_norm
   val/loss, val/kd, val/ce, val/soft_ce        (the steps that validated)
@@ -34,6 +37,10 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from study_layout import Row  # noqa: E402
 
 SUFFIX = ".kdtrain"
 
@@ -147,11 +154,21 @@ class Mirror:
         self.writer.close()
 
 
+def default_logdir(run: str, logdir: str | None) -> str:
+    """LOGDIR/<name>, else beside the run: ROW/tensorboard, or RUN_DIR/../tensorboard/<name>."""
+    row = Row(Path(os.path.abspath(run)))
+    if logdir:
+        return os.path.join(logdir, row.name)
+    if not row.flat:
+        return str(row.result("tensorboard"))
+    return str(row.path.parent / "tensorboard" / row.name)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("runs", nargs="+", help="run directories (each holding metrics.jsonl)")
-    p.add_argument("--logdir", help="write under LOGDIR/<run name> (default: RUN_DIR/tensorboard)")
+    p.add_argument("--logdir", help="write under LOGDIR/<run name> (default: beside each run, see above)")
     p.add_argument("--follow", action="store_true", help="keep mirroring as the runs append")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between reads with --follow (default 5)")
     args = p.parse_args(argv)
@@ -166,9 +183,7 @@ def main(argv=None) -> int:
         if not os.path.isdir(run):
             print(f"tensorboard_metrics: no such file or directory: {run}", file=sys.stderr)
             return 1
-        name = os.path.basename(os.path.normpath(os.path.abspath(run)))
-        logdir = os.path.join(args.logdir, name) if args.logdir else os.path.join(run, "tensorboard")
-        mirrors.append(Mirror(run, logdir))
+        mirrors.append(Mirror(str(Row(run).run), default_logdir(run, args.logdir)))
     try:
         while True:
             for m in mirrors:

@@ -61,19 +61,22 @@ def test_readme_tour_runs_as_written(tmp_path):
     assert re.search(r"step 50/100 \| val loss \d+\.\d+ \(ce\)", out), out[-3000:]
     assert "run finished at step 100/100: 100 steps" in out
     assert re.search(r"final val loss +\d+\.\d+ \(ce\) at step 100", out)
-    assert "checkpoint: runs/demo/checkpoints/step_00000100" in out
+    assert "checkpoint: demo/run/checkpoints/step_00000100" in out
     # The finished run, resumed, says so and how to extend it; the extension runs.
-    assert "runs/demo is finished: its checkpoint is at step 100 and train.steps is 100" in out
-    assert "kdtrain train --resume runs/demo --set train.steps=N (N > 100)" in out
+    assert "demo/run is finished: its checkpoint is at step 100 and train.steps is 100" in out
+    assert "kdtrain train --resume demo/run --set train.steps=N (N > 100)" in out
     assert "run finished at step 120/120: 20 steps" in out
-    config = json.loads((tmp_path / "runs/demo/config.json").read_text())
+    config = json.loads((tmp_path / "demo/run/config.json").read_text())
     assert config["train"]["steps"] == 120  # the run directory records the extension
     # eval and analyze take the checkpoint's training length; export takes the run directory.
     assert "--seq-len 64: the length the checkpoint trained at" in out
-    assert "exporting runs/demo/checkpoints/step_00000120 (the run's latest checkpoint)" in out
-    hf = json.loads((tmp_path / "runs/demo/hf/config.json").read_text())
+    assert "exporting demo/run/checkpoints/step_00000120 (the run's latest checkpoint)" in out
+    hf = json.loads((tmp_path / "demo/hf/config.json").read_text())
     assert hf["architectures"] == ["KdtrainForCausalLM"]
-    assert (tmp_path / "runs/demo/analysis/analysis.json").is_file()
+    assert (tmp_path / "demo/analysis/analysis.json").is_file()
     assert (tmp_path / "dump.safetensors").is_file()
     assert (tmp_path / "report/table1.md").is_file()
-    assert list((tmp_path / "runs/demo/tensorboard").glob("events.out.tfevents.*"))
+    assert list((tmp_path / "demo/tensorboard").glob("events.out.tfevents.*"))
+    # Only train wrote inside the run directory: the derived results lie beside it.
+    assert {p.name for p in (tmp_path / "demo/run").iterdir()} <= {"config.json", "metrics.jsonl", "checkpoints",
+                                                                 "kdtrain.lock"}

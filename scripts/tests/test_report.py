@@ -257,3 +257,33 @@ def test_table3_pairs_activations_under_one_divisor_only(tmp_path):
     runs = [Run(write_run(tmp_path, name, "affine", losses, [1.0] * 9, alpha=alpha, divisor=divisor))
             for name, alpha, divisor in (("a", None, "sequence"), ("a-sig-vis", "sigmoid", "visible"))]
     assert report_tables.alpha_pairs(runs, "affine") == []
+
+
+def test_a_row_reads_its_run_and_the_results_beside_it(tmp_path):
+    """scripts/report/study_layout.py: ROW/run holds the run's files, its results lie beside
+    it; a folder without run/ (a committed copy from before that layout) is read flat."""
+    from report_runs import Run
+
+    losses = [3.0, 2.9, 2.8, 2.75, 2.7, 2.71, 2.69, 2.74, 2.72]
+    (tmp_path / "flat").mkdir()
+    flat = write_run(tmp_path / "flat", "aff", "affine", losses, [1.0] * 9, analysis=synthetic_analysis())
+    (flat / "info.json").write_text(json.dumps({"delta_params": 1234}))
+    row = tmp_path / "rows" / "aff"
+    (row / "run").mkdir(parents=True)
+    for name in ("config.json", "metrics.jsonl"):
+        (row / "run" / name).write_text((flat / name).read_text())
+    for name in ("eval_c4.json", "zero_shot.json", "info.json"):
+        (row / name).write_text((flat / name).read_text())
+    (row / "analysis").mkdir()
+    (row / "analysis" / "analysis.json").write_text((flat / "analysis" / "analysis.json").read_text())
+    want = Run(flat)
+    for given in (row, row / "run"):
+        got = Run(given)
+        assert got.name == "aff" and got.path == row
+        assert (got.variant, got.metrics, got.eval_c4, got.zero_shot, got.analysis, got.info) == (
+            want.variant, want.metrics, want.eval_c4, want.zero_shot, want.analysis, want.info)
+        assert got.eval_c4 and got.analysis and got.metrics and got.info == {"delta_params": 1234}
+    # The report reads a row and an old flat copy side by side.
+    out = tmp_path / "report"
+    assert report.main([str(row), str(flat), "--out", str(out), "--no-figures"]) == 0
+    assert "rows/aff" in (out / "index.md").read_text() and "flat/aff" in (out / "index.md").read_text()

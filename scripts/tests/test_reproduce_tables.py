@@ -125,12 +125,14 @@ def test_smoke_study_reduced_end_to_end(tmp_path):
     teacher = out / "teachers" / "1B"
     assert (teacher / "checkpoints" / "latest").read_text().strip() == "step_00000006"
     for name, variant in (("1B-baseline", "baseline"), ("1B-affine-gated", "affine-gated")):
-        run = out / "runs" / name
-        cfg = json.loads((run / "config.json").read_text())
+        run = out / "runs" / name  # the row: the run in run/, its results beside it (study_layout.py)
+        assert {p.name for p in (run / "run").iterdir()} <= {"config.json", "metrics.jsonl", "checkpoints",
+                                                              "kdtrain.lock"}
+        cfg = json.loads((run / "run" / "config.json").read_text())
         assert cfg["attention"]["variant"] == variant
         assert cfg["model"]["vocab_size"] == 128256 and cfg["train"]["steps"] == 6
         assert cfg["optimizer"]["lr"] == 1e-3          # the paper config's own hyperparameters
-        last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+        last = json.loads((run / "run" / "metrics.jsonl").read_text().splitlines()[-1])
         assert last["soft_ce"] > last["kd"] > 0          # soft CE = KL + teacher entropy
         c4 = json.loads((run / "eval_c4.json").read_text())
         assert c4["bits_per_byte"] > 0 and c4["data_manifest"]["documents"] == 1000
@@ -171,8 +173,8 @@ def test_smoke_study_reduced_end_to_end(tmp_path):
     # An interrupted student resumes from its last checkpoint and ends bit-identical.
     run = out / "runs" / "1B-affine-gated"
     before = json.loads((run / "eval_c4.json").read_text())
-    shutil.rmtree(run / "checkpoints" / "step_00000006")
-    (run / "checkpoints" / "latest").write_text("step_00000003\n")
+    shutil.rmtree(run / "run" / "checkpoints" / "step_00000006")
+    (run / "run" / "checkpoints" / "latest").write_text("step_00000003\n")
     (run / "eval_c4.json").unlink()
     (run / "zero_shot.json").unlink()
     resumed = subprocess.run(tables_cmd(out, "--no-figures"), cwd=REPO, capture_output=True, text=True,

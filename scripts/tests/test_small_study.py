@@ -113,8 +113,9 @@ def test_small_study_smoke_end_to_end(tmp_path):
                            "--variants", " ".join(variants)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # each row is runs/NAME: the run in run/, its results beside it (study_layout.py)
     teacher = out / "runs" / "teacher"
-    assert (teacher / "checkpoints" / "latest").read_text().strip() == "step_00000005"
+    assert (teacher / "run" / "checkpoints" / "latest").read_text().strip() == "step_00000005"
     assert json.loads((teacher / "eval_c4.json").read_text())["perplexity"] > 1
     # the affine variant trains once per divisor (the CPU default, "sequence visible")
     runs = {"baseline": ("baseline", None), "sink": ("sink", None), "affine": ("affine", "sequence"),
@@ -122,11 +123,15 @@ def test_small_study_smoke_end_to_end(tmp_path):
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted([*runs, "teacher"])
     for name, (variant, divisor) in runs.items():
         run = out / "runs" / name
-        cfg = json.loads((run / "config.json").read_text())
+        # nothing derived inside the run directory: only `kdtrain train` writes there
+        assert not {"eval_c4.json", "zero_shot.json", "analysis", "hf", "info.json", "study_stamp"} & {
+            p.name for p in (run / "run").iterdir()}
+        assert (run / "info.json").is_file() and (run / "study_stamp").is_file()
+        cfg = json.loads((run / "run" / "config.json").read_text())
         assert cfg["attention"]["variant"] == variant
         if divisor:
             assert cfg["attention"]["affine_bias_divisor"] == divisor
-        assert cfg["kd"]["teacher"].endswith("runs/teacher/checkpoints/step_00000005")
+        assert cfg["kd"]["teacher"].endswith("runs/teacher/run/checkpoints/step_00000005")
         assert json.loads((run / "eval_c4.json").read_text())["perplexity"] > 1
         zs = json.loads((run / "zero_shot.json").read_text())
         assert zs["limit"] == 2 and len(zs["tasks"]) == 6
@@ -172,7 +177,7 @@ def test_small_study_smoke_end_to_end(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown affine bias divisor 'keys' (choices: sequence, visible)" in bad.stderr
     # a changed student override redoes that student (and its evaluations), not the teacher
-    before = (out / "runs" / "affine" / "metrics.jsonl").read_text()
+    before = (out / "runs" / "affine" / "run" / "metrics.jsonl").read_text()
     changed = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke",
                               "--out", str(out), "--kdtrain", str(KDTRAIN), "--variants", "affine",
                               "--affine-divisors", "sequence", "--student-set", "train.seed=9"],
@@ -181,6 +186,6 @@ def test_small_study_smoke_end_to_end(tmp_path):
     assert "teacher: train: done already" in changed.stdout
     assert "affine: train (KD from teacher): done already" not in changed.stdout
     assert "affine: zero-shot: done already" not in changed.stdout
-    cfg = json.loads((out / "runs" / "affine" / "config.json").read_text())
+    cfg = json.loads((out / "runs" / "affine" / "run" / "config.json").read_text())
     assert cfg["train"]["seed"] == 9
-    assert (out / "runs" / "affine" / "metrics.jsonl").read_text() != before
+    assert (out / "runs" / "affine" / "run" / "metrics.jsonl").read_text() != before

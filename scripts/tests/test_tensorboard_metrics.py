@@ -51,7 +51,8 @@ def test_every_record_becomes_scalars(tmp_path):
                     alpha_ma=[[0.2, 0.4], [0.6, 0.8]], alpha_mean=[0.3, 0.7], sinks=[[1.0, 3.0], [0.0, 2.0]])
     write_run(run, recs)
     assert tbm.main([str(run)]) == 0
-    logdir = str(run / "tensorboard")
+    logdir = str(tmp_path / "tensorboard" / "demo")  # beside the run: only `kdtrain train` writes in it
+    assert os.listdir(run) == ["metrics.jsonl"]
     loss = scalars(logdir, "train/loss")
     assert [s for s, _ in loss] == [1, 2, 3, 4, 5]
     assert loss[2][1] == pytest.approx(2.7)
@@ -64,6 +65,18 @@ def test_every_record_becomes_scalars(tmp_path):
     assert tbm.main([str(run)]) == 0
     assert len(scalars(logdir, "train/loss")) == 5
     assert len([f for f in os.listdir(logdir) if f.endswith(tbm.SUFFIX)]) == 1
+
+
+def test_a_row_gets_its_events_beside_its_run(tmp_path):
+    # A study row (scripts/report/study_layout.py): ROW/run is the run, ROW/tensorboard its events.
+    row = tmp_path / "demo"
+    write_run(row / "run", [record(s, 1.0) for s in range(1, 3)])
+    for given in (row, row / "run"):
+        assert tbm.main([str(given)]) == 0
+        assert [s for s, _ in scalars(str(row / "tensorboard"), "train/loss")] == [1, 2]
+    assert os.listdir(row / "run") == ["metrics.jsonl"]
+    assert tbm.main([str(row), "--logdir", str(tmp_path / "tb")]) == 0
+    assert [s for s, _ in scalars(str(tmp_path / "tb" / "demo"), "train/loss")] == [1, 2]
 
 
 def test_a_resumed_run_supersedes_the_old_tail(tmp_path):
