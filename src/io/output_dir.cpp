@@ -72,41 +72,56 @@ bool written_by_train_only(DirContent c) {
   return c == DirContent::run || c == DirContent::run_checkpoints || c == DirContent::training_checkpoint;
 }
 
-// What a run directory holds that `train` writes or reads: no other command
-// writes these, or anything under them. Results derived from the run (the
-// layout scripts/report.py reads: RUN/eval_c4.json, RUN/analysis/, RUN/hf/)
-// may sit beside them.
+// What a run directory holds that `train` writes or reads.
 bool is_run_own_name(const std::string& name) {
   return name == kRunLockFile || name == kRunConfigJson || name == kMetricsFile || name == kCheckpointsDir;
 }
 
-// The nearest directory above `path` that makes it a path no command but
-// `train` writes: a run when `path` lies under one of the run's own names, a
-// run's checkpoints folder or a checkpoint (training or model) anywhere above.
-// "" when there is none. Links and `..` are followed as the OS follows them.
-std::string protected_ancestor(const std::string& path) {
+// The nearest directory above `path` that no command but `train` writes
+// under: a training run, a run's checkpoints folder or a checkpoint (training
+// or model). `child` is the entry of that directory the path lies under; `dir`
+// is empty when there is none. Links and `..` are followed as the OS follows them.
+struct Protected {
+  std::string dir;
+  DirContent kind = DirContent::absent;
+  std::string child;
+};
+Protected protected_ancestor(const std::string& path) {
   const fs::path p = resolved(path);
   fs::path child = p;
   for (fs::path a = p.parent_path(); !a.empty(); child = a, a = a.parent_path()) {
     const DirContent c = dir_content(a.string());
     if (c == DirContent::run_checkpoints || c == DirContent::training_checkpoint || c == DirContent::model ||
-        (c == DirContent::run && is_run_own_name(child.filename().string())))
-      return a.string();
+        c == DirContent::run)
+      return {a.string(), c, child.filename().string()};
     if (a == a.root_path()) break;
   }
-  return "";
+  return {};
+}
+
+// Where the output could go instead: the same relative path beside the run
+// (RUN/analysis -> RUN/../analysis), as scripts/report/study_layout.py keeps a
+// run's results beside its run directory.
+std::string beside_run(const std::string& path, const std::string& run) {
+  const fs::path rel = resolved(path).lexically_relative(run);
+  return (fs::path(run).parent_path() / rel).string();
 }
 
 void refuse_inside_protected(const std::string& path, const std::string& flag) {
-  const std::string above = protected_ancestor(path);
-  if (above.empty()) return;
-  const std::string why = flag == "--run-dir"
-                              ? "; a run directory is never inside another run's files or a checkpoint"
-                              : "; only `train` writes a run's own files (kdtrain.lock, config.json, metrics.jsonl, "
-                                "checkpoints/), and this command never writes into a training run or its "
-                                "checkpoints, nor into a model checkpoint, --force or not";
-  fail(flag, " ", path, ": is inside ", above, ", ", describe_dir(above), why,
-       " (their checksums and `latest` would no longer hold). Choose another ", flag);
+  const Protected above = protected_ancestor(path);
+  if (above.dir.empty()) return;
+  const std::string where = flag + " " + path + ": is inside " + above.dir + ", " + describe_dir(above.dir);
+  if (flag == "--run-dir")
+    fail(where, "; a run directory is never inside another run or a checkpoint (their checksums and `latest` "
+         "would no longer hold). Choose another --run-dir");
+  if (above.kind == DirContent::run && !is_run_own_name(above.child))
+    fail(where, "; no command but `train` writes anywhere inside a training run directory, --force or not "
+         "(docs/reliability.md, \"The place rule\"). Write it beside the run instead, e.g. ", flag, " ",
+         beside_run(path, above.dir));
+  fail(where, "; only `train` writes a run's own files (kdtrain.lock, config.json, metrics.jsonl, "
+       "checkpoints/), and this command never writes into a training run or its checkpoints, nor into a "
+       "model checkpoint, --force or not (their checksums and `latest` would no longer hold). Choose another ",
+       flag);
 }
 
 // "" when every entry of `dir` is a regular file named in `own`; else the others, for a message.

@@ -1,11 +1,10 @@
 // What may a command write, and where? One answer for every command that
 // writes (docs/reliability.md, "The whole directory"):
-//   - nothing but `train` writes a run directory's own files (kdtrain.lock,
-//     config.json, metrics.jsonl, checkpoints/) or anything under them, and
-//     nothing at all inside a checkpoint, however the path is spelled (links
-//     and `..` resolved as the OS resolves them); results derived from a run
-//     (RUN/eval_c4.json, RUN/analysis/, RUN/hf/: what scripts/report.py reads)
-//     may be written beside them;
+//   - nothing but `train` writes anywhere inside a run directory (its own
+//     files kdtrain.lock, config.json, metrics.jsonl, checkpoints/, or any
+//     other path under it), and nothing at all inside a checkpoint, however
+//     the path is spelled (links and `..` resolved as the OS resolves them);
+//     results derived from a run go beside the run directory, never into it;
 //   - `init`, `export`, `analyze` and `teacher-cache` write a new or empty
 //     directory, or replace one that holds exactly what the same command
 //     wrote there before, as its manifest (kdtrain_output.json) lists;

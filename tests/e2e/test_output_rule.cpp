@@ -1,6 +1,6 @@
 // Nothing lost, round three, through the CLI: `--force` replaces only the same
 // command's earlier output, recognised by its manifest; no command but train
-// writes a run's own files, its checkpoints folder or a checkpoint, whatever
+// writes anywhere inside a run directory or a checkpoint, whatever
 // the path's spelling (a folder holding a run, RUN/.., RUN/checkpoints/step_N); paths mean
 // what the OS resolves (`lnk/..`), a run never writes through a link or a
 // shared inode; every command's file outputs pass the same check; a 255-byte
@@ -150,6 +150,49 @@ TEST_CASE("outputs: eval --out, dump --out and data write --out never replace a 
             &out) == 1);
   require_all(out, {"is the input file"});
   CHECK(read_bytes(shard) == data_before);
+}
+
+TEST_CASE("place rule: no command but train writes anywhere inside a run directory", "[reliability][outputs]") {
+  TempDir tmp("inside_run");
+  std::string out;
+  const std::string shard = text_shard(tmp.path, "train.bin", 20000, 3);
+  const fs::path run_dir = small_run(tmp, "run", shard);
+  const std::string ckpt = (run_dir / "checkpoints" / "step_00000002").string();
+  fs::create_directory_symlink(run_dir, tmp.path / "lnk");
+  const auto before = snapshot(run_dir);
+  const std::string run_real = fs::canonical(run_dir).string();
+  const std::string beside = fs::canonical(tmp.path).string();
+  const std::string r = run_dir.string(), lnk = (tmp.path / "lnk").string();
+  // Before: each exited 0 and left its output inside the run (derived results were allowed
+  // beside the run's own files), where `verify` does not look and --force could later delete them.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"eval", "--checkpoint", r, "--data", shard, "--max-windows", "1", "--out", r + "/eval.json"}, "/eval.json"},
+      {{"export", "--checkpoint", r, "--out", r + "/hf"}, "/hf"},
+      {{"analyze", "--checkpoint", r, "--data", shard, "--num-seqs", "1", "--out", r + "/analysis"}, "/analysis"},
+      {{"init", "--preset", "tiny-llama", "--out", r + "/sub"}, "/sub"},
+      {{"init", "--preset", "tiny-llama", "--out", r + "/a/b", "--force"}, "/a/b"},
+      {{"init", "--preset", "tiny-llama", "--out", lnk + "/sub"}, "/sub"},
+      {{"dump", "--checkpoint", ckpt, "--data", shard, "--batch-size", "1", "--seq-len", "8", "--out",
+        r + "/dump.safetensors"}, "/dump.safetensors"},
+      {{"data", "write", "--bytes", shard, "--out", r + "/x.bin"}, "/x.bin"},
+      {{"data", "write", "--bytes", shard, "--out", tmp.file("t.bin"), "--val-out", r + "/v.bin"}, "/v.bin"},
+      {{"teacher-cache", "--teacher", ckpt, "--data", shard, "--seq-len", "16", "--top-k", "4", "--out",
+        r + "/cache"}, "/cache"},
+  };
+  for (const auto& [args, rel] : cases) {
+    INFO(args[0] << " ... " << args.back());
+    CHECK(kdtrain_cli(tmp, args, &out) == 1);
+    require_all(out, {"is inside " + run_real, "a training run directory", "no command but `train` writes anywhere inside",
+                      "beside the run instead, e.g.", beside + rel});
+    CHECK(snapshot(run_dir) == before);
+  }
+  CHECK_FALSE(fs::exists(tmp.file("t.bin")));
+  // A second run nested in the first is refused as well; beside it, every command writes.
+  CHECK(run(tiny_train_args(shard, r + "/inner", 2, 2), &out, tmp.file("inner.log")) == 1);
+  require_all(out, {"--run-dir " + r + "/inner", "never inside another run"});
+  CHECK(snapshot(run_dir) == before);
+  CHECK(kdtrain_cli(tmp, {"export", "--checkpoint", r, "--out", tmp.file("hf")}, &out) == 0);
+  CHECK(kdtrain_cli(tmp, {"verify", r}, &out) == 0);
 }
 
 TEST_CASE("names: init and export write a 255-byte output name", "[reliability][paths]") {
