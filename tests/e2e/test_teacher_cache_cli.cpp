@@ -55,13 +55,6 @@ void tamper(const std::string& cache, int64_t window, const Change& change) {
   data::write_cache_manifest(cache, m);
 }
 
-bool has_temporary(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().filename().string().find(".tmp.") != std::string::npos) return true;
-  return false;
-}
-
 ino_t inode_of(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;

@@ -3,7 +3,8 @@
 // ranks gives byte-identical shards and manifests, and a run killed with
 // SIGKILL in the middle of a shard, rerun with the same command (on another
 // rank count), skips the complete shards, rewrites the rest and ends
-// byte-identical too.
+// byte-identical too. SIGINT or SIGTERM to mpirun, which passes the job's end to
+// every rank, leaves no rank's staging files and no manifest behind.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -32,10 +33,13 @@ std::map<std::string, std::string> cache_files(const std::string& dir) {
 }
 
 struct RankFixture {
-  CacheFixture f{64 * 600 + 1};  // 600 windows of 64 tokens
+  explicit RankFixture(int64_t windows = 600, int64_t shard_windows = 100)
+      : f(64 * windows + 1), shard_windows(std::to_string(shard_windows)) {}
+  CacheFixture f;  // windows of 64 tokens
+  std::string shard_windows;
   std::vector<std::string> command(const std::string& out) const {
     return {KDTRAIN_BINARY, "teacher-cache", "--teacher", f.teacher_dir, "--data", f.shard, "--seq-len", "64",
-            "--top-k", "5", "--batch-size", "8", "--shard-windows", "100", "--threads", "1", "--out", out};
+            "--top-k", "5", "--batch-size", "8", "--shard-windows", shard_windows, "--threads", "1", "--out", out};
   }
   std::string out(const std::string& name) const { return f.dir.file(name); }
 };
@@ -95,4 +99,42 @@ TEST_CASE("teacher-cache: killed mid-shard, the same command resumes and ends by
   CHECK(cache_files(out) == whole);  // no temporaries left, every byte the same
   REQUIRE(run({KDTRAIN_BINARY, "verify", out}, &log, out + ".verify.log") == 0);
   CHECK(log.find("6 shards, 600 windows x 64 tokens, top-5 of 61, bf16") != std::string::npos);
+}
+
+TEST_CASE("teacher-cache: SIGINT or SIGTERM to mpirun leaves no rank's temporaries, and the rerun ends byte-identical",
+          "[teacher_cache][mpi][signals]") {
+  REQUIRE_MPIRUN();
+  RankFixture r(2400, 600);  // 4 shards of 600 windows: about a second each, long enough to interrupt
+  std::string log;
+  REQUIRE(run(r.command(r.out("whole")), &log, r.out("whole.log")) == 0);
+  const std::map<std::string, std::string> whole = cache_files(r.out("whole"));
+  for (int signal : {SIGINT, SIGTERM}) {
+    INFO("signal " << signal);
+    const std::string out = r.out("interrupted" + std::to_string(signal));
+    const Process p = spawn(under_mpi(2, r.command(out)), out + ".log");
+    REQUIRE(p.pid > 0);
+    // Interrupt while both ranks stage a shard.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    auto staging = [&] {
+      int ranks_staging = 0;
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(out, ec)) {
+        if (e.path().filename().string().find(".tmp.") != std::string::npos) ++ranks_staging;
+      }
+      return ranks_staging >= 2;
+    };
+    bool seen = false;
+    while (!(seen = staging()) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    REQUIRE(seen);  // else the run was too fast to interrupt: the test proved nothing
+    kill(p.pid, signal);
+    const int code = wait_for(p);
+    INFO(read_file(out + ".log"));
+    CHECK(code != 0);
+    CHECK_FALSE(has_temporary(out));
+    CHECK_FALSE(fs::exists(out + "/manifest.json"));  // an incomplete cache is no cache
+    REQUIRE(run(under_mpi(2, r.command(out)), &log, out + ".rerun.log") == 0);
+    INFO(log);
+    CHECK(cache_files(out) == whole);  // no temporaries left, every byte the same
+  }
 }

@@ -3,6 +3,7 @@
 // their cache, shared by the teacher cache tests.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,14 @@ inline Config cached_run_config(CacheFixture& f) {
   c.kd.cache_tail = CacheTail::bucket;
   c.train.seq_len = f.T;
   return c;
+}
+
+// Whether `dir` holds a staging temporary (a `.tmp.` name) of an unfinished write.
+inline bool has_temporary(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) return true;
+  return false;
 }
 
 }  // namespace kdtrain::testing
