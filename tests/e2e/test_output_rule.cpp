@@ -154,9 +154,9 @@ TEST_CASE("outputs: eval --out, dump --out and data write --out never replace a 
 
 TEST_CASE("place rule: no command but train writes anywhere inside a run directory", "[reliability][outputs]") {
   TempDir tmp("inside_run");
-  std::string out;
   const std::string shard = text_shard(tmp.path, "train.bin", 20000, 3);
   const fs::path run_dir = small_run(tmp, "run", shard);
+  std::string out;
   const std::string ckpt = (run_dir / "checkpoints" / "step_00000002").string();
   fs::create_directory_symlink(run_dir, tmp.path / "lnk");
   const auto before = snapshot(run_dir);
