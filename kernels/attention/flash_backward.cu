@@ -1,7 +1,7 @@
 // Fused causal attention, backward: the __global__ wrappers and the launcher. The kernel
 // bodies (flash_backward_prep.cuh, flash_backward_kernel.cuh) are shared with
 // the SIMT emulator (steps: flash_backward_steps.cuh); the order of launches is flash_backward_sequence.h; the work
-// order and its deadlock argument flash_backward_schedule.h; docs/flash_attention.md
+// order and its deadlock argument flash_backward_schedule.h; docs/flash_attention_backward.md
 // has the rest, the CPU mirror that checks it included.
 #include <cstdint>
 
@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(flash_bwd::kPrepThreads)
   flash_bwd::bwd_prep<D, kSink, kAffine>(a, smem);
 }
 
-// One block per SM by design (registers: docs/flash_attention.md), hence the 1.
+// One block per SM by design (registers: docs/flash_attention_backward.md), hence the 1.
 template <int D, bool kAffine, bool kAtomic>
 __global__ void __launch_bounds__(flash::kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ flash::BwdArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];

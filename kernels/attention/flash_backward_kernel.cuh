@@ -4,7 +4,7 @@
 // builds it for the GPU (flash_backward.cu) and the host runs the same source in the SIMT
 // emulator (tests of the backward). Its steps: flash_backward_steps.cuh; order and
 // deadlock argument: flash_backward_schedule.h; algorithm, resource arithmetic and the dq
-// design: docs/flash_attention.md.
+// design: docs/flash_attention_backward.md.
 //
 // Per step (query tile qt of Br = 64 rows, query head h), with Q, dO and the row
 // statistics (lse2, D, alpha) of the step double-buffered by cp.async, two query

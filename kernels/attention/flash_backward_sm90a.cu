@@ -10,7 +10,7 @@
 namespace kdtrain::cuda {
 namespace {
 
-// One block per SM (registers and shared memory: docs/flash_attention.md), hence the 1.
+// One block per SM (registers and shared memory: docs/flash_attention_backward.md), hence the 1.
 template <int D, bool kAffine>
 __global__ void __launch_bounds__(flash::kBwdThreads, 1)
     bwd_main_sm90a_kernel(const __grid_constant__ flash::BwdArgs a) {

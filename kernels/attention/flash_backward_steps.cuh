@@ -12,7 +12,7 @@
 //   epilogue   dk = scale dK, dv = dV (+ R)                           (write_dk_dv)
 // The sm_90a build (bwd_main with kWgmma) runs the products on wgmma instead
 // (flash_backward_wgmma.cuh) and every other step here. Same two targets as
-// primitives.cuh. Algorithm, resources and the dq design: docs/flash_attention.md.
+// primitives.cuh. Algorithm, resources and the dq design: docs/flash_attention_backward.md.
 #pragma once
 #include <cstdint>
 

@@ -7,7 +7,7 @@
 // 4n + e of thread 4g + q is row g + 8(e / 2), column 8n + 2q + e % 2), so the steps
 // between (dS^T, the dQ staging, the epilogue) are shared unchanged. Q, dO, K and V are
 // tc::WgmmaTile's (load_tile with kWg), fenced for the async proxy before the barrier
-// that precedes their first product. Algorithm and resources: docs/flash_attention.md.
+// that precedes their first product. Algorithm and resources: docs/flash_attention_backward.md.
 #pragma once
 #include <cstdint>
 

@@ -8,7 +8,7 @@ build, whose ratio is attn_determinism_cost) with nvcc, reads each kernel's per-
 
 A prediction, never a measurement: every rate below is an assumption, printed with the
 result and written to the JSON (--json FILE) that scripts/gpu/gpu_window.sh can put beside its
-measured times. docs/flash_attention.md ("Performance model") explains the terms.
+measured times. docs/flash_attention_backward.md ("Predicted time") explains the terms.
 
 usage: attention_model.py [--json FILE] [--sass-dir DIR] [--B 8 --T 2048 --HD 2048 --gqa 4]
   --sass-dir: reuse DIR/{fwd,fwd_sm90a,bwd,bwd_atomic,bwd_sm90a,bwd_sm90a_atomic}.{sass,ptxas} instead of compiling.
@@ -274,7 +274,7 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False):
             "slot_efficiency": eff, "main_ms": main_ms, "prep_finalize_ms": rest_ms, "ms": main_ms + rest_ms}
 
 
-TARGETS = {64: 1.55, 128: 1.25}  # fwd + bwd, ms: docs/flash_attention.md, backward predicted time
+TARGETS = {64: 1.55, 128: 1.25}  # fwd + bwd, ms: docs/flash_attention_backward.md, "Predicted time"
 DETERMINISM_TARGET = 0.05  # the deterministic backward over its atomics timing build, at most
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SASS checks of the attention backward's main kernel (docs/flash_attention.md, "dq off the
+"""SASS checks of the attention backward's main kernel (docs/flash_attention_backward.md, "dq off the
 MMA warps"): reads `cuobjdump -sass` of kernels/attention/flash_backward.cu (mma.sync,
 sm_90) or flash_backward_sm90a.cu (wgmma, sm_90a) and fails when the dq accumulation puts
 global memory back on the MMA warps' critical path.

@@ -106,7 +106,7 @@ inline const char* to_string(FlashBackwardKernel k) {
 // train.attention_backward as the forward's (the same sm90a_runs_here rule). Unlike the
 // forward, `auto` keeps the mma.sync kernel everywhere: the wgmma backward is checked in
 // the emulator only, and no GPU has timed it against the mma.sync one
-// (docs/flash_attention.md, "Hopper backward"); `wgmma` asks for it.
+// (docs/flash_attention_backward.md, "Hopper backward"); `wgmma` asks for it.
 inline FlashBackwardKernel choose_flash_backward_kernel(AttentionBackward request, int cc_major, int cc_minor,
                                                         bool built) {
   const bool wgmma = request == AttentionBackward::wgmma;
