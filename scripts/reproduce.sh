@@ -23,7 +23,8 @@
 # ROW holds the row: the training run in ROW/run and, beside it, what is derived
 # from it (info.json, hf/, eval_c4.json, zero_shot.json, analysis/, report/;
 # scripts/report/study_layout.py defines the layout; only `kdtrain train` writes
-# inside ROW/run). Every stage is skipped when its output exists (delete
+# inside ROW/run; a ROW made before this layout, holding the run's files, is
+# migrated first: study_layout.py migrate). Every stage is skipped when its output exists (delete
 # the file to redo it); an interrupted training run is resumed with `kdtrain
 # train --resume`. A row remembers what trained its run (ROW/reproduce_stamp: the
 # config file, the variant and every override); a different request for the same
@@ -47,7 +48,7 @@ CONFIG=""; VARIANT=""; DATA_DIR=""; TEACHER=""; ROW=""; TOKENIZER=""; STEPS=""; 
 LAUNCH=""; FINEWEB=(); C4=""; LIMIT=""; BATCH=""; REPORT=""; EVAL_WINDOWS=""; ANALYZE_SEQS=""
 OVERRIDES=(); VAL_TOKENS=""; MAX_TOKENS=""; EVAL_DATA=""; NO_REPORT=0; PREPARE_ONLY=0; NO_ZERO_SHOT=0
 KDTRAIN="${KDTRAIN:-$ROOT/build/kdtrain}"
-usage() { sed -n "2,36p" "$0"; }
+usage() { sed -n "2,37p" "$0"; }
 while (($#)); do
   case "$1" in
     --config) CONFIG="$2"; shift 2 ;;
@@ -116,6 +117,9 @@ fi
 [[ -d $TEACHER ]] || die "--teacher $TEACHER: not a directory (a Hugging Face or kdtrain checkpoint)"
 [[ -x $KDTRAIN ]] || die "$KDTRAIN is not built (cmake -S . -B build && cmake --build build)"
 "$KDTRAIN" info --variants | awk '{print $1}' | grep -qxF -- "$VARIANT" || die "--attention $VARIANT: unknown variant"
+# A row made before the run/ layout (the run's files and its results side by side in ROW)
+# moves its run into ROW/run first, or is refused naming what is in the way.
+python3 "$ROOT/scripts/report/study_layout.py" migrate "$ROW" || die "--out $ROW: not migrated (above)"
 # ROW_RUN, ROW_EVAL_C4, ROW_HF, ...: the row's paths (scripts/report/study_layout.py).
 eval "$(python3 "$ROOT/scripts/report/study_layout.py" "$ROW")"
 RUN="$ROW_RUN"

@@ -9,7 +9,8 @@
 # a run whose config file or overrides changed is redone with its evaluations.
 # Each run is a row OUT/runs/NAME: the training run in OUT/runs/NAME/run, what is
 # derived from it beside it (eval_c4.json, hf/, zero_shot.json, analysis/, info.json,
-# study_stamp; scripts/report/study_layout.py defines the layout).
+# study_stamp; scripts/report/study_layout.py defines the layout). A study made before
+# this layout (OUT/runs/NAME holding the run's files) is migrated first, keeping its runs.
 #
 #   scripts/small_study.sh [--out DIR] [--smoke] [--gpu] [--device cpu|cuda]
 #                          [--limit N] [--teacher-config F] [--student-config F]
@@ -52,7 +53,7 @@ while (($#)); do
     --kdtrain) KDTRAIN="$2"; shift 2 ;;
     --student-set) STUDENT_SET+=(--set "$2"); shift 2 ;;
     --affine-divisors) AFFINE_DIVISORS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "small_study.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -90,6 +91,14 @@ done
 for f in "${FINEWEB[@]}" "$C4"; do
   [[ -f $f ]] || { echo "small_study.sh: missing input $f" >&2; exit 1; }
 done
+# Rows made before the run/ layout (OUT/runs/NAME holding the run's files and its results
+# side by side) move their runs into OUT/runs/NAME/run first; a row that cannot is refused
+# by name, before anything runs (scripts/report/study_layout.py migrate).
+shopt -s nullglob; OLD_ROWS=("$OUT"/runs/*/); shopt -u nullglob
+if ((${#OLD_ROWS[@]})); then
+  python3 scripts/report/study_layout.py migrate "${OLD_ROWS[@]%/}" ||
+    { echo "small_study.sh: $OUT/runs: rows not migrated (above)" >&2; exit 1; }
+fi
 mkdir -p "$OUT/runs"
 TIMINGS="$OUT/timings.tsv"
 [[ -f $TIMINGS ]] || printf 'stage\tseconds\n' > "$TIMINGS"
@@ -115,10 +124,12 @@ cfg_value() { python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print
 # checkpoint is the final step and its stamp is unchanged; otherwise its row is
 # deleted (the run with its evaluations) and redone. Needs row_paths of the row.
 stamp_of() { { cat "$1"; shift; printf '%s\n' "$@"; } | sha256sum | cut -d' ' -f1; }
+# STAMPS: the run's stamp, then any other stamp the same run may carry (a student migrated
+# from the flat layout was stamped with its teacher at the teacher's flat place).
 finished() {
-  local steps="$1" stamp="$2" latest="$ROW_RUN/checkpoints/latest"
+  local steps="$1" stamps=" $2 " latest="$ROW_RUN/checkpoints/latest"
   [[ -f $latest ]] && [[ $(cat "$latest") == "$(printf 'step_%08d' "$steps")" ]] &&
-    [[ -f $ROW_STUDY_STAMP ]] && [[ $(cat "$ROW_STUDY_STAMP") == "$stamp" ]]
+    [[ -s $ROW_STUDY_STAMP ]] && [[ $stamps == *" $(cat "$ROW_STUDY_STAMP") "* ]]
 }
 
 # ---- 1. tokenizer and data
@@ -151,8 +162,9 @@ EVAL_ARGS=(--seq-len "$SEQ_LEN")
 ZS_ARGS=(--device "$DEVICE" --dtype float32)  # fp32 even on CUDA: docs/reproduce.md, "GPU version"
 [[ -n $LIMIT ]] && ZS_ARGS+=(--limit "$LIMIT")
 
-# train_and_eval NAME TRAIN_STAGE ROW STAMP CONFIG ARGS...: trains ROW's run with CONFIG and
-# ARGS unless it finished with STAMP (a stale row is deleted first), records STAMP, sets CKPT to
+# train_and_eval NAME TRAIN_STAGE ROW STAMPS CONFIG ARGS...: trains ROW's run with CONFIG and
+# ARGS unless it finished with one of STAMPS ("STAMP [OLD_STAMP]"; a stale row is deleted
+# first), records STAMP, sets CKPT to
 # the final checkpoint and evaluates it on C4; leaves ROW's paths in ROW_*. Stages
 # "NAME: TRAIN_STAGE", "NAME: C4 eval".
 train_and_eval() {
@@ -163,7 +175,7 @@ train_and_eval() {
   mkdir -p "$row"
   stage "$name: $train_stage" "$ROW_RUN/checkpoints/latest" \
     "$KDTRAIN" train --config "$cfg" "$@" --run-dir "$ROW_RUN"
-  echo "$stamp" > "$ROW_STUDY_STAMP"
+  echo "${stamp%% *}" > "$ROW_STUDY_STAMP"
   CKPT="$ROW_RUN/checkpoints/$(cat "$ROW_RUN/checkpoints/latest")"
   stage "$name: C4 eval" "$ROW_EVAL_C4" \
     "$KDTRAIN" eval --checkpoint "$CKPT" --data "$C4_SHARDS" "${EVAL_ARGS[@]}" "${DEV[@]}" \
@@ -197,11 +209,15 @@ rows=()
 while read -r -u 3 v variant divisor; do
   row="$OUT/runs/$v"
   rows+=("$row")
-  args=(--attention "$variant" "${COMMON[@]}" --set "kd.teacher=$TEACHER")
-  [[ $divisor == - ]] || args+=(--set "attention.affine_bias_divisor=$divisor")
-  args+=(${STUDENT_SET[@]+"${STUDENT_SET[@]}"})
+  extra=()
+  [[ $divisor == - ]] || extra+=(--set "attention.affine_bias_divisor=$divisor")
+  extra+=(${STUDENT_SET[@]+"${STUDENT_SET[@]}"})
+  args=(--attention "$variant" "${COMMON[@]}" --set "kd.teacher=$TEACHER" ${extra[@]+"${extra[@]}"})
   st=$(stamp_of "$STUDENT_CFG" "${args[@]}" "teacher $TEACHER_STAMP")
-  train_and_eval "$v" "train (KD from teacher)" "$row" "$st" "$STUDENT_CFG" "${args[@]}"
+  # The same student as stamped in the flat layout, its teacher at TEACHER_ROW/checkpoints.
+  st_flat=$(stamp_of "$STUDENT_CFG" --attention "$variant" "${COMMON[@]}" \
+    --set "kd.teacher=$TEACHER_ROW/checkpoints/${TEACHER##*/}" ${extra[@]+"${extra[@]}"} "teacher $TEACHER_STAMP")
+  train_and_eval "$v" "train (KD from teacher)" "$row" "$st $st_flat" "$STUDENT_CFG" "${args[@]}"
   ckpt="$CKPT"
   stage "$v: info" "$ROW_INFO" \
     bash -c '"$1" info --config "$2" --json > "$3.tmp" && mv "$3.tmp" "$3"' _ "$KDTRAIN" "$ROW_RUN/config.json" "$ROW_INFO"

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from study_layout import written  # noqa: E402
+from study_layout import migrate, written  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
@@ -226,6 +226,9 @@ def main(argv=None) -> int:
     plan = load_plan(a.plan)
     runs = select(plan, a.only)
     a.out.mkdir(parents=True, exist_ok=True)
+    # Rows made before the run/ layout move their runs into ROW/run before any row runs.
+    if migrate([a.out / "runs" / r["name"] for r in runs]) != 0:
+        raise SystemExit("reproduce_tables: rows not migrated (above)")
     reproduce = str(REPO / "scripts" / "reproduce.sh")
     started = time.monotonic()
     timings = [("stage", "seconds")]

@@ -42,6 +42,8 @@ anything but a run's files and the results above, a row with both its own files
 and run/, or a run in use (its lock held) is refused, naming the row, what is in
 the way and the commands to resolve it. The moves go through ROW/.run.migrating,
 renamed to ROW/run last: an interrupted migration is finished by the next one.
+An empty ROW/run beside the run's files (a rerun of a script before this
+migration made it, then kdtrain refused to train there) becomes that folder.
 Paths that are not directories, and rows already laid out, are left alone.
 """
 from __future__ import annotations
@@ -122,7 +124,15 @@ def hand_commands(row: Path) -> str:
     """The commands that migrate a flat row by hand, for a refusal's message."""
     q = shlex.quote(str(row))
     own = " ".join(f"{q}/{name}" for name in RUN_OWN if os.path.lexists(row / name))
-    return f"mkdir {q}/{RUN} && mv {own} {q}/{RUN}/"
+    return f"mkdir -p {q}/{RUN} && mv {own} {q}/{RUN}/"
+
+
+def left_empty(row: Path) -> bool:
+    """Whether ROW/run is the empty directory a script's rerun on the flat row made (`mkdir -p
+    ROW/run` before kdtrain refused it), which the migration can gather the run in."""
+    run = row / RUN
+    return (not run.is_symlink() and run.is_dir() and not os.listdir(run)
+            and not os.path.lexists(row / MIGRATING))
 
 
 def flat_entries(row: Path) -> list[str]:
@@ -136,10 +146,10 @@ def flat_entries(row: Path) -> list[str]:
     staged = row / MIGRATING
     if not own and not os.path.lexists(staged):
         return []
-    if os.path.lexists(row / RUN):
+    if os.path.lexists(row / RUN) and not left_empty(row):
         raise MigrationRefused(f"{row} holds both {RUN}/ and a run's own files ({', '.join(own)}): "
                                f"which is the run is not clear; move one of them out of {row}")
-    stray = [n for n in names if n not in RUN_OWN and n not in RESULTS.values() and n != MIGRATING]
+    stray = [n for n in names if n not in RUN_OWN and n not in RESULTS.values() and n not in (MIGRATING, RUN)]
     if stray:
         raise MigrationRefused(f"{row} is a row in the old flat layout, and {', '.join(stray)} "
                                f"{'is' if len(stray) == 1 else 'are'} neither the run's own file nor a "
@@ -206,7 +216,9 @@ def fsync_dir(path: Path) -> None:
 def migrate_row(row: Path, own: list[str]) -> None:
     """Moves the run's own files of a checked flat row into ROW/run, through ROW/.run.migrating."""
     staged = row / MIGRATING
-    if not staged.is_dir():
+    if left_empty(row):
+        rename_noreplace(row / RUN, staged)
+    elif not staged.is_dir():
         os.mkdir(staged)
     for name in own:
         rename_noreplace(row / name, staged / name)

@@ -144,13 +144,14 @@ def test_a_stray_entry_is_refused_by_name_and_nothing_moves(flat_row, tmp_path):
     r = migrate(other, flat_row)
     assert r.returncode == 1
     assert f"{flat_row} is a row in the old flat layout, and notes.txt is neither" in r.stderr
-    assert f"mkdir {flat_row}/run && mv {flat_row}/kdtrain.lock {flat_row}/config.json" in r.stderr
+    assert f"mkdir -p {flat_row}/run && mv {flat_row}/kdtrain.lock {flat_row}/config.json" in r.stderr
     assert "nothing was moved" in r.stderr
     assert tree(flat_row) == before and tree(other) == other_before
 
 
 def test_a_row_with_both_layouts_is_refused(flat_row):
     (flat_row / "run").mkdir()
+    (flat_row / "run" / "metrics.jsonl").write_text("")
     before = tree(flat_row)
     r = migrate(flat_row)
     assert r.returncode == 1 and f"{flat_row} holds both run/ and a run's own files" in r.stderr
@@ -164,6 +165,14 @@ def test_a_run_in_use_is_refused(flat_row):
         r = migrate(flat_row)
     assert r.returncode == 1 and "holds a run in use" in r.stderr
     assert tree(flat_row) == before
+
+
+def test_the_empty_run_folder_a_refused_rerun_left_is_used(flat_row):
+    before = tree(flat_row)
+    (flat_row / "run").mkdir()  # scripts/reproduce.sh's `mkdir -p ROW/run` before kdtrain refused
+    r = migrate(flat_row)
+    assert r.returncode == 0, r.stderr
+    assert tree(flat_row) == migrated(before)
 
 
 def test_an_interrupted_migration_is_finished(flat_row):
@@ -185,3 +194,45 @@ def test_the_staging_folder_never_holds_a_second_copy(flat_row):
     r = migrate(flat_row)
     assert r.returncode == 1 and "config.json" in r.stderr and "holds too" in r.stderr
     assert tree(flat_row) == before
+
+
+@pytest.mark.skipif(not have("tokenizers"), reason="tokenizers not installed")
+def test_reproduce_sh_migrates_a_flat_row_and_retrains_nothing(tmp_path):
+    """A reproduce.sh row made before the run/ layout (--out ROW was the run itself,
+    its results inside): the rerun moves the run into ROW/run and finds every stage
+    done, its reproduce_stamp honoured, without touching a byte."""
+    data = tmp_path / "data"
+    for name in ("fineweb_edu/train_0.bin", "fineweb_edu/val_0.bin", "c4/c4_val_0.bin"):
+        write_shard(data / name, seed=len(name))
+    for sub in ("fineweb_edu", "c4"):  # the prepare stages are done
+        (data / sub / "manifest.json").write_text('{"vocab_size": 256}\n')
+    config = json.loads((REPO / "configs" / "tiny-llama.json").read_text())
+    config["data"] = {"train": "x/train_*.bin", "val": "x/val_*.bin"}
+    config["train"].update(seq_len=32, global_batch=2, micro_batch=2, threads=1)
+    config_path = tmp_path / "tiny.json"
+    config_path.write_text(json.dumps(config))
+    teacher = tmp_path / "teacher"
+    tiny_train(str(data / "fineweb_edu" / "train_0.bin"), teacher, "--attention", "baseline")
+    tokenizer = tmp_path / "tok"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "data" / "make_byte_tokenizer.py"), "--out",
+                    str(tokenizer)], check=True, capture_output=True)
+    row = tmp_path / "row"
+    cmd = ["bash", str(REPO / "scripts" / "reproduce.sh"), "--config", str(config_path), "--attention", "affine",
+           "--data-dir", str(data), "--teacher", str(teacher / "checkpoints" / "step_00000002"),
+           "--tokenizer", str(tokenizer), "--out", str(row), "--steps", "2", "--device", "cpu",
+           "--no-zero-shot", "--no-report", "--eval-windows", "2", "--analyze-seqs", "1", "--kdtrain", str(KDTRAIN)]
+    made = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    # the layout before run/: the run's own files and its results side by side in ROW
+    for p in (row / "run").iterdir():
+        os.rename(p, row / p.name)
+    (row / "run").rmdir()
+    before = tree(row)
+    assert {"reproduce_stamp", "eval_c4.json", "info.json", "hf", "analysis"} | OWN <= set(before)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"{row}: moved" in again.stderr and "train: skipped" in again.stdout
+    assert tree(row) == migrated(before)  # nothing retrained, re-evaluated or deleted
+    # the same row asked for another run is still refused by its stamp
+    other = subprocess.run(cmd + ["--set", "train.seed=7"], capture_output=True, text=True, timeout=600)
+    assert other.returncode != 0 and "reproduce_stamp differs" in other.stderr

@@ -11,7 +11,9 @@ The smoke run (`small_study.sh --smoke`: 5 steps per run, `--limit 2` zero-shot,
 ../shared/data and lm_eval; it skips cleanly without them.
 """
 import csv
+import hashlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -97,6 +99,57 @@ def test_prepare_with_byte_tokenizer_writes_bytes(tmp_path):
     assert tokens.tolist() == list(want)
 
 
+def stamp(config, *lines):
+    """small_study.sh's stamp_of: sha256 of the config file's bytes, then one line per argument."""
+    text = (REPO / config).read_bytes() + "".join(f"{x}\n" for x in lines).encode()
+    return hashlib.sha256(text).hexdigest()
+
+
+def tree(root):
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def check_flat_rows_migrate(out, variants):
+    """A study made before the run/ layout (OUT/runs/NAME holding the run's files and its
+    results side by side, students stamped with the teacher at runs/teacher/checkpoints)
+    is migrated by the rerun, which then finds every run finished."""
+    common = ["--set", f"data.train={out}/data/fineweb_edu/fineweb_edu_train_*.bin",
+              "--set", f"data.val={out}/data/fineweb_edu/fineweb_edu_val_*.bin", "--set", "train.device=cpu",
+              "--set", "train.steps=5", "--set", "schedule.warmup=1", "--set", "train.global_batch=4",
+              "--set", "train.micro_batch=4"]
+    teacher_stamp = stamp("configs/study/cpu-teacher.json", *common)
+    assert (out / "runs" / "teacher" / "study_stamp").read_text().strip() == teacher_stamp
+
+    def sink_stamp(teacher):
+        return stamp("configs/study/cpu-student.json", "--attention", "sink", *common,
+                     "--set", f"kd.teacher={teacher}/checkpoints/step_00000005", f"teacher {teacher_stamp}")
+    sink = out / "runs" / "sink"
+    assert (sink / "study_stamp").read_text().strip() == sink_stamp(out / "runs" / "teacher" / "run")
+    for name in ("teacher", "sink"):  # the layout before run/
+        row = out / "runs" / name
+        for p in (row / "run").iterdir():
+            os.rename(p, row / p.name)
+        (row / "run").rmdir()
+    (sink / "study_stamp").write_text(sink_stamp(out / "runs" / "teacher") + "\n")
+    runs_before = {name: tree(out / "runs" / name) for name in ("teacher", "sink")}
+    again = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke", "--out", str(out),
+                            "--kdtrain", str(KDTRAIN), "--variants", " ".join(variants)],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"{out}/runs/sink: moved checkpoints, config.json, kdtrain.lock, metrics.jsonl" in again.stderr
+    assert "teacher: train: done already" in again.stdout
+    assert "sink: train (KD from teacher): done already" in again.stdout
+    assert "sink: zero-shot: done already" in again.stdout
+    for name, before in runs_before.items():
+        after = tree(out / "runs" / name)
+        for rel, content in before.items():  # every run file moved into run/ unchanged, every result kept
+            moved = "run/" + rel if rel.split("/")[0] in ("kdtrain.lock", "config.json", "metrics.jsonl",
+                                                           "checkpoints") else rel
+            assert rel == "study_stamp" or after[moved] == content, (name, rel)
+    # the student's stamp is now the one of its teacher's new place
+    assert (sink / "study_stamp").read_text().strip() == sink_stamp(out / "runs" / "teacher" / "run")
+
+
 needs_study = pytest.mark.skipif(
     not (SHARED / "text").is_dir() or not (SHARED / "evals").is_dir()
     or not have("lm_eval", "torch", "transformers", "tokenizers", "matplotlib")
@@ -172,6 +225,7 @@ def test_small_study_smoke_end_to_end(tmp_path):
     assert "teacher: train: done already" in again.stdout
     assert "affine: zero-shot: done already" in again.stdout
     assert "affine-visible: zero-shot: done already" in again.stdout
+    check_flat_rows_migrate(out, variants)
     bad = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--smoke", "--out", str(out),
                           "--kdtrain", str(KDTRAIN), "--affine-divisors", "sequence keys"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
