@@ -122,7 +122,7 @@ cfg_value() { python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print
 # A run's stamp: sha256 of its config file's bytes and its command-line overrides
 # (and, for students, the teacher's stamp). A run is finished when its latest
 # checkpoint is the final step and its stamp is unchanged; otherwise its row is
-# deleted (the run with its evaluations) and redone. Needs row_paths of the row.
+# set aside (the run with its evaluations, set_aside) and redone. Needs row_paths of the row.
 stamp_of() { { cat "$1"; shift; printf '%s\n' "$@"; } | sha256sum | cut -d' ' -f1; }
 # STAMPS: the run's stamp, then any other stamp the same run may carry (a student migrated
 # from the flat layout was stamped with its teacher at the teacher's flat place).
@@ -162,8 +162,21 @@ EVAL_ARGS=(--seq-len "$SEQ_LEN")
 ZS_ARGS=(--device "$DEVICE" --dtype float32)  # fp32 even on CUDA: docs/reproduce.md, "GPU version"
 [[ -n $LIMIT ]] && ZS_ARGS+=(--limit "$LIMIT")
 
+# set_aside ROW: moves a row that is not finished (changed, or cut short) to
+# OUT/superseded/NAME.TIME, never deleting a run; an empty row is removed.
+set_aside() {
+  local row="$1" dest
+  [[ -e $row || -L $row ]] || return 0
+  if [[ -d $row && ! -L $row && -z $(ls -A "$row") ]]; then rmdir "$row"; return 0; fi
+  dest="$OUT/superseded/$(basename "$row").$(date -u +%Y%m%dT%H%M%SZ).$$"
+  mkdir -p "$OUT/superseded"
+  mv -n -T "$row" "$dest"
+  [[ ! -e $row && ! -L $row ]] || { echo "small_study.sh: could not set $row aside to $dest" >&2; exit 1; }
+  log "$(basename "$row"): changed or unfinished; the old row is kept in $dest"
+}
+
 # train_and_eval NAME TRAIN_STAGE ROW STAMPS CONFIG ARGS...: trains ROW's run with CONFIG and
-# ARGS unless it finished with one of STAMPS ("STAMP [OLD_STAMP]"; a stale row is deleted
+# ARGS unless it finished with one of STAMPS ("STAMP [OLD_STAMP]"; a stale row is set aside
 # first), records STAMP, sets CKPT to
 # the final checkpoint and evaluates it on C4; leaves ROW's paths in ROW_*. Stages
 # "NAME: TRAIN_STAGE", "NAME: C4 eval".
@@ -171,7 +184,7 @@ train_and_eval() {
   local name="$1" train_stage="$2" row="$3" stamp="$4" cfg="$5"
   shift 5
   row_paths "$row"
-  if ! finished "$(steps_of "$cfg")" "$stamp"; then rm -rf "$row"; fi
+  if ! finished "$(steps_of "$cfg")" "$stamp"; then set_aside "$row"; fi
   mkdir -p "$row"
   stage "$name: $train_stage" "$ROW_RUN/checkpoints/latest" \
     "$KDTRAIN" train --config "$cfg" "$@" --run-dir "$ROW_RUN"

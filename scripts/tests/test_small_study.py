@@ -243,3 +243,8 @@ def test_small_study_smoke_end_to_end(tmp_path):
     cfg = json.loads((out / "runs" / "affine" / "run" / "config.json").read_text())
     assert cfg["train"]["seed"] == 9
     assert (out / "runs" / "affine" / "run" / "metrics.jsonl").read_text() != before
+    # the replaced row is set aside whole, never deleted
+    kept = sorted((out / "superseded").glob("affine.*"))
+    assert len(kept) == 1, kept
+    assert (kept[0] / "run" / "metrics.jsonl").read_text() == before
+    assert (kept[0] / "eval_c4.json").is_file() and "the old row is kept in" in changed.stdout
