@@ -1,0 +1,23 @@
+// setmaxnreg (sm_90a): a warpgroup hands registers back to the SM's pool or takes more,
+// so that a block whose warpgroups need different amounts can run (a few-register writer
+// warpgroup beside register-hungry MMA warpgroups). Every thread of the warpgroup must
+// execute the same instruction (.sync.aligned); the count is 24..256, a multiple of 8
+// (PTX ISA, setmaxnreg). The emulator has no register file: there it is a no-op, and
+// the count's rules are checked at compile time on both targets.
+#pragma once
+#include "kernels/tc/primitives.cuh"
+
+namespace kdtrain::tc {
+
+// setmaxnreg.inc (kRaise) or .dec .sync.aligned.u32 N: this warp's registers per thread
+// become N.
+template <int N, bool kRaise>
+TC_DEVICE void set_max_registers() {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg count: 24..256, a multiple of 8");
+#if defined(__CUDACC__)
+  if constexpr (kRaise) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+  else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
+
+}  // namespace kdtrain::tc
