@@ -16,6 +16,9 @@ namespace kdtrain::flash {
 // static_assert against these.
 constexpr FlashTiles kBwdTiles = flash_tiles(64, FlashPass::backward);
 constexpr int kBwdThreads = 32 * kBwdTiles.warps;
+// The main kernel's block: the MMA warps, plus the dq writer's warpgroup in the sm_90a
+// deterministic build (flash_backward_dq_warp.cuh).
+constexpr int bwd_main_threads(bool wgmma, bool atomic) { return kBwdThreads + (wgmma && !atomic ? 128 : 0); }
 constexpr int kBwdDqSlices = 1;  // one semaphore per dq tile: one thread adds the whole tile
 // (b, kv head) pairs ticketed together (flash_backward_schedule.h). Key tile kt + 1 of a group
 // takes its ticket kBwdChunkGroups tickets after key tile kt, about kBwdChunkGroups / 2

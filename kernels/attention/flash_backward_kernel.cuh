@@ -11,7 +11,8 @@
 // sub-tiles of 32 (so S^T and dP^T of only 32 queries are live next to dK and dV: zero
 // spills at D = 128, at the price of reading the warp's K / V fragments twice per step)
 // each run S^T / dP^T, dS^T, dV / dK; then dQ = dS K, staged in shared memory and added to
-// the ordered fp32 accumulator by thread 0 during the next step (DqWriter). The block
+// the ordered fp32 accumulator by thread 0 during the next step (DqWriter), in the sm_90a
+// build by a writer warp beside the MMA warps (flash_backward_dq_warp.cuh). The block
 // keeps dK_w, dV_w (2 x 16 x D fp32) in registers and writes them once. Two builds of
 // the same steps: mma.sync (sm_90, flash_backward.cu) and, with kWgmma, S^T / dP^T and
 // dV / dK as warpgroup wgmma products (sm_90a, flash_backward_sm90a.cu).
@@ -19,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/attention/flash_backward_args.h"
+#include "kernels/attention/flash_backward_dq_warp.cuh"
 #include "kernels/attention/flash_backward_steps.cuh"
 #include "kernels/attention/flash_backward_wgmma.cuh"
 #include "kernels/tc/primitives.cuh"
@@ -71,13 +73,20 @@ TC_DEVICE void bwd_finalize(const BwdArgs& a) {
 }
 
 // kWgmma (sm_90a only): S^T / dP^T, dV / dK and dQ on wgmma (flash_backward_wgmma.cuh), Q,
-// dO, K, V in the tc::WgmmaTile layout; otherwise mma.sync throughout.
+// dO, K, V in the tc::WgmmaTile layout; otherwise mma.sync throughout. kWgmma and not
+// kAtomic: a ninth warp hands the dQ tiles over (flash_backward_dq_warp.cuh,
+// bwd_main_threads); otherwise thread 0 does, between its products (DqWriter).
 template <int D, bool kAffine, bool kAtomic = flash::kBwdAtomicDq, bool kWgmma = false>
 TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   using L = MainLayout<D, kAffine>;
   constexpr int Br = L::Br, kSub = 2, kSubQ = Br / kSub, kNq = kSubQ / 8;  // query sub-tiles
+  constexpr bool kWriterWarp = kWgmma && !kAtomic;
   const flash::BwdSchedule& sc = a.sched;
   const BwdBlock w = take_item<D, kAffine>(a, smem);
+  if constexpr (kWriterWarp) {
+    if (tc::warp_id() >= L::kWarps) return dq_writer_warp<D, kAffine>(a, smem, w);
+    tc::set_max_registers<kMmaRegisters, true>();
+  }
   load_kv<D, kAffine, kWgmma>(a, smem, w);
   load_step<D, kAffine, kWgmma>(a, smem, w.b, w.g, 0, 0);
   tc::cp_async_commit();
@@ -101,13 +110,13 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     const flash::BwdStep st = sc.step(s);
     const int64_t h = w.g * sc.group + st.head_in_group;
     // Stage `stage` has landed; every warp is done with the previous step (dS^T) and has
-    // staged and fenced its dQ slice (kWgmma: fenced here, with the landed copies).
+    // staged and fenced its dQ slice (the writer warp's buffers are fenced in stage_dq).
     tc::cp_async_wait<0>();
-    if constexpr (kWgmma) tc::fence_proxy_async();  // the landed copies and dQ slice, for wgmma / bulk reads
-    tc::sync_block();
+    if constexpr (kWgmma) tc::fence_proxy_async();  // the landed copies, for wgmma reads
+    mma_barrier<kWriterWarp>();
     if (s + 1 < w.steps) load_step<D, kAffine, kWgmma>(a, smem, w.b, w.g, s + 1, stage ^ 1);
     tc::cp_async_commit();
-    writer.poll(a, w.kt);
+    if constexpr (!kWriterWarp) writer.poll(a, w.kt);
 
     const auto* Qs = reinterpret_cast<const uint16_t*>(smem + L::kQ + stage * L::kTileQ);
     const auto* dOs = reinterpret_cast<const uint16_t*>(smem + L::kDo + stage * L::kTileQ);
@@ -125,11 +134,13 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
       if constexpr (kAffine) column_sums<2 * kNq>(rs, rs_part + ln.warp * Br + q0);
       if constexpr (kWgmma) dv_dk_wgmma<D, Br, kNq>(dv, dk, pa, da, Qs, dOs, q0);
       else dv_dk_products<D, kNq>(dv, dk, pa, da, ln, Qs, dOs, q0);
-      if (sub == 0) writer.issue(a, smem, w.kt);
-      else writer.retire(a, w.kt);
+      if constexpr (!kWriterWarp) {
+        if (sub == 0) writer.issue(a, smem, w.kt);
+        else writer.retire(a, w.kt);
+      }
     }
     if constexpr (kWgmma) tc::fence_proxy_async();  // dS^T, for dQ's wgmma
-    tc::sync_block();  // dS^T (and the rsum partials) complete; the dQ staging buffer free
+    mma_barrier<kWriterWarp>();  // dS^T (and the rsum partials) complete; thread 0's staging buffer free
 
     float qacc[D / 16][4];
     if constexpr (kWgmma) dq_wgmma<D, L::Bc>(qacc, dSs, Ks, ln.warp);
@@ -142,6 +153,8 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     const int64_t tile = (w.b * a.p.H + h) * sc.n_qt + st.qt;
     if constexpr (kAtomic) {
       atomic_dq<D, kAffine>(a, tile, qacc, rsum, ln);
+    } else if constexpr (kWriterWarp) {
+      stage_for_writer<D, kAffine>(smem, qacc, rsum, ln, s);
     } else {
       stage_dq<D, kAffine, !kWgmma>(smem, qacc, rsum, ln);
       writer.stage(tile);
@@ -149,11 +162,12 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   }
 
   tc::cp_async_wait<0>();
-  if constexpr (kWgmma && !kAtomic) tc::fence_proxy_async();  // the last dQ slice, for the bulk read
-  tc::sync_block();  // the last dQ tile staged; K / V free for the epilogue
-  writer.poll(a, w.kt);
-  writer.issue(a, smem, w.kt);
-  writer.retire(a, w.kt);
+  mma_barrier<kWriterWarp>();  // the last dQ tile staged; K / V free for the epilogue
+  if constexpr (!kWriterWarp) {
+    writer.poll(a, w.kt);
+    writer.issue(a, smem, w.kt);
+    writer.retire(a, w.kt);
+  }
   write_dk_dv<D, kAffine>(a, smem, w, ln, dk, dv);
 }
 

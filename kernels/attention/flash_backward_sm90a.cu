@@ -10,9 +10,12 @@
 namespace kdtrain::cuda {
 namespace {
 
-// One block per SM (registers and shared memory: docs/flash_attention_backward.md), hence the 1.
+// One block per SM (registers and shared memory: docs/flash_attention_backward.md), hence the 1;
+// the deterministic build's ninth warp writes dq (flash_backward_dq_warp.cuh).
+constexpr int kThreads = flash::bwd_main_threads(true, flash::kBwdAtomicDq);
+
 template <int D, bool kAffine>
-__global__ void __launch_bounds__(flash::kBwdThreads, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     bwd_main_sm90a_kernel(const __grid_constant__ flash::BwdArgs a) {
   extern __shared__ __align__(1024) unsigned char smem[];
   flash_bwd::bwd_main<D, kAffine, flash::kBwdAtomicDq, true>(a, smem);
@@ -20,7 +23,8 @@ __global__ void __launch_bounds__(flash::kBwdThreads, 1)
 
 template <int D, bool kAffine>
 void launch(const flash::BwdArgs& a, int64_t blocks, cudaStream_t stream) {
-  constexpr size_t bytes = flash_bwd::MainLayout<D, kAffine>::kBytes;
+  using L = flash_bwd::MainLayout<D, kAffine>;
+  constexpr size_t bytes = flash::kBwdAtomicDq ? L::kBytes : L::kBytesTwoDq;  // the writer warp's second buffer
   auto kernel = bwd_main_sm90a_kernel<D, kAffine>;
   static const bool opted_in = [&] {  // once per instantiation and process
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -28,7 +32,7 @@ void launch(const flash::BwdArgs& a, int64_t blocks, cudaStream_t stream) {
   }();
   (void)opted_in;
   if (blocks > 0x7fffffff) fail("flash attention backward (sm_90a): ", blocks, " blocks exceed the grid limit");
-  kernel<<<static_cast<unsigned>(blocks), flash::kBwdThreads, bytes, stream>>>(a);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 

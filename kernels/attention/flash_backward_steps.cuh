@@ -61,6 +61,9 @@ struct MainLayout {
   static constexpr size_t kTicket = kRsRow + (kAffine ? sizeof(float) * Br : 0);
   static constexpr size_t kBytes = kTicket + 16;
   static constexpr uint32_t kDqBytes = sizeof(float) * Br * D, kRsBytes = sizeof(float) * Br;
+  // The writer warp's second staging buffer (dQ tile, then the row sums), past the rest.
+  static constexpr size_t kDq1 = kBytes, kBytesTwoDq = kDq1 + kDqBytes + (kAffine ? kRsBytes : 0);
+  static constexpr size_t dq_buffer(int b) { return b == 0 ? kDq : kDq1; }
 };
 
 // Copies rows [0, valid) of a bf16 matrix (row stride `stride` elements) into a swizzled
@@ -340,14 +343,16 @@ TC_DEVICE void dq_products(float (&qacc)[D / 16][4], const BwdLanes<D>& ln, cons
 // false leaves the fence to the caller, which must issue one before that barrier (the
 // wgmma build's fence for its landed copies does both jobs).
 template <int D, bool kAffine, bool kFence = true>
-TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], float rsum, const BwdLanes<D>& ln) {
+TC_DEVICE void stage_dq(unsigned char* smem, const float (&qacc)[D / 16][4], float rsum, const BwdLanes<D>& ln,
+                        int buffer = 0) {
   using L = MainLayout<D, kAffine>;
-  float* slice = reinterpret_cast<float*>(smem + L::kDq) + ln.warp * (16 * D / 2);
+  unsigned char* at = smem + L::dq_buffer(buffer);  // the dQ tile, then the row sums
+  float* slice = reinterpret_cast<float*>(at) + ln.warp * (16 * D / 2);
   TC_UNROLL
   for (int n = 0; n < D / 16; ++n) tc::store_shared4(slice + (n * 32 + ln.lane) * 4, qacc[n]);
   if constexpr (kAffine) {
     if (ln.dq_n == 0 && ln.lane < 16)
-      tc::store_shared(reinterpret_cast<float*>(smem + L::kRsRow) + ln.dq_m * 16 + ln.lane, rsum);
+      tc::store_shared(reinterpret_cast<float*>(at + L::kDqBytes) + ln.dq_m * 16 + ln.lane, rsum);
   }
   if constexpr (kFence) tc::fence_proxy_async();
 }

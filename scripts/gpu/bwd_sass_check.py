@@ -15,9 +15,13 @@ LDGSTS (top) and the branch back to it; the dQ products are HMMA (mma.sync) or H
     global load, atomic, reduction, CCTL or gpu-scope MEMBAR in the phase;
   - no MEMBAR.*.GPU between a step's last dQ product and the next step's first LDGSTS
     (around the back edge), so no release or acquire holds the prefetch back;
-  - the semaphore poll (LDG.E.STRONG.GPU) is issued before the step's first product (early),
-    and the loop issues the bulk reduction (UBLKRED) and the first contributor's bulk store
-    (UBLKCP);
+  - mma.sync (thread 0 of warp 0 writes dq between its products): the semaphore poll
+    (LDG.E.STRONG.GPU) is issued before the step's first product (early), and the loop
+    issues the bulk reduction (UBLKRED) and the first contributor's bulk store (UBLKCP);
+  - wgmma (a ninth warp writes dq, flash_backward_dq_warp.cuh): the MMA warps' step loop
+    holds no semaphore poll, no gpu-scope MEMBAR, no bulk operation and nothing global
+    but the prefetch, and signals the writer with BAR.ARV; the writer's code (outside
+    the loop) holds the poll, the bulk reduction and the bulk store;
   - nothing of the old design: no LDG.E.128 / STG.E.128 of dq slices inside the loop.
 Per atomics instantiation (the timing build: bwd_main_kernel<D, kAffine, true>, or the
 sm_90a kernel from a KDTRAIN_ATTN_ATOMIC_DQ build): D/16 vector reductions
@@ -109,7 +113,7 @@ def step_loop(ins):
     for i, (_, op, _) in enumerate(ins):
         if not op.startswith("BAR.SYNC"):
             continue
-        before = [k for k in range(max(0, i - 24), i) if ins[k][1].startswith(("DEPBAR", "BAR.SYNC"))]
+        before = [k for k in range(max(0, i - 64), i) if ins[k][1].startswith(("DEPBAR", "BAR.SYNC"))]
         if not before or not ins[before[-1]][1].startswith("DEPBAR"):
             continue
         nxt = next((k for k in range(i + 1, len(ins)) if ins[k][1].startswith(("LDGSTS", "BAR.SYNC"))), None)
@@ -121,6 +125,14 @@ def step_loop(ins):
             if ins[k][1].startswith("BRA") and m and prev_bar < int(m.group(1), 16) <= ins[i][0]:
                 return i, k
     return None
+
+
+def ds_barrier(ins, top, back, mma):
+    """Index of the dS^T barrier: the step's last block barrier that products follow (the
+    wgmma build's "buffer free" barrier comes after its dQ products), or None."""
+    bars = [k for k in range(top + 1, back) if ins[k][1].startswith("BAR.SYNC")
+            and any(ins[j][1].startswith(mma + ".") for j in range(k + 1, back + 1))]
+    return bars[-1] if bars else None
 
 
 def first_product_errors(ins, at, mma):
@@ -155,10 +167,10 @@ def check_deterministic(name, ins, mma="HMMA"):
         return ["no step loop found (block barrier after DEPBAR.LE SB0 followed by LDGSTS, and a branch back)"]
     top, back = loop
     body = ins[top:back + 1]
-    ds_bar = max(k for k in range(top + 1, back) if ins[k][1].startswith("BAR.SYNC"))
-    products = [k for k in range(ds_bar + 1, back + 1) if ins[k][1].startswith(mma + ".")]
-    if not products:
+    ds_bar = ds_barrier(ins, top, back, mma)
+    if ds_bar is None:
         return [f"no {mma} after the step's last block barrier (dQ products not found)"]
+    products = [k for k in range(ds_bar + 1, back + 1) if ins[k][1].startswith(mma + ".")]
     errors += first_product_errors(ins, products[0], mma)
     for addr, op, _ in ins[ds_bar + 1:back + 1]:
         if is_global(op) or op.startswith("LDGSTS"):
@@ -168,18 +180,43 @@ def check_deterministic(name, ins, mma="HMMA"):
     for addr, op, _ in ins[products[-1]:back + 1] + ins[top:first_ldgsts]:
         if is_gpu_membar(op):
             errors.append(f"{op} at {addr:#x} between the dQ products and the next step's prefetch")
+    if mma == "HGMMA":
+        errors += writer_warp_errors(ins, top, back)
+    else:
+        errors += thread0_writer_errors(ins, top, back, mma)
+    for addr, op, _ in body:
+        if op.startswith(("LDG.E.128", "STG.E.128")):
+            errors.append(f"{op} at {addr:#x} in the step loop (a dq slice moved by the MMA warps)")
+    return errors
+
+
+def thread0_writer_errors(ins, top, back, mma):
+    """Thread 0 writes dq inside the step loop: its poll early, its bulk operations there."""
+    errors = []
     first_mma = next(k for k in range(top, back) if ins[k][1].startswith(mma + "."))
     polls = [k for k in range(top, back) if ins[k][1].startswith("LDG.E.STRONG")]
     if not polls or polls[0] > first_mma:
         errors.append(f"the semaphore poll (LDG.E.STRONG.GPU) is not issued before the step's first {mma}")
-    names = [op for _, op, _ in body]
+    names = [op for _, op, _ in ins[top:back + 1]]
     if not any(op.startswith("UBLKRED") for op in names):
         errors.append("no bulk reduction (UBLKRED) in the step loop")
     if not any(op.startswith("UBLKCP") for op in names):
         errors.append("no bulk store (UBLKCP) in the step loop")
-    for addr, op, _ in body:
-        if op.startswith(("LDG.E.128", "STG.E.128")):
-            errors.append(f"{op} at {addr:#x} in the step loop (a dq slice moved by the MMA warps)")
+    return errors
+
+
+def writer_warp_errors(ins, top, back):
+    """A ninth warp writes dq: nothing of it in the MMA warps' loop, all of it outside."""
+    errors = []
+    for addr, op, _ in ins[top:back + 1]:
+        if (is_global(op) and not op.startswith(("LDGSTS", "LDGDEPBAR"))) or op.startswith(("UBLK", "STG")):
+            errors.append(f"{op} at {addr:#x} in the MMA warps' step loop (the writer warp's work)")
+    if not any(op.startswith("BAR.ARV") for _, op, _ in ins[top:back + 1]):
+        errors.append("no BAR.ARV in the step loop (the MMA warps do not signal the writer warp)")
+    outside = [op for _, op, _ in ins[:top] + ins[back + 1:]]
+    for want, what in (("LDG.E.STRONG", "semaphore poll"), ("UBLKRED", "bulk reduction"), ("UBLKCP", "bulk store")):
+        if not any(op.startswith(want) for op in outside):
+            errors.append(f"no {what} ({want}) in the writer warp's code")
     return errors
 
 

@@ -27,6 +27,7 @@ import bwd_sass_check  # noqa: E402
 MMA_KERNEL = "_ZN7kdtrain4cuda12_GLOBAL__N_115bwd_main_kernelILi64ELb0ELb0EEEvNS_5flash7BwdArgsE"
 WGMMA_KERNEL = "_ZN7kdtrain4cuda12_GLOBAL__N_121bwd_main_sm90a_kernelILi64ELb0EEEvNS_5flash7BwdArgsE"
 POLL = "LDG.E.STRONG.GPU R30, desc[UR12][R92.64]"
+BULK_RED = "UBLKRED.G.S.ADD.F32.RN [UR8], [UR5], UR6"
 PREFETCH = "LDGSTS.E.BYPASS.128 [R73], desc[UR12][R20.64]"
 PRODUCTS = {  # the step's S^T product and the dQ phase, as nvcc 13.0 writes them
     "HMMA": (["HMMA.16816.F32.BF16 R40, R8, R12, RZ"],
@@ -41,11 +42,22 @@ PRODUCTS = {  # the step's S^T product and the dQ phase, as nvcc 13.0 writes the
 
 
 def step_loop(mma):
-    """A deterministic kernel's step loop: barrier, prefetch, poll, S^T product, the dq
-    hand-over's bulk operations, the dS^T barrier, the dQ products, staging, branch back."""
+    """A deterministic kernel's step loop. mma.sync: barrier, prefetch, poll, S^T product,
+    thread 0's bulk operations, the dS^T barrier, the dQ products, staging, branch back.
+    wgmma: the MMA warps' loop (barrier, prefetch, S^T product, the dS^T barrier, the dQ
+    products, the "buffer free" wait, staging, the "staged" arrive, branch back), then the
+    writer warp's code (its wait, poll, acquire, bulk operations, arrive, release)."""
     sub, dq = PRODUCTS[mma]
+    if mma == "HGMMA":
+        return (["S2R R0, SR_TID.X", "DEPBAR.LE SB0, 0x0", "BAR.SYNC.DEFER_BLOCKING 0x1, 0x100", PREFETCH, "LDGDEPBAR"]
+                + sub + ["FENCE.VIEW.ASYNC.S", "BAR.SYNC.DEFER_BLOCKING 0x1, 0x100"] + dq
+                + ["BAR.SYNC.DEFER_BLOCKING R89, 0x120", "STS.128 [R13+0x14400], R104", "MEMBAR.ALL.CTA",
+                   "BAR.ARV R90, 0x120", "BRA 0x10", "EXIT"]
+                + ["BAR.SYNC.DEFER_BLOCKING R2, 0x120", POLL, "MEMBAR.ALL.GPU", BULK_RED,
+                   "UBLKCP.G.S [UR8], [UR5], UR6", "DEPBAR.LE SB0, 0x0", "BAR.ARV R2, 0x120", "MEMBAR.ALL.GPU",
+                   "STG.E.STRONG.GPU desc[UR12][R92.64], R7", "EXIT"])
     return (["S2R R0, SR_TID.X", "DEPBAR.LE SB0, 0x0", "BAR.SYNC.DEFER_BLOCKING 0x0", PREFETCH, "LDGDEPBAR", POLL]
-            + sub + ["UBLKRED.G.S.ADD.F32.RN [UR8], [UR5], UR6", "UBLKCP.G.S [UR8], [UR5], UR6",
+            + sub + [BULK_RED, "UBLKCP.G.S [UR8], [UR5], UR6",
                      "FENCE.VIEW.ASYNC.S", "BAR.SYNC.DEFER_BLOCKING 0x0"]
             + dq + ["STS.128 [R13+0x14400], R104", "MEMBAR.ALL.CTA", "BRA 0x10", "EXIT"])
 
@@ -88,22 +100,30 @@ WGMMA_MUTANTS = {  # name: (edits of the good wgmma loop, messages the check mus
                      "HGMMA.64x32x16.F32.BF16 R104, gdesc[UR8].tnspA.tnspB, R60"])],
         ["accumulates onto R60, not RZ", "fed by the global load LDG.E.128", "LDG.E.128 at", "in the dQ phase"]),
     "dq descriptor from a global load before the dS barrier": (
-        [("IMAD.MOV.U32 R88, RZ, RZ, R22", []), (POLL, [POLL, "LDG.E.64 R88, desc[UR12][R40.64]"])],
+        [("IMAD.MOV.U32 R88, RZ, RZ, R22", []), (PREFETCH, [PREFETCH, "LDG.E.64 R88, desc[UR12][R40.64]"])],
         ["first dQ HGMMA at 0x", "is fed by the global load LDG.E.64 at"]),
     "gpu MEMBAR before the prefetch": (
         [(PREFETCH, ["MEMBAR.ALL.GPU", PREFETCH])],
         ["MEMBAR.ALL.GPU at 0x30 between the dQ products and the next step's prefetch"]),
     "release right after the dQ products": (
-        [(LAST_DQ, [LAST_DQ, "MEMBAR.SC.GPU"])], ["MEMBAR.SC.GPU at 0x150 in the dQ phase",
-                                                   "MEMBAR.SC.GPU at 0x150 between the dQ products"]),
-    "semaphore poll after the first product": (
-        [(POLL, []), (ST_PRODUCT, [ST_PRODUCT, POLL])],
-        ["the semaphore poll (LDG.E.STRONG.GPU) is not issued before the step's first HGMMA"]),
+        [(LAST_DQ, [LAST_DQ, "MEMBAR.SC.GPU"])], ["MEMBAR.SC.GPU at 0x", "in the dQ phase",
+                                                   "between the dQ products and the next step's prefetch"]),
+    "semaphore poll on an MMA warp": (
+        [(ST_PRODUCT, [ST_PRODUCT, POLL])],
+        ["LDG.E.STRONG.GPU at 0x", "in the MMA warps' step loop (the writer warp's work)"]),
+    "gpu-scope fence on an MMA warp": (
+        [(ST_PRODUCT, [ST_PRODUCT, "MEMBAR.ALL.GPU"])], ["MEMBAR.ALL.GPU at 0x", "in the MMA warps' step loop"]),
+    "bulk reduction on an MMA warp": (
+        [(BULK_RED, []), (ST_PRODUCT, [ST_PRODUCT, BULK_RED])],
+        ["UBLKRED.G.S.ADD.F32.RN at 0x", "in the MMA warps' step loop",
+         "no bulk reduction (UBLKRED) in the writer warp's code"]),
+    "no signal to the writer": (
+        [("BAR.ARV R90, 0x120", [])], ["no BAR.ARV in the step loop"]),
     "dq A from registers": (
         [(FIRST_DQ, ["HGMMA.64x32x16.F32.BF16 R104, R8, gdesc[UR8].tnspB, RZ, !UPT"])],
         ["takes A from registers (R8), not by descriptor"]),
     "no bulk reduction": (
-        [("UBLKRED.G.S.ADD.F32.RN [UR8], [UR5], UR6", [])], ["no bulk reduction (UBLKRED) in the step loop"]),
+        [(BULK_RED, [])], ["no bulk reduction (UBLKRED) in the writer warp's code"]),
 }
 
 
@@ -117,6 +137,14 @@ def test_sass_check_fails_a_bad_wgmma_step_loop(tmp_path, capsys, mutant):
     assert rc == 1 and "bwd_main wgmma D=64: FAILED" in out, out
     for m in messages:
         assert m in out, (m, out)
+
+
+def test_sass_check_fails_a_late_poll_in_the_mma_sync_loop(tmp_path, capsys):
+    """The mma.sync build's thread 0 must poll its semaphore before the step's first HMMA."""
+    body = edit(step_loop("HMMA"), POLL, [])
+    body = edit(body, "HMMA.16816.F32.BF16 R40, R8, R12, RZ", ["HMMA.16816.F32.BF16 R40, R8, R12, RZ", POLL])
+    rc, out = check(tmp_path, capsys, listing(MMA_KERNEL, body))
+    assert rc == 1 and "the semaphore poll (LDG.E.STRONG.GPU) is not issued before the step's first HMMA" in out, out
 
 
 def test_sass_check_fails_an_hmma_operand_from_global(tmp_path, capsys):
@@ -169,7 +197,7 @@ def test_sass_check_fails_the_real_wgmma_kernel_spliced(built, tmp_path, capsys)
     assert [a for a, _, _ in ins] == [16 * k for k in range(len(ins))]
     body = [f"{op} {args}" for _, op, args in ins]
     top, back = bwd_sass_check.step_loop(ins)
-    ds_bar = max(k for k in range(top + 1, back) if ins[k][1].startswith("BAR.SYNC"))
+    ds_bar = bwd_sass_check.ds_barrier(ins, top, back, "HGMMA")
     first = next(k for k in range(ds_bar, back) if ins[k][1].startswith("HGMMA"))
     assert check(tmp_path, capsys, listing(name, body))[0] == 0
     fed = list(body)

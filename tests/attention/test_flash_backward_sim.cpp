@@ -130,7 +130,9 @@ struct SimLauncher {
   }
   template <int D, bool kAffine, bool kAtomic>
   void main(const flash::BwdGrid& g, const flash::BwdArgs& a) {
-    sim::LaunchConfig c = config(g, flash::kBwdThreads, flash_bwd::MainLayout<D, kAffine>::kBytes);
+    using L = flash_bwd::MainLayout<D, kAffine>;
+    const bool writer = wgmma && !kAtomic;  // the sm_90a writer warp's second dQ buffer
+    sim::LaunchConfig c = config(g, flash::bwd_main_threads(wgmma, kAtomic), writer ? L::kBytesTwoDq : L::kBytes);
     c.resident_blocks = resident;
     const sim::LaunchStats st = sim::launch(c, [&](unsigned char* smem) {
       if (wgmma) flash_bwd::bwd_main<D, kAffine, kAtomic, true>(a, smem);
@@ -422,9 +424,25 @@ TEST_CASE("emulated sm_90a backward kernel under the visible divisor and with bl
     check_problem(Problem(1, 130, 4, 2, D, AttentionVariant::affine, 8200 + D, AffineBiasDivisor::visible), false,
                   true);
   }
-  // Blocks resident together must give the bits of blocks one at a time.
+  // Blocks resident together must give the bits of blocks one at a time, in either
+  // schedule: the writer warps of different key tiles then race for each dq tile, and only
+  // the semaphore orders them (the reverse schedule runs a later key tile's writer first).
   const Problem pb(1, 257, 4, 2, 64, AttentionVariant::baseline, 8300);
   const Emulated one = run_emulated(pb, sim::Schedule::forward, 0, 1, false, true);
   compare_to_reference(pb, one);
-  CHECK(same_bits(one, run_emulated(pb, sim::Schedule::forward, 0, 3, false, true)));
+  for (unsigned resident : {2u, 3u}) {
+    INFO("resident blocks " << resident);
+    CHECK(same_bits(one, run_emulated(pb, sim::Schedule::forward, 0, resident, false, true)));
+    CHECK(same_bits(one, run_emulated(pb, sim::Schedule::reverse, 0, resident, false, true)));
+  }
+}
+
+TEST_CASE("emulated sm_90a backward kernel's dq writer warp waits for the earlier key tile",
+          "[flash][sim][attention][sm90a]") {
+  // As "reports a dq tile whose earlier key tile never came", for the sm_90a build, whose
+  // semaphore wait is the writer warp's (flash_backward_dq_warp.cuh): key tile 1 runs
+  // without key tile 0, so its writer must be caught waiting, never add on its own.
+  const Problem pb(1, 130, 2, 1, 64, AttentionVariant::baseline, 5);
+  CHECK_THROWS_WITH(run_emulated(pb, sim::Schedule::forward, 1, 1, false, true), Catch::Contains("deadlock"));
+  CHECK_THROWS_WITH(run_emulated(pb, sim::Schedule::forward, 1, 2, false, true), Catch::Contains("deadlock"));
 }
