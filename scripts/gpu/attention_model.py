@@ -42,7 +42,9 @@ ASSUME = {
     "launch_us": 3.0,            # per kernel launch in a stream
     "bwd_sub_tiles": 2,          # trip count of the backward's rolled query sub-tile loop
     "bwd_item_overhead_clk": 2500,  # per work item: K/V + first step unhidden, last dq flush, dk/dv
-    "bwd_dq_thread0_clk": 250,   # per step: thread 0's acquire + release fences, half exposed
+    "bwd_dq_thread0_clk": 250,   # per step: thread 0's acquire + release fences, half exposed (mma.sync)
+    "l2_round_trip_clk": 600,    # one gpu-scope load or fence completing at L2 under load (a guess)
+    "bwd_writer_round_trips": 3,  # sm_90a writer warp per dq tile: poll, bulk completion, release
     "bwd_chain_lag_steps": 0.25,  # first ticket chunk: key tile kt starts this many steps behind kt - 1
     "bwd_chunk_groups": 8,       # kBwdChunkGroups (flash_backward_args.h)
 }
@@ -234,6 +236,13 @@ def forward(fns, regs, shape, d, a, wgmma):
             "bound": bound, "tile_clk": clk, "tile_pairs": pairs, "slot_efficiency": eff, "ms": ms}
 
 
+def dq_writer_warp_clk(d, br, a):
+    """Clocks per dq tile of the sm_90a build's writer warp (flash_backward_dq_warp.cuh),
+    which works in series: its round trips, then the tile's bytes at one SM's share of L2."""
+    l2_bytes_per_clk = a["l2_tbs"] * 1e12 / a["sms"] / (a["clock_ghz"] * 1e9)
+    return a["bwd_writer_round_trips"] * a["l2_round_trip_clk"] + br * d * 4 / l2_bytes_per_clk
+
+
 def backward(fns, regs, shape, d, a, atomic, wgmma=False):
     B, T, H = shape["B"], shape["T"], shape["HD"] // d
     hkv = H // shape["gqa"]
@@ -241,8 +250,16 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False):
     pattern = rf"bwd_main_sm90a_kernelILi{d}ELb0E" if wgmma else rf"bwd_main_kernelILi{d}ELb0ELb{1 if atomic else 0}E"
     name, ins = kernel(fns, pattern)
     c = tile_counts(ins, a["bwd_sub_tiles"], warps)
+    if not atomic:  # the bulk reduction reads the staged dQ tile from shared memory
+        c["smem_bytes"] += br * d * 4 / warps
     clk, bound, pipes = pipe_clocks(c, warps, a)
-    if not atomic:
+    writer_clk = None
+    if not atomic and wgmma:  # the MMA warps hand over; the writer warp keeps up, or bounds the step
+        writer_clk = dq_writer_warp_clk(d, br, a)
+        pipes["dq_writer"] = writer_clk
+        if writer_clk > clk:
+            clk, bound = writer_clk, "dq_writer"
+    elif not atomic:
         clk += a["bwd_dq_thread0_clk"]
     n_qt, n_kt = -(-T // br), -(-T // bc)
     steps = [(n_qt - kt * bc // br) * shape["gqa"] for kt in range(n_kt)]
@@ -269,7 +286,7 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False):
         launches += 1
     rest_ms = hbm / (a["hbm_tbs"] * 1e9) + launches * a["launch_us"] / 1e3
     label = "bwd_main" + (" wgmma" if wgmma else "") + (" atomics" if atomic else "")
-    return {"kernel": label, "D": d, "registers": regs.get(name),
+    return {"kernel": label, "D": d, "registers": regs.get(name), "dq_writer_clk": writer_clk,
             "per_step_per_warp": c, "pipes_clk": pipes, "bound": bound, "step_clk": clk, "steps": total_steps,
             "slot_efficiency": eff, "main_ms": main_ms, "prep_finalize_ms": rest_ms, "ms": main_ms + rest_ms}
 
@@ -316,6 +333,11 @@ def main():
         clk = k.get("tile_clk", k.get("step_clk"))
         print(f"{k['kernel']:<24} {k['D']:>4} {k['registers'] or '-':>5} {k['bound']:>7} {clk:>9.0f} "
               f"{k['slot_efficiency']:>5.2f} {k['ms']:>7.3f}")
+    for k in result["kernels"]:
+        if k.get("dq_writer_clk"):
+            mma_clk = max(v for p, v in k["pipes_clk"].items() if p != "dq_writer") * (1 + ASSUME["overhead"])
+            print(f"{k['kernel']} D {k['D']}: the dq writer warp needs {k['dq_writer_clk']:.0f} clocks per tile, "
+                  f"the MMA warps {mma_clk:.0f} per step")
     for t in result["totals"]:
         print(f"D {t['D']}: fwd ({t['forward']}) {t['fwd_ms']:.3f} + bwd ({t['backward']}) {t['bwd_ms']:.3f} = "
               f"{t['fwd_bwd_ms']:.3f} ms "

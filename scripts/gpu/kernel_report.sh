@@ -49,14 +49,8 @@ for f in "${files[@]}"; do
   fi
   # ptxas: "Compiling entry function 'X'" ... "N bytes stack frame, S bytes spill stores, L bytes spill loads"
   # ... "Used R registers, ... M bytes smem"
-  awk '
-    /Compiling entry function/ { match($0, /\x27[^\x27]+\x27/); name = substr($0, RSTART + 1, RLENGTH - 2) }
-    /bytes stack frame/ { stack = $1; spst = $5; spld = $9 }
-    /Used [0-9]+ registers/ {
-      regs = $0; sub(/.*Used /, "", regs); sub(/ registers.*/, "", regs)
-      smem = 0; if (match($0, /[0-9]+ bytes smem/)) { smem = substr($0, RSTART, RLENGTH); sub(/ bytes smem/, "", smem) }
-      print name, regs, stack, spst, spld, smem
-    }' "$tmp/ptxas.txt" | while read -r name regs stack spst spld smem; do
+  # (a process substitution, not a pipe: a failure found in the loop must reach $status)
+  while read -r name regs stack spst spld smem; do
     counts="- | - | - | -"
     if [[ -s $sass ]]; then
       body=$(awk -v fn="$name" '/Function : /{ on = ($3 == fn) } on' "$sass")
@@ -70,7 +64,14 @@ for f in "${files[@]}"; do
     fi
     [[ $spst -eq 0 && $spld -eq 0 ]] || status=1
     echo "| $(echo "$name" | demangle) | $regs | $stack | $spst/$spld | $smem | $counts |"
-  done
+  done < <(awk '
+    /Compiling entry function/ { match($0, /\x27[^\x27]+\x27/); name = substr($0, RSTART + 1, RLENGTH - 2) }
+    /bytes stack frame/ { stack = $1; spst = $5; spld = $9 }
+    /Used [0-9]+ registers/ {
+      regs = $0; sub(/.*Used /, "", regs); sub(/ registers.*/, "", regs)
+      smem = 0; if (match($0, /[0-9]+ bytes smem/)) { smem = substr($0, RSTART, RLENGTH); sub(/ bytes smem/, "", smem) }
+      print name, regs, stack, spst, spld, smem
+    }' "$tmp/ptxas.txt")
 done
 
 # Dynamic shared memory of the forward and backward instantiations, from the one tile table.
@@ -89,6 +90,9 @@ template <int D, bool kAffine> void bwd_row() {
   std::printf("| backward main D=%d%s | Br %d, Bc %d, %d warps (16 key rows each) | %d threads | %zu bytes |\n", D,
               kAffine ? " affine" : "", t.Br, t.Bc, t.warps, kdtrain::flash::kBwdThreads,
               kdtrain::flash_bwd::MainLayout<D, kAffine>::kBytes);
+  std::printf("| backward main sm_90a D=%d%s | 8 MMA warps + a dq writer warpgroup | %d threads | %zu bytes |\n", D,
+              kAffine ? " affine" : "", kdtrain::flash::bwd_main_threads(true, false),
+              kdtrain::flash_bwd::MainLayout<D, kAffine>::kBytesTwoDq);
 }
 int main() { row<64>(); row<128>(); bwd_row<64, false>(); bwd_row<64, true>(); bwd_row<128, false>(); bwd_row<128, true>(); }
 EOF
