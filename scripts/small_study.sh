@@ -26,8 +26,9 @@
 # --gpu: configs/study/gpu-*.json, the Llama-3 tokenizer, --device cuda, all items.
 # --smoke: 5 steps per run, --limit 2, tiny evaluations (the pytest uses it).
 # --affine-divisors: the variants with the affine term train once per listed
-# attention.affine_bias_divisor; the first keeps the variant's name, the others are
-# named VARIANT-DIVISOR (affine-visible). Default "sequence visible" (CPU), "sequence" (--gpu).
+# attention.affine_bias_divisor; the `sequence` run (the paper's divisor) keeps the
+# variant's name, any other is named VARIANT-DIVISOR (affine-visible), whatever the order
+# or selection. Default "sequence visible" (CPU), "sequence" (--gpu).
 # docs/reproduce.md, "The small study", has the measured run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -205,13 +206,11 @@ TEACHER_EVAL="$ROW_EVAL_C4"
 # ---- 3. students, one per variant, then their evaluation and analysis
 # student_runs: "NAME VARIANT DIVISOR" lines, DIVISOR "-" for variants without the affine term.
 student_runs() {
-  local v d first
+  local v d
   for v in $VARIANTS; do
     if [[ $AFFINE_VARIANTS == *" $v "* ]]; then
-      first=1
       for d in $AFFINE_DIVISORS; do
-        if ((first)); then echo "$v $v $d"; else echo "$v-$d $v $d"; fi
-        first=0
+        if [[ $d == sequence ]]; then echo "$v $v $d"; else echo "$v-$d $v $d"; fi
       done
     else
       echo "$v $v -"
