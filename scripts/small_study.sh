@@ -17,7 +17,7 @@
 #                          [--tokenizer DIR] [--fineweb FILE...] [--c4 FILE]
 #                          [--variants "baseline sink ..."] [--kdtrain BIN]
 #                          [--student-set section.key=value ...]
-#                          [--affine-divisors "sequence visible"]
+#                          [--affine-divisors "sequence visible"] [--list-runs]
 #
 # Default (CPU): configs/study/cpu-{teacher,student}.json, bytes as tokens
 # (vocabulary 256; a byte-level HF tokenizer is built for the export), the
@@ -28,14 +28,15 @@
 # --affine-divisors: the variants with the affine term train once per listed
 # attention.affine_bias_divisor; the `sequence` run (the paper's divisor) keeps the
 # variant's name, any other is named VARIANT-DIVISOR (affine-visible), whatever the order
-# or selection. Default "sequence visible" (CPU), "sequence" (--gpu).
+# or selection. Default "sequence visible" (CPU), "sequence" (--gpu). --list-runs
+# prints the runs the study would train (NAME VARIANT DIVISOR) and exits.
 # docs/reproduce.md, "The small study", has the measured run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SHARED="$ROOT/../shared/data"
 
-OUT=""; SMOKE=0; GPU=0; DEVICE=""; LIMIT=""; TEACHER_CFG=""; STUDENT_CFG=""
+OUT=""; SMOKE=0; LIST_RUNS=0; GPU=0; DEVICE=""; LIMIT=""; TEACHER_CFG=""; STUDENT_CFG=""
 TOKENIZER=""; FINEWEB=(); C4=""; STUDENT_SET=(); VARIANTS=""; AFFINE_DIVISORS=""
 KDTRAIN="${KDTRAIN:-build/kdtrain}"
 while (($#)); do
@@ -54,7 +55,8 @@ while (($#)); do
     --kdtrain) KDTRAIN="$2"; shift 2 ;;
     --student-set) STUDENT_SET+=(--set "$2"); shift 2 ;;
     --affine-divisors) AFFINE_DIVISORS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --list-runs) LIST_RUNS=1; shift ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "small_study.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -89,6 +91,20 @@ for d in $AFFINE_DIVISORS; do  # kdtrain's own config check names the choices
   "$KDTRAIN" info --config "$STUDENT_CFG" --set "attention.affine_bias_divisor=$d" >/dev/null ||
     { echo "small_study.sh: --affine-divisors: '$d' refused" >&2; exit 2; }
 done
+# student_runs: "NAME VARIANT DIVISOR" lines, DIVISOR "-" for variants without the affine term.
+student_runs() {
+  local v d
+  for v in $VARIANTS; do
+    if [[ $AFFINE_VARIANTS == *" $v "* ]]; then
+      for d in $AFFINE_DIVISORS; do
+        if [[ $d == sequence ]]; then echo "$v $v $d"; else echo "$v-$d $v $d"; fi
+      done
+    else
+      echo "$v $v -"
+    fi
+  done
+}
+if ((LIST_RUNS)); then echo "teacher teacher -"; student_runs; exit 0; fi
 for f in "${FINEWEB[@]}" "$C4"; do
   [[ -f $f ]] || { echo "small_study.sh: missing input $f" >&2; exit 1; }
 done
@@ -204,19 +220,6 @@ TEACHER="$CKPT"
 TEACHER_EVAL="$ROW_EVAL_C4"
 
 # ---- 3. students, one per variant, then their evaluation and analysis
-# student_runs: "NAME VARIANT DIVISOR" lines, DIVISOR "-" for variants without the affine term.
-student_runs() {
-  local v d
-  for v in $VARIANTS; do
-    if [[ $AFFINE_VARIANTS == *" $v "* ]]; then
-      for d in $AFFINE_DIVISORS; do
-        if [[ $d == sequence ]]; then echo "$v $v $d"; else echo "$v-$d $v $d"; fi
-      done
-    else
-      echo "$v $v -"
-    fi
-  done
-}
 rows=()
 while read -r -u 3 v variant divisor; do
   row="$OUT/runs/$v"

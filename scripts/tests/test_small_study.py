@@ -157,6 +157,20 @@ needs_study = pytest.mark.skipif(
     reason="needs ../shared/data, lm_eval/torch/transformers/matplotlib and build/kdtrain")
 
 
+@pytest.mark.skipif(not KDTRAIN.exists(), reason="needs build/kdtrain")
+@pytest.mark.parametrize("divisors,affine_runs", [
+    ("sequence visible", ["affine affine sequence", "affine-visible affine visible"]),
+    ("visible sequence", ["affine-visible affine visible", "affine affine sequence"]),
+    ("visible", ["affine-visible affine visible"]),  # never the sequence run's name
+])
+def test_small_study_run_names_follow_the_divisor(divisors, affine_runs):
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "small_study.sh"), "--list-runs", "--kdtrain",
+                           str(KDTRAIN), "--variants", "baseline affine", "--affine-divisors", divisors],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["teacher teacher -", "baseline baseline -"] + affine_runs
+
+
 @needs_study
 def test_small_study_smoke_end_to_end(tmp_path):
     out = tmp_path / "study"
