@@ -194,9 +194,8 @@ set_aside() {
 
 # train_and_eval NAME TRAIN_STAGE ROW STAMPS CONFIG ARGS...: trains ROW's run with CONFIG and
 # ARGS unless it finished with one of STAMPS ("STAMP [OLD_STAMP]"; a stale row is set aside
-# first), records STAMP, sets CKPT to
-# the final checkpoint and evaluates it on C4; leaves ROW's paths in ROW_*. Stages
-# "NAME: TRAIN_STAGE", "NAME: C4 eval".
+# first), records STAMP, sets CKPT to the final checkpoint and evaluates it on C4;
+# leaves ROW's paths in ROW_*. Stages "NAME: TRAIN_STAGE", "NAME: C4 eval".
 train_and_eval() {
   local name="$1" train_stage="$2" row="$3" stamp="$4" cfg="$5"
   shift 5

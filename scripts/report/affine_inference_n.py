@@ -96,7 +96,8 @@ def zero_shot_agreement(a: dict, b: dict) -> tuple[float, float]:
 
 def measure(path: Path, out: Path, args) -> list[dict]:
     """Runs every step of one run under both N; returns its rows."""
-    run_name, checkpoint = Row(path).name, str(Row(path).run)
+    study_row = Row(path)
+    run_name, checkpoint = study_row.name, str(study_row.run)
     rows = []
     values: dict[str, dict] = {n: {} for n in NS}
     for n in NS:
