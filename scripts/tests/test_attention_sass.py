@@ -229,4 +229,7 @@ def test_performance_model_predicts_each_kernel(built, tmp_path):
     for t in result["totals"]:  # each backward against its own atomics timing build
         assert t["determinism_cost"] == pytest.approx(ms[(t["backward"], t["D"])] / ms[(t["backward"] + " atomics", t["D"])] - 1)
     assert r.stdout.count("attn_determinism_cost") == 4
+    for t in result["totals"]:  # a lower bound: the back-test's band lies above it
+        assert t["fwd_bwd_ms"] == t["calibrated"]["lower_bound_ms"] < t["calibrated"]["band_ms"][0], t
+    assert r.stdout.count("back-test band") == 4
     assert "clock_ghz" in result["assumptions"]
