@@ -108,6 +108,27 @@ def measured_vs_predicted(rows, predictions):
     return out["forward"] or None, out["backward"] or None
 
 
+def fwdbwd_vs_model(rows, predictions):
+    """attn_fwdbwd_vs_model: per head dim and kdtrain row whose two kernels the model totals
+    (predictions.json "totals", each with its back-test band in "calibrated"), the measured
+    fwd+bwd ms beside the model's lower bound and band, and where the measurement falls."""
+    totals = {(t.get("D"), t.get("forward"), t.get("backward")): t.get("calibrated")
+              for t in (predictions or {}).get("totals") or []}
+    out = {}
+    for r in rows:
+        kernels = kernels_of(r)
+        c = totals.get((r.get("D"), kernels["forward"], kernels["backward"]))
+        if "fwd_bwd_ms" not in r or not c:
+            continue
+        ms, (lo, hi) = r["fwd_bwd_ms"], c["band_ms"]
+        where = ("below the lower bound" if ms < c["lower_bound_ms"] else "under the band" if ms < lo else
+                 "inside the band" if ms <= hi else "above the band")
+        out.setdefault(str(r["D"]), {})[kdtrain_name(r)] = {
+            "measured": ms, "kernels": f"{kernels['forward']} + {kernels['backward']}",
+            "lower_bound": c["lower_bound_ms"], "band": [lo, hi], "where": where}
+    return out or None
+
+
 def nccl_identical(log):
     """True when every NCCL training run matched dist.backend=single bit for bit, False when
     one did not, None when none was compared (gpu_check_nccl.sh's "A vs B: the same bits")."""
@@ -127,6 +148,7 @@ def window_summary(outdir, commit, gpu, gpu_run=True):
     s.update({k: v or None for k, v in ratios.items()})  # null until measured
     predictions = g.read_json(os.path.join(outdir, "predictions.json"))
     s["attn_fwd_ms"], s["attn_bwd_ms"] = measured_vs_predicted(rows, predictions)
+    s["attn_fwdbwd_vs_model"] = fwdbwd_vs_model(rows, predictions)
     s["attention_ms"] = attention_times(rows)
     s["attention_errors"] = [{k: r.get(k) for k in ("kind", "case", "attention", "variant", "build", "D", "error")}
                              for r in rows if "error" in r]
@@ -151,6 +173,11 @@ def window_table(s):
                 if t["predicted"] is not None:
                     rows.append((f"attention D={D} {name} {pass_} ({t['kernel']}): measured / predicted ms",
                                  f"{g.fmt(t['measured'])} / {g.fmt(t['predicted'])}"))
+    for D, per in sorted((s.get("attn_fwdbwd_vs_model") or {}).items()):
+        for name, t in per.items():
+            rows.append((f"attention D={D} {name} fwd+bwd ({t['kernels']}): measured / model lower bound, band ms",
+                         f"{g.fmt(t['measured'])} / {g.fmt(t['lower_bound'])}, {g.fmt(t['band'][0])}-"
+                         f"{g.fmt(t['band'][1])} ({t['where']})"))
     for e in s.get("attention_errors") or []:
         name = e.get("case") or kdtrain_name({"build": e.get("build"), "attention": e.get("variant")})
         rows.append((f"attention D={e['D']} {name}", f"error: {str(e['error'])[-120:]}"))

@@ -231,7 +231,10 @@ def test_window_summary_synthetic(tmp_path):
     write(tmp_path / "predictions.json", json.dumps({"kernels": [  # attention_model.py --json
         {"kernel": "wgmma", "D": 64, "ms": 0.55}, {"kernel": "mma_sync", "D": 64, "ms": 0.7},
         {"kernel": "bwd_main", "D": 64, "ms": 1.2}, {"kernel": "bwd_main atomics", "D": 64, "ms": 1.1},
-        {"kernel": "bwd_main wgmma", "D": 64, "ms": 0.8}, {"kernel": "bwd_main wgmma atomics", "D": 64, "ms": 0.75}]}))
+        {"kernel": "bwd_main wgmma", "D": 64, "ms": 0.8}, {"kernel": "bwd_main wgmma atomics", "D": 64, "ms": 0.75}],
+        "totals": [{"D": 64, "forward": "wgmma", "backward": backward, "calibrated": {
+            "lower_bound_ms": lower, "band_ms": band}} for backward, lower, band in (
+                ("bwd_main", 1.75, [2.2, 2.6]), ("bwd_main wgmma", 1.35, [1.4, 1.45]))]}))
     write(tmp_path / "phases.jsonl", '{"phase": "a tests", "status": "ok", "seconds": 70}\n'
                                      '{"phase": "b attention", "status": "cut at 120 s", "seconds": 120}\n')
     write(tmp_path / "nccl.log", "...\n   single vs nccl: the same bits\n   single vs nccl_after: the same bits\n"
@@ -253,6 +256,13 @@ def test_window_summary_synthetic(tmp_path):
     assert s["attn_fwd_ms"]["64"]["kdtrain[atomic-dq] baseline"]["predicted"] is None  # its kernel is not named
     assert s["attn_bwd_ms"]["64"]["kdtrain[atomic-dq+train.attention_backward:wgmma] baseline"] == {
         "measured": 0.8, "kernel": "bwd_main wgmma atomics", "predicted": 0.75}
+    # fwd+bwd against the model's totals: 2.0 ms lies under the band 2.2-2.6 (above its lower
+    # bound 1.75), 1.5 above 1.4-1.45; the atomics rows have no total.
+    vs_model = s["attn_fwdbwd_vs_model"]["64"]
+    assert set(vs_model) == {"kdtrain baseline", "kdtrain[train.attention_backward:wgmma] baseline"}
+    assert vs_model["kdtrain baseline"] == {"measured": 2.0, "kernels": "wgmma + bwd_main", "lower_bound": 1.75,
+                                            "band": [2.2, 2.6], "where": "under the band"}
+    assert vs_model["kdtrain[train.attention_backward:wgmma] baseline"]["where"] == "above the band"
     assert s["attn_determinism_cost_by_choice"] == {"64": {"train.attention_backward:wgmma": pytest.approx(1.5 / 1.4 - 1)}}
     assert s["nccl"] == "nccl: passed" and s["nccl_world1_identical"] is True
     assert s["env"]["gpu"].startswith("NVIDIA H100")
@@ -261,6 +271,8 @@ def test_window_summary_synthetic(tmp_path):
     lines = {line.split("  ")[0]: line.rstrip() for line in table.splitlines()}
     assert lines["attention D=64 kdtrain baseline fwd (wgmma): measured / predicted ms"].endswith("0.60 / 0.55")
     assert lines["attn_determinism_cost D=64 train.attention_backward:wgmma"].endswith("+7.1%")
+    assert lines["attention D=64 kdtrain baseline fwd+bwd (wgmma + bwd_main): measured / model lower bound, band ms"
+                 ].endswith("2.00 / 1.75, 2.20-2.60 (under the band)")
     assert lines["attention D=128 kdtrain[KDTRAIN_FLASH_FORWARD:wgmma] baseline"].endswith("error: refused")
     assert table.splitlines()[-1].startswith("overall") and "failed" in table.splitlines()[-1]
     doc = gpu_docs.latest_doc(s)
