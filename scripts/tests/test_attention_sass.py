@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from cuda_tools import nvcc_and_cuobjdump
 from repo_paths import REPO
 
 GPU_SCRIPTS = REPO / "scripts" / "gpu"
@@ -166,14 +167,10 @@ def test_sass_check_counts_the_wgmma_atomics_builds_vector_reductions(tmp_path, 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    if not os.path.exists(nvcc) and shutil.which(nvcc) is None:
-        pytest.skip("SKIPPED: nvcc not found (set NVCC or install the CUDA toolkit)")
+    nvcc, _ = nvcc_and_cuobjdump()
     import attention_model
-    if attention_model.find_tool("cuobjdump", shutil.which(nvcc) or nvcc) is None:
-        pytest.skip("SKIPPED: no cuobjdump (CUDA toolkit, or pip install nvidia-cuda-cuobjdump)")
     out = tmp_path_factory.mktemp("attention_sass")
-    os.environ["NVCC"] = shutil.which(nvcc) or nvcc
+    os.environ["NVCC"] = nvcc
     attention_model.compile_all(str(out))
     return out
 
