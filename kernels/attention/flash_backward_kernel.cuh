@@ -9,7 +9,8 @@
 // Per step (query tile qt of Br = 64 rows, query head h), with Q, dO and the row
 // statistics (lse2, D, alpha) of the step double-buffered by cp.async, two query
 // sub-tiles of 32 (so S^T and dP^T of only 32 queries are live next to dK and dV: zero
-// spills at D = 128, at the price of reading the warp's K / V fragments twice per step)
+// spills at D = 128, at the price of reading the warp's K / V fragments twice per step,
+// except in the sm_90a build at D 64, which holds them in registers: kKvInRegisters)
 // each run S^T / dP^T, dS^T, dV / dK; then dQ = dS K, staged in shared memory and added to
 // the ordered fp32 accumulator by thread 0 during the next step (DqWriter), in the sm_90a
 // build by a writer warp beside the MMA warps (flash_backward_dq_warp.cuh). The block
@@ -104,6 +105,7 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   auto* dSs = reinterpret_cast<uint16_t*>(smem + L::kDs);
   auto* rs_part = reinterpret_cast<float*>(smem + L::kRs);
   DqWriter<D, kAffine> writer;
+  KvFragments<D, L::Bc, kWgmma && kKvInRegisters<D>> kv;  // A of S^T / dP^T at D 64 (sm_90a)
 
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s & 1;
@@ -117,6 +119,7 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     if (s + 1 < w.steps) load_step<D, kAffine, kWgmma>(a, smem, w.b, w.g, s + 1, stage ^ 1);
     tc::cp_async_commit();
     if constexpr (!kWriterWarp) writer.poll(a, w.kt);
+    if (s == 0) kv.load(Ks, Vs, ln.warp, ln.lane);  // K / V landed with step 0's copies
 
     const auto* Qs = reinterpret_cast<const uint16_t*>(smem + L::kQ + stage * L::kTileQ);
     const auto* dOs = reinterpret_cast<const uint16_t*>(smem + L::kDo + stage * L::kTileQ);
@@ -126,7 +129,7 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     for (int sub = 0; sub < kSub; ++sub) {
       const int q0 = sub * kSubQ;  // first query column of the sub-tile
       float sacc[kNq][4], pacc[kNq][4];
-      if constexpr (kWgmma) st_dp_wgmma<D, L::Bc, Br, kNq>(sacc, pacc, Ks, Vs, Qs, dOs, ln.warp, q0);
+      if constexpr (kWgmma) st_dp_wgmma<D, L::Bc, Br, kNq>(sacc, pacc, kv, Ks, Vs, Qs, dOs, ln.warp, q0);
       else st_dp_products<D, kNq>(sacc, pacc, ln, Kw, Vw, Qs, dOs, q0);
       uint32_t pa[kNq / 2][4], da[kNq / 2][4];
       float rs[16];

@@ -7,7 +7,9 @@
 // 4n + e of thread 4g + q is row g + 8(e / 2), column 8n + 2q + e % 2), so the steps
 // between (dS^T, the dQ staging, the epilogue) are shared unchanged. Q, dO, K and V are
 // tc::WgmmaTile's (load_tile with kWg), fenced for the async proxy before the barrier
-// that precedes their first product. Algorithm and resources: docs/flash_attention_backward.md.
+// that precedes their first product; at D 64 the warpgroup's K and V rows are also loaded
+// once per work item into registers, the A operand of every S^T / dP^T (KvFragments).
+// Algorithm and resources: docs/flash_attention_backward.md.
 #pragma once
 #include <cstdint>
 
@@ -16,13 +18,47 @@
 
 namespace kdtrain::flash_bwd {
 
+// Whether S^T / dP^T take A (the warpgroup's 64 key rows of K / V, constant for the work
+// item) from registers, loaded once per work item, instead of re-reading it from shared
+// memory by descriptor for each query sub-tile: at D 64 only, where its 2 x D/16 x 4 = 32
+// registers fit; at D 128 the 64 it would take spill (docs/flash_attention_backward.md).
+template <int D>
+constexpr bool kKvInRegisters = D == 64;
+
+// The A fragments of K_wg and V_wg for S^T / dP^T when kRegs: k-step kb of warp w's 16 key
+// rows 16w.. is the mma.m16n8k16 A fragment (kernels/tc/wgmma_fragments.h), read by one
+// ldmatrix.x4 from the WgmmaTile (lanes 0..15: rows 16w + l, columns 16kb..; lanes
+// 16..31: the same rows, columns 16kb + 8..). Loaded after K / V have landed and the
+// block barrier after them, never written again: they stay the operand of every RS
+// product of the work item. Empty when not kRegs (A read by descriptor).
+template <int D, int Bc, bool kRegs>
+struct KvFragments {
+  TC_DEVICE void load(const uint16_t*, const uint16_t*, int, int) {}
+};
+
+template <int D, int Bc>
+struct KvFragments<D, Bc, true> {
+  uint32_t k[D / 16][4], v[D / 16][4];
+  TC_DEVICE void load(const uint16_t* Ks, const uint16_t* Vs, int warp, int lane) {
+    using KT = tc::WgmmaTile<Bc, D>;
+    TC_UNROLL
+    for (int kb = 0; kb < D / 16; ++kb) {
+      const int at = KT::offset(16 * warp + lane % 16, 16 * kb + 8 * (lane / 16));
+      tc::ldmatrix<4>(k[kb], Ks + at);
+      tc::ldmatrix<4>(v[kb], Vs + at);
+    }
+  }
+};
+
 // S^T = K_wg Q^T and dP^T = V_wg dO^T of the query sub-tile at column q0 (kNq 8-column
-// tiles, wgmma N = 8 kNq): A = the warpgroup's 64 key rows of K / V, B = the sub-tile's
-// query rows of Q / dO, all K-major (K = D). One commit group, retired before the
-// accumulators are read; sacc[n][e] / pacc[n][e] in the mma.sync C layout.
-template <int D, int Bc, int Br, int kNq>
-TC_DEVICE void st_dp_wgmma(float (&sacc)[kNq][4], float (&pacc)[kNq][4], const uint16_t* Ks, const uint16_t* Vs,
-                           const uint16_t* Qs, const uint16_t* dOs, int warp, int q0) {
+// tiles, wgmma N = 8 kNq): A = the warpgroup's 64 key rows of K / V (from kv's registers
+// when it holds them, else from shared memory), B = the sub-tile's query rows of Q / dO,
+// all K-major (K = D). One commit group, retired before the accumulators are read;
+// sacc[n][e] / pacc[n][e] in the mma.sync C layout.
+template <int D, int Bc, int Br, int kNq, bool kRegs>
+TC_DEVICE void st_dp_wgmma(float (&sacc)[kNq][4], float (&pacc)[kNq][4], const KvFragments<D, Bc, kRegs>& kv,
+                           const uint16_t* Ks, const uint16_t* Vs, const uint16_t* Qs, const uint16_t* dOs, int warp,
+                           int q0) {
   using KT = tc::WgmmaTile<Bc, D>;
   using QT = tc::WgmmaTile<Br, D>;
   constexpr int N = 8 * kNq;
@@ -32,11 +68,15 @@ TC_DEVICE void st_dp_wgmma(float (&sacc)[kNq][4], float (&pacc)[kNq][4], const u
   float s[N / 2], p[N / 2];
   tc::wgmma_fence();
   TC_UNROLL
-  for (int kb = 0; kb < D / 16; ++kb)
-    tc::wgmma_ss<N, false, false>(s, KT::desc_k_major(k, row0, kb), QT::desc_k_major(q, q0, kb), kb > 0);
+  for (int kb = 0; kb < D / 16; ++kb) {
+    if constexpr (kRegs) tc::wgmma_rs<N, false>(s, kv.k[kb], QT::desc_k_major(q, q0, kb), kb > 0);
+    else tc::wgmma_ss<N, false, false>(s, KT::desc_k_major(k, row0, kb), QT::desc_k_major(q, q0, kb), kb > 0);
+  }
   TC_UNROLL
-  for (int kb = 0; kb < D / 16; ++kb)
-    tc::wgmma_ss<N, false, false>(p, KT::desc_k_major(v, row0, kb), QT::desc_k_major(o, q0, kb), kb > 0);
+  for (int kb = 0; kb < D / 16; ++kb) {
+    if constexpr (kRegs) tc::wgmma_rs<N, false>(p, kv.v[kb], QT::desc_k_major(o, q0, kb), kb > 0);
+    else tc::wgmma_ss<N, false, false>(p, KT::desc_k_major(v, row0, kb), QT::desc_k_major(o, q0, kb), kb > 0);
+  }
   tc::wgmma_commit();
   tc::wgmma_wait<0>();
   tc::wgmma_fence_operand(s);
