@@ -370,14 +370,18 @@ TEST_CASE("emulated backward kernel orders dq between blocks running together", 
 TEST_CASE("emulated backward kernel of the atomics timing build matches the reference", "[flash][sim][attention][atomic]") {
   // kBwdAtomicDq (CMake KDTRAIN_ATTN_ATOMIC_DQ, timing only): float atomics into a zeroed
   // accumulator, then bwd_finalize. Same bounds; blocks resident together (any order).
-  for (AttentionVariant v : kVariants)
-    for (const auto& [T, D] : {std::pair<int64_t, int64_t>{130, 64}, {65, 128}}) {
-      const Problem pb(2, T, 4, 2, D, v, 91 * T + static_cast<int>(v));
-      INFO(to_string(v) << " T=" << T << " D=" << D);
-      const Emulated got = run_emulated(pb, sim::Schedule::forward, 0, 3, true);
-      CHECK(got.guards_ok);
-      compare_to_reference(pb, got);
-    }
+  // Both main kernels: the sm_90a one (kWgmma, no writer warp) is what the wgmma
+  // backward's attn_determinism_cost is timed against.
+  for (bool wgmma : {false, true})
+    for (AttentionVariant v : kVariants)
+      for (const auto& [T, D] : {std::pair<int64_t, int64_t>{130, 64}, {65, 128}}) {
+        const Problem pb(2, T, 4, 2, D, v, 91 * T + static_cast<int>(v));
+        INFO(to_string(v) << " T=" << T << " D=" << D << (wgmma ? " wgmma" : " mma.sync"));
+        const Emulated got = run_emulated(pb, sim::Schedule::forward, 0, 3, true, wgmma);
+        CHECK(got.guards_ok);
+        CHECK((got.main_wgmma > 0) == wgmma);
+        compare_to_reference(pb, got);
+      }
 }
 
 TEST_CASE("emulated backward kernel reports a dq tile whose earlier key tile never came", "[flash][sim][attention]") {
