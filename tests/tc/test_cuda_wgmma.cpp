@@ -1,8 +1,9 @@
 // wgmma on the hardware against the emulator's reading of the PTX ISA, on identical
 // inputs (tests/tc/sm90a/wgmma_probe_body.cuh run by wgmma_probe_sm90a.cu and by the
 // emulator): every swizzle mode, K-major and MN-major A and B, A from registers, N 32
-// (A from shared memory only, as the backward uses it; also with B starting 64 bytes
-// into its 128-byte swizzled rows, as the D 64 backward's dQ reads K), 64 and 128. Both
+// (A from registers with B K-major, as the D 64 backward's S^T and dP^T; from shared
+// memory, also with B starting 64 bytes into its 128-byte swizzled rows, as the D 64
+// backward's dQ reads K), 64 and 128. Both
 // must lie within the fp32 bound of a 17-term sum of the double product (|err| <=
 // 17 2^-24 sum |terms|; the hardware may add in another order), so a wrong fragment
 // position, descriptor field or swizzle on either side shows as an element far off.
@@ -70,6 +71,7 @@ TEST_CASE("cuda wgmma matches the emulator", "[cuda][wgmma][sm90a]") {
     compare<64, false, false>(nullptr, dense(s, WgmmaMajor::k, 64), false, seed++);
     compare<32, false, false>(&o.ak, dense(s, WgmmaMajor::k, 32), true, seed++);
     compare<32, true, true>(&o.amn, dense(s, WgmmaMajor::mn, 32), false, seed++);
+    compare<32, false, false>(nullptr, dense(s, WgmmaMajor::k, 32), true, seed++);
   }
   // The D 64 backward's dQ: B = K MN-major from the middle (byte 64) of 128B-swizzled rows.
   Operand b = dense(WgmmaSwizzle::b128, WgmmaMajor::mn, 64);

@@ -134,6 +134,7 @@ TEST_CASE("sim wgmma: A from registers (the ISA's fragment) matches a matmul", "
     check_product<128, false, false>(nullptr, dense(s, WgmmaMajor::k, 128), true, seed++);
     check_product<128, false, true>(nullptr, dense(s, WgmmaMajor::mn, 128), true, seed++);
     check_product<64, false, true>(nullptr, dense(s, WgmmaMajor::mn, 64), false, seed++);
+    check_product<32, false, false>(nullptr, dense(s, WgmmaMajor::k, 32), true, seed++);  // D 64 backward's S^T, dP^T
   }
 }
 

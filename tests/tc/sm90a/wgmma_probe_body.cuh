@@ -4,7 +4,6 @@
 // hardware with the emulator's reading of the PTX ISA on identical inputs.
 #pragma once
 #include <cstdint>
-#include <stdexcept>
 #include <type_traits>
 
 #include "kernels/tc/wgmma.cuh"
@@ -12,7 +11,7 @@
 namespace kdtrain::wgmmatest {
 
 struct WgmmaProbeArgs {
-  int n = 128;  // wgmma N: 32 (A from shared memory only), 64 or 128
+  int n = 128;  // wgmma N: 32, 64 or 128
   bool a_regs = false, trans_a = false, trans_b = false, accumulate = false;
   const unsigned char* image = nullptr;  // shared-memory contents, image_bytes a multiple of 16
   int image_bytes = 0;
@@ -49,17 +48,14 @@ TC_DEVICE void wgmma_probe_body(const WgmmaProbeArgs& p, unsigned char* smem) {
   for (int i = 0; i < N / 2; ++i) p.d[t * (N / 2) + i] = d[i];
 }
 
-// f(N, kRegs, kTransA, kTransB) with std::integral_constant arguments for p's shape and flags
-// (tc::wgmma_rs has no N 32: a case asking for it is refused).
+// f(N, kRegs, kTransA, kTransB) with std::integral_constant arguments for p's shape and flags.
 template <typename F>
 void wgmma_probe_dispatch(const WgmmaProbeArgs& p, F&& f) {
   auto flags = [&](auto n) {
     using B0 = std::false_type;
     using B1 = std::true_type;
-    constexpr bool kHasRs = decltype(n)::value != 32;
     if (p.a_regs) {
-      if constexpr (!kHasRs) throw std::invalid_argument("wgmma probe: N 32 takes A from shared memory only");
-      else p.trans_b ? f(n, B1{}, B0{}, B1{}) : f(n, B1{}, B0{}, B0{});
+      p.trans_b ? f(n, B1{}, B0{}, B1{}) : f(n, B1{}, B0{}, B0{});
       return;
     }
     if (p.trans_a)
