@@ -73,6 +73,7 @@ struct KdConfig {
   std::string teacher;  // checkpoint directory; "" = no teacher (CE only)
   std::string teacher_cache;  // precomputed top-k teacher logits directory ("" = none)
   CacheTail cache_tail = CacheTail::renormalize;
+  int64_t cache_verify_threads = 0;  // 0 = auto (data/teacher_cache_verifier.h, verify_threads)
   KdLoss loss = KdLoss::forward_kl;
   double temperature = 1.0;
   double weight = 1.0;  // loss = weight*KD + (1-weight)*CE

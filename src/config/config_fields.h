@@ -94,6 +94,9 @@ void visit(V& v, KdConfig& k) {
   v.text("teacher", k.teacher, "teacher checkpoint directory (\"\" = no teacher: CE only)");
   v.text("teacher_cache", k.teacher_cache, "directory of precomputed top-k teacher logits (not with kd.teacher)");
   v.choice("cache_tail", k.cache_tail, "teacher cache: the teacher mass outside the cached top k");
+  v.integer("cache_verify_threads", k.cache_verify_threads, 0,
+            "teacher cache: threads summing shard checksums ahead of their first read (0 = auto: the rank's "
+            "cores less 2, 1 to 4)");
   v.choice("loss", k.loss, "the distillation loss");
   v.number("temperature", k.temperature, positive(),
            "softmax temperature of teacher and student in the KD term");

@@ -38,6 +38,7 @@ void check_run_limits(const Config& c) {
   at_most(t.seq_len, SizeLimits::seq_len, "train.seq_len", "");
   at_most(t.threads, SizeLimits::threads, "train.threads", "");
   at_most(c.kd.chunk_tokens, SizeLimits::chunk_tokens, "kd.chunk_tokens", "");
+  at_most(c.kd.cache_verify_threads, SizeLimits::threads, "kd.cache_verify_threads", "");
   at_most(c.eval.batches, SizeLimits::batch, "eval.batches", "");
   at_most(t.max_consecutive_skips, SizeLimits::step_count, "train.max_consecutive_skips", "");
   at_most(c.checkpoint.interval, SizeLimits::step_count, "checkpoint.interval", "");

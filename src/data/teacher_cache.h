@@ -9,7 +9,7 @@
 // (data/teacher_cache_format.h). Opening reads the manifest and each shard's
 // header, size and trailer: O(shards), never the records. A shard's checksum is
 // verified before the first read of a window of it returns (training reads in
-// its prefetch thread, and a verifier thread sums the shards the next steps
+// its prefetch thread, and verifier threads sum the shards the next steps
 // read ahead of time, data/teacher_cache_prefetch.h); every decoded row's
 // values are checked (io/teacher_cache_values.h). Every error names the shard
 // and the window.
@@ -95,7 +95,7 @@ class TeacherCache {
   void verify_shard(int64_t shard, int64_t window) const;
   // Sums the shard's checksum unless it is summed or another thread is at it; a
   // mismatch is kept for verify_shard to throw. `ahead`: before its first read
-  // (the verifier thread), else for a read. Returns whether it summed.
+  // (a verifier thread), else for a read. Returns whether it summed.
   bool verify_if_free(int64_t shard, bool ahead) const;
   bool shard_verified(int64_t shard) const;  // summed, and the checksum matched
   int64_t shards_summed_on_read() const;     // by verify_if_free(·, false) or verify_shard

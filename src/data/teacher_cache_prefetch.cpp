@@ -8,13 +8,20 @@
 
 namespace kdtrain::data {
 
-CachePrefetcher::CachePrefetcher(const TeacherCache& cache) : CachePrefetcher(cache, nullptr, 0) {}
+CachePrefetcher::CachePrefetcher(const TeacherCache& cache, int verify_threads)
+    : CachePrefetcher(cache, nullptr, 0, verify_threads) {}
 
-CachePrefetcher::CachePrefetcher(const TeacherCache& cache, Backend& backend, int64_t max_windows)
-    : CachePrefetcher(cache, make_upload_lane(backend, slot_bytes(cache.header(), max_windows)), max_windows) {}
+CachePrefetcher::CachePrefetcher(const TeacherCache& cache, Backend& backend, int64_t max_windows, int verify_threads)
+    : CachePrefetcher(cache, make_upload_lane(backend, slot_bytes(cache.header(), max_windows)), max_windows,
+                      verify_threads) {}
 
-CachePrefetcher::CachePrefetcher(const TeacherCache& cache, std::unique_ptr<UploadLane> lane, int64_t max_windows)
-    : cache_(cache), verifier_(cache), lane_(std::move(lane)), max_windows_(max_windows), thread_([this] { run(); }) {}
+CachePrefetcher::CachePrefetcher(const TeacherCache& cache, std::unique_ptr<UploadLane> lane, int64_t max_windows,
+                                 int verify_threads)
+    : cache_(cache),
+      verifier_(cache, verify_threads),
+      lane_(std::move(lane)),
+      max_windows_(max_windows),
+      thread_([this] { run(); }) {}
 
 CachePrefetcher::~CachePrefetcher() {
   {

@@ -6,7 +6,7 @@
 // step is not reading; the step's queue waits for that copy on the device.
 // The step's hook is two calls per micro-batch: take(these windows), then
 // request(the next micro-batch's windows); and once per step verify_ahead(the
-// windows of the steps after), whose shards a verifier thread sums before
+// windows of the steps after), whose shards verifier threads sum before
 // their first read (data/teacher_cache_verifier.h).
 #pragma once
 #include <condition_variable>
@@ -26,14 +26,16 @@ namespace kdtrain::data {
 
 class CachePrefetcher {
  public:
-  // Host rows, handed over by value (the CPU backend).
-  explicit CachePrefetcher(const TeacherCache& cache);
+  // Host rows, handed over by value (the CPU backend). `verify_threads`: the
+  // verifier's threads (ShardVerifier, verify_threads()).
+  explicit CachePrefetcher(const TeacherCache& cache, int verify_threads = 1);
   // Rows of up to max_windows windows per take, uploaded to `backend`'s memory
   // where it has an upload lane (take's rows are then CachedRows::device, valid
   // until the next take), else host rows as above.
-  CachePrefetcher(const TeacherCache& cache, Backend& backend, int64_t max_windows);
+  CachePrefetcher(const TeacherCache& cache, Backend& backend, int64_t max_windows, int verify_threads = 1);
   // The same through a given lane (null: host rows); tests pass a fake device.
-  CachePrefetcher(const TeacherCache& cache, std::unique_ptr<UploadLane> lane, int64_t max_windows);
+  CachePrefetcher(const TeacherCache& cache, std::unique_ptr<UploadLane> lane, int64_t max_windows,
+                  int verify_threads = 1);
   ~CachePrefetcher();  // waits for the read in flight, then stops the thread
   CachePrefetcher(const CachePrefetcher&) = delete;
   CachePrefetcher& operator=(const CachePrefetcher&) = delete;
@@ -49,9 +51,10 @@ class CachePrefetcher {
   CachedRows take(const std::vector<int64_t>& windows);
 
   // Windows read after the request, in order: their shards are summed ahead by
-  // the verifier thread (ShardVerifier::ahead).
+  // the verifier's threads (ShardVerifier::ahead).
   void verify_ahead(const std::vector<int64_t>& windows) { verifier_.ahead(windows); }
   void wait_verified_ahead() { verifier_.wait_idle(); }  // tests
+  int verify_threads() const { return verifier_.threads(); }
 
   // Bytes of one slot for max_windows windows of `cache`: ids, log-probs, tails.
   static size_t slot_bytes(const CacheHeader& h, int64_t max_windows);

@@ -40,8 +40,10 @@ void Reporter::log_setup(const dist::GradReducer& reducer) const {
                  count_params(parts_.teacher->layout()).total / 1e6, to_string(c.kd.loss), c.kd.temperature,
                  c.kd.weight);
   if (parts_.cache)
-    spdlog::info("teacher cache: {} (top-{}, tail {}), kd.loss {}, tau {}, weight {}; validation is CE only",
-                 parts_.cache->path(), parts_.cache->header().K, to_string(c.kd.cache_tail), to_string(c.kd.loss),
+    spdlog::info("teacher cache: {} (top-{}, tail {}, {} shard verifier thread(s)), kd.loss {}, tau {}, weight {}; "
+                 "validation is CE only",
+                 parts_.cache->path(), parts_.cache->header().K, to_string(c.kd.cache_tail),
+                 parts_.cache_reader ? parts_.cache_reader->verify_threads() : 0, to_string(c.kd.loss),
                  c.kd.temperature, c.kd.weight);
   spdlog::info("data: {} train windows of {} tokens; global batch {} = {} rank(s) x {} micro-batches of {}",
                parts_.train_data->num_windows(), c.train.seq_len, c.train.global_batch, parts_.comm.world(),

@@ -73,7 +73,9 @@ void RunParts::load_data() {
 
 // On CUDA the reader thread also uploads each micro-batch's rows.
 void RunParts::start_cache_reader() {
-  cache_reader = std::make_unique<data::CachePrefetcher>(*cache, *backend, config.train.micro_batch);
+  const int verify_threads =
+      data::verify_threads(config.kd.cache_verify_threads, std::thread::hardware_concurrency(), comm.local_world());
+  cache_reader = std::make_unique<data::CachePrefetcher>(*cache, *backend, config.train.micro_batch, verify_threads);
 }
 
 // kd.teacher (a model run online) or kd.teacher_cache (its stored top-k rows,

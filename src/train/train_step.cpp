@@ -36,7 +36,7 @@ CachedRowsSource cache_reader_rows(const RunParts& parts) {
   auto listed_at = std::make_shared<std::pair<int64_t, int64_t>>(-1, -1);  // the sampler's position then
   // The rows were read while the previous micro-batch computed; the next ones
   // are read while this one computes. Once per step (the sampler moved), the
-  // shards of the next steps' windows go to the verifier thread.
+  // shards of the next steps' windows go to the verifier threads.
   return [reader, run, listed_at](const std::vector<int64_t>& windows, const std::vector<int64_t>& next) {
     CachedRows rows = reader->take(windows);
     reader->request(next);

@@ -95,6 +95,7 @@ const BadConfig kBad[] = {
     {"unknown_rope_type", R"({"model": {"rope_scaling": {"type": "yarn"}}})", "model.rope_scaling.type"},
     {"unknown_device", R"({"train": {"device": "tpu"}})", "train.device"},
     {"unknown_cache_tail", R"({"kd": {"cache_tail": "drop"}})", "kd.cache_tail"},
+    {"negative_cache_verify_threads", R"({"kd": {"cache_verify_threads": -1}})", "kd.cache_verify_threads"},
     {"batch_not_divisible", R"({"train": {"global_batch": 10, "micro_batch": 4}})", "train.global_batch"},
     {"heads_not_divisible", R"({"model": {"num_key_value_heads": 3}})", "model.num_key_value_heads"},
     {"odd_head_dim", R"({"model": {"head_dim": 15}})", "model.head_dim"},

@@ -46,6 +46,7 @@ TEST_CASE("limits: every size key above its bound is refused naming the key", "[
       {"train.threads", "1000000000"},
       {"train.steps", "9223372036854775807"},
       {"kd.chunk_tokens", "100000000"},
+      {"kd.cache_verify_threads", "100000"},
   };
   for (const auto& [key, value] : cases) {
     DYNAMIC_SECTION(key) {
