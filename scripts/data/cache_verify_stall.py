@@ -9,14 +9,16 @@ The model draws micro-batches of B windows uniformly over S shards; each
 computes for c seconds. The reader thread reads (and sums the new shards of)
 micro-batch m+1 while m computes; the step waits for what is left.
 
-  reader: only the reader thread sums (kdtrain before the verifier thread).
-  ahead:  a verifier thread also sums, in the order the run first reads them,
-          the shards of later micro-batches; the reader sums the shards of its
-          micro-batch no thread has taken, and waits for one the verifier is at.
+N verifier threads (kd.cache_verify_threads; N = 0: the reader alone, kdtrain
+before the verifier) each take, as soon as they are free, the next shard no
+thread has taken, in the order the run first reads them; the reader sums the
+shards of its micro-batch no thread has taken, and waits for those a verifier
+is at. A shard is taken once: its finishing time is fixed when it is taken.
 
-Prints the total wait per run for each (S, c) given.
+Prints the total wait per run for each (S, c) and each N given.
 """
 import argparse
+import heapq
 import random
 
 INF = float("inf")
@@ -28,40 +30,38 @@ def micro_batches(shards, batch, seed):
     return [[rng.randrange(shards) for _ in range(batch)] for _ in range(int(shards * 12 / batch))]
 
 
-def total_wait(shards, batch, compute_s, sum_s, ahead, seed=1):
-    """Seconds the steps wait for checksums over the run's first epoch-like stretch."""
+def total_wait(shards, batch, compute_s, sum_s, threads, seed=1):
+    """Seconds the steps wait for checksums over the run's first epoch-like stretch,
+    with `threads` verifier threads beside the reader."""
     seq = micro_batches(shards, batch, seed)
     order = list(dict.fromkeys(s for mb in seq for s in mb))  # first-read order
-    done = [INF] * shards  # when each shard's sum is (or will be) finished
-    v = {"next": 0, "free": 0.0, "shard": None, "end": 0.0}  # the verifier thread
+    done = [INF] * shards  # when each taken shard's sum is (or will be) finished
+    free = [0.0] * threads  # when each verifier thread is next free (a heap)
+    nxt = 0  # the first of `order` no verifier has passed
 
     def advance(until):
-        """The verifier's work up to time `until`."""
-        while ahead:
-            if v["shard"] is not None:
-                if v["end"] > until:
-                    return
-                done[v["shard"]] = min(done[v["shard"]], v["end"])
-                v["free"], v["shard"] = v["end"], None
-            while v["next"] < len(order) and done[order[v["next"]]] != INF:
-                v["next"] += 1
-            if v["next"] == len(order) or v["free"] > until:
+        """The verifiers' takes up to time `until`."""
+        nonlocal nxt
+        while free and free[0] <= until:
+            while nxt < len(order) and done[order[nxt]] != INF:
+                nxt += 1
+            if nxt == len(order):
                 return
-            v["shard"], v["end"] = order[v["next"]], v["free"] + sum_s
-            v["next"] += 1
+            end = heapq.heappop(free) + sum_s
+            done[order[nxt]] = end
+            heapq.heappush(free, end)
 
     start_compute = reader_free = wait = 0.0
     for m, mb in enumerate(seq):
         t = max(reader_free, start_compute - compute_s if m else 0.0)
         while True:  # the reader sums the shards no thread has taken
             advance(t)
-            free = [s for s in dict.fromkeys(mb) if done[s] == INF and s != v["shard"]]
-            if not free:
+            untaken = [s for s in dict.fromkeys(mb) if done[s] == INF]
+            if not untaken:
                 break
             t += sum_s
-            done[free[0]] = t
-        ready = max([t] + [done[s] for s in mb if done[s] != INF] + ([v["end"]] if v["shard"] in mb else []))
-        advance(ready)
+            done[untaken[0]] = t
+        ready = max([t] + [done[s] for s in mb])
         reader_free = ready
         wait += max(0.0, ready - start_compute)
         start_compute = max(start_compute, ready) + compute_s
@@ -75,12 +75,15 @@ def main():
                    help="seconds per micro-batch (8 x 2048 tokens: 0.5B, 1B, 3B at the cost model's rate)")
     p.add_argument("--batch", type=int, default=8, help="windows per micro-batch")
     p.add_argument("--sum-s", type=float, default=0.22, help="seconds to sum one shard on one core")
+    p.add_argument("--threads", type=int, nargs="+", default=[0, 1, 2, 4],
+                   help="verifier threads beside the reader (0: the reader alone)")
     a = p.parse_args()
-    print("shards  compute_s  all_sums_s  wait_reader_s  wait_ahead_s")
+    print("shards  compute_s  all_sums_s  " + "  ".join(f"wait_{n}_verifiers_s" for n in a.threads))
     for s in a.shards:
         for c in a.compute_s:
-            print(f"{s:6d}  {c:9.3f}  {s * a.sum_s:10.0f}  {total_wait(s, a.batch, c, a.sum_s, False):13.0f}  "
-                  f"{total_wait(s, a.batch, c, a.sum_s, True):12.0f}")
+            waits = "  ".join(f"{total_wait(s, a.batch, c, a.sum_s, n):{len(f'wait_{n}_verifiers_s')}.0f}"
+                              for n in a.threads)
+            print(f"{s:6d}  {c:9.3f}  {s * a.sum_s:10.0f}  {waits}")
 
 
 if __name__ == "__main__":
