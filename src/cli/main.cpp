@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/suggest.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "io/file_util.h"
 #include "io/staging.h"
 
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   kdtrain::io::install_mapped_file_fault_handler();
   // An interrupted command removes what it staged (train replaces these
   // handlers: it checkpoints and exits instead).
-  kdtrain::io::remove_staged_on_interrupt();
+  kdtrain::io::remove_staged_on_interrupt(kdtrain::dist::launched_by_mpi());
   CLI::App app{"kdtrain: pretrain LLaMA/Qwen-style students by knowledge distillation"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kdtrain 0.1.0");

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -26,6 +27,7 @@ std::set<std::string>& registry() {
 // The handler only writes the signal number to a pipe (async-signal-safe); a
 // thread of ours does the removal, which needs the heap and the file system.
 int g_wake[2] = {-1, -1};
+bool g_outlive_siblings = false;
 
 extern "C" void on_interrupt(int sig) {
   const unsigned char byte = static_cast<unsigned char>(sig);
@@ -41,6 +43,10 @@ void remove_registered_then_die() {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
+  // Open MPI's mpirun passes the signal to every rank, then kills every rank still
+  // running the moment one ends (and all of them a second later): a rank that ended
+  // first would cut its siblings' removal short. So a rank waits (3 s at most) to be killed.
+  if (g_outlive_siblings) std::this_thread::sleep_for(std::chrono::seconds(3));
   ::signal(sig, SIG_DFL);
   ::kill(::getpid(), sig);
   ::_exit(128 + sig);  // not reached unless the signal is blocked
@@ -68,8 +74,9 @@ void unregister_staged(const std::string& path) {
 
 std::unique_lock<std::recursive_mutex> lock_staged() { return std::unique_lock<std::recursive_mutex>(registry_mutex()); }
 
-void remove_staged_on_interrupt() {
+void remove_staged_on_interrupt(bool under_launcher) {
   if (g_wake[0] >= 0 || ::pipe(g_wake) != 0) return;
+  g_outlive_siblings = under_launcher;
   std::thread(remove_registered_then_die).detach();
   struct sigaction action {};
   action.sa_handler = on_interrupt;

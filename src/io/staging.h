@@ -25,7 +25,9 @@ std::unique_lock<std::recursive_mutex> lock_staged();
 
 // Installs the SIGINT / SIGTERM handlers that remove what is registered and
 // then end the process by the same signal (its exit status says so). main
-// installs them for every command; `train` replaces them with its own.
-void remove_staged_on_interrupt();
+// installs them for every command; `train` replaces them with its own. A rank
+// started by an MPI launcher (under_launcher) waits for the launcher to kill it
+// instead, so that no rank's end cuts another's removal short.
+void remove_staged_on_interrupt(bool under_launcher);
 
 }  // namespace kdtrain::io

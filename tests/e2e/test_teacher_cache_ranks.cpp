@@ -131,6 +131,9 @@ TEST_CASE("teacher-cache: SIGINT or SIGTERM to mpirun leaves no rank's temporari
     const int code = wait_for(p);
     INFO(read_file(out + ".log"));
     CHECK(code != 0);
+    std::string left;  // named in the failure
+    for (const auto& e : fs::directory_iterator(out)) left += e.path().filename().string() + " ";
+    INFO("left in the cache directory: " << left);
     CHECK_FALSE(has_temporary(out));
     CHECK_FALSE(fs::exists(out + "/manifest.json"));  // an incomplete cache is no cache
     REQUIRE(run(under_mpi(2, r.command(out)), &log, out + ".rerun.log") == 0);
