@@ -10,11 +10,26 @@
 //     fence.proxy.async; bar.arrive kDqFull + b   (no wait)
 //   writer warp, step s: bar.sync kDqFull + b; lane 0: wait for the semaphore to read kt,
 //     one bulk reduction (a bulk store for kt = 0), wait until it has read b;
-//     (s + 2 < steps) bar.arrive kDqFree + b; lane 0: wait for the writes, release kt + 1
+//     (s + 2 < steps) bar.arrive kDqFree + b; lane 0 (s >= 1): wait until step s - 1's
+//     writes are complete (bulk_wait<1>: step s's group stays in flight), release step
+//     s - 1's tile (kt + 1); after the last step: wait for all, release the last tile
 // A buffer is written again only after the writer's bulk group has read it; each
 // barrier phase gets exactly one arrival set of each side (the other side cannot lap
 // it: it first waits on the opposite barrier of the same buffer). Order, deadlock
 // argument: flash_backward_schedule.h; design: docs/flash_attention_backward.md.
+//
+// Two tiles in flight: the completion round trip of step s - 1's group overlaps step
+// s's poll and issue instead of running in series with them.
+//   - Still ordered: each release follows the completion wait of its own tile's group
+//     (bulk_wait<1> retires every group but step s's, so step s - 1's writes are complete
+//     and visible to lane 0, and st.release publishes them, as with bulk_wait<0> before).
+//     The group left in flight is another tile (the steps of an item are distinct (qt, h)
+//     pairs), whose semaphore is not yet released: one reduction per address in flight.
+//   - No deadlock: the release of step s - 1 now also waits for step s's semaphore, i.e.
+//     for key tile kt - 1's release of step s's tile, which in turn waits only on kt - 2,
+//     ...; every wait goes to a smaller key tile of the same (b, g), and key tile 0 never
+//     waits, so the ticket-order induction of flash_backward_schedule.h still applies
+//     (a smaller key tile has a smaller ticket and is resident or finished).
 #pragma once
 #include <cstdint>
 
@@ -73,13 +88,15 @@ TC_DEVICE void add_staged_tile(const BwdArgs& a, const unsigned char* smem, int6
   tc::bulk_wait_read<0>();
 }
 
-// The writer warp's whole work item: every step's tile, in step order.
+// The writer warp's whole work item: every step's tile, in step order, each released one
+// step late (two bulk groups in flight).
 template <int D, bool kAffine>
 TC_DEVICE void dq_writer_warp(const BwdArgs& a, const unsigned char* smem, const BwdBlock& w) {
   tc::set_max_registers<kWriterRegisters, false>();
   if (tc::warp_id() != flash::kBwdTiles.warps) return;  // warps 9..11: only their registers were wanted
   const flash::BwdSchedule& sc = a.sched;
   const bool leader = tc::lane_id() == 0;
+  int64_t in_flight = 0;  // the previous step's tile, issued and not yet released
   for (int s = 0; s < w.steps; ++s) {
     const int b = s & 1;
     const flash::BwdStep st = sc.step(s);
@@ -88,10 +105,15 @@ TC_DEVICE void dq_writer_warp(const BwdArgs& a, const unsigned char* smem, const
     if (leader) add_staged_tile<D, kAffine>(a, smem, tile, w.kt, b);
     tc::sync_warp();  // lane 0's bulk group has read buffer b
     if (s + 2 < w.steps) tc::named_barrier_arrive(kDqFree + b, kHandThreads);
-    if (leader) {
-      tc::bulk_wait<0>();
-      tc::store_release(a.sems() + tile, w.kt + 1);
+    if (leader && s > 0) {
+      tc::bulk_wait<1>();  // step s - 1's writes complete; step s's group stays in flight
+      tc::store_release(a.sems() + in_flight, w.kt + 1);
     }
+    in_flight = tile;
+  }
+  if (leader && w.steps > 0) {
+    tc::bulk_wait<0>();
+    tc::store_release(a.sems() + in_flight, w.kt + 1);
   }
 }
 
