@@ -47,7 +47,7 @@ ASSUME = {
     "bwd_item_overhead_clk": 2500,  # per work item: K/V + first step unhidden, last dq flush, dk/dv
     "bwd_dq_thread0_clk": 250,   # per step: thread 0's acquire + release fences, half exposed (mma.sync)
     "l2_round_trip_clk": 600,    # one gpu-scope load or fence completing at L2 under load (a guess)
-    "bwd_writer_round_trips": 3,  # sm_90a writer warp per dq tile: poll, bulk completion, release
+    "bwd_writer_round_trips": 2,  # sm_90a writer warp per dq tile, in series: poll, release
     "bwd_chain_lag_steps": 0.25,  # first ticket chunk: key tile kt starts this many steps behind kt - 1
     "bwd_chunk_groups": 8,       # kBwdChunkGroups (flash_backward_args.h)
 }
@@ -240,8 +240,16 @@ def forward(fns, regs, shape, d, a, wgmma):
 
 
 def dq_writer_warp_clk(d, br, a):
-    """Clocks per dq tile of the sm_90a build's writer warp (flash_backward_dq_warp.cuh),
-    which works in series: its round trips, then the tile's bytes at one SM's share of L2."""
+    """Clocks per dq tile of the sm_90a build's writer warp (flash_backward_dq_warp.cuh).
+    Lane 0's loop, step s: poll tile s's semaphore (a round trip), issue its bulk group and
+    wait until it has read the tile (the tile's bytes at one SM's share of L2), then wait
+    for step s - 1's group to complete and release that tile (st.release: a round trip).
+    So the writer issues a tile every poll + read + release. A group's completion (its
+    read, then a round trip) is waited for one step after its issue, after a release, a
+    poll and the next tile's read: hidden, so not charged (assumed from the PTX semantics:
+    neither the read wait nor the release's gpu-scope fence waits for the newer group's
+    writes; if one did, the completion would be in series again). Before two tiles were
+    in flight it was in series: 3 round trips plus the read."""
     l2_bytes_per_clk = a["l2_tbs"] * 1e12 / a["sms"] / (a["clock_ghz"] * 1e9)
     return a["bwd_writer_round_trips"] * a["l2_round_trip_clk"] + br * d * 4 / l2_bytes_per_clk
 
