@@ -264,7 +264,7 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False):
     if not atomic:  # the bulk reduction reads the staged dQ tile from shared memory
         c["smem_bytes"] += br * d * 4 / warps
     clk, bound, pipes = pipe_clocks(c, warps, a)
-    writer_clk = None
+    mma_clk, writer_clk = clk, None
     if not atomic and wgmma:  # the MMA warps hand over; the writer warp keeps up, or bounds the step
         writer_clk = dq_writer_warp_clk(d, br, a)
         pipes["dq_writer"] = writer_clk
@@ -297,7 +297,7 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False):
         launches += 1
     rest_ms = hbm / (a["hbm_tbs"] * 1e9) + launches * a["launch_us"] / 1e3
     label = "bwd_main" + (" wgmma" if wgmma else "") + (" atomics" if atomic else "")
-    return {"kernel": label, "D": d, "registers": regs.get(name), "dq_writer_clk": writer_clk,
+    return {"kernel": label, "D": d, "registers": regs.get(name), "mma_step_clk": mma_clk, "dq_writer_clk": writer_clk,
             "per_step_per_warp": c, "pipes_clk": pipes, "bound": bound, "step_clk": clk, "steps": total_steps,
             "slot_efficiency": eff, "main_ms": main_ms, "prep_finalize_ms": rest_ms, "ms": main_ms + rest_ms}
 
@@ -389,9 +389,8 @@ def main():
               f"{k['slot_efficiency']:>5.2f} {k['ms']:>7.3f}")
     for k in result["kernels"]:
         if k.get("dq_writer_clk"):
-            mma_clk = max(v for p, v in k["pipes_clk"].items() if p != "dq_writer") * (1 + ASSUME["overhead"])
             print(f"{k['kernel']} D {k['D']}: the dq writer warp needs {k['dq_writer_clk']:.0f} clocks per tile, "
-                  f"the MMA warps {mma_clk:.0f} per step")
+                  f"the MMA warps {k['mma_step_clk']:.0f} per step")
     for t in result["totals"]:
         print(f"D {t['D']}: fwd ({t['forward']}) {t['fwd_ms']:.3f} + bwd ({t['backward']}) {t['bwd_ms']:.3f} = "
               f"{t['fwd_bwd_ms']:.3f} ms (lower bound) "
