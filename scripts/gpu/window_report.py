@@ -116,9 +116,11 @@ def fwdbwd_vs_model(rows, predictions):
               for t in (predictions or {}).get("totals") or []}
     out = {}
     for r in rows:
+        if "fwd_bwd_ms" not in r:
+            continue
         kernels = kernels_of(r)
         c = totals.get((r.get("D"), kernels["forward"], kernels["backward"]))
-        if "fwd_bwd_ms" not in r or not c:
+        if not c:
             continue
         ms, (lo, hi) = r["fwd_bwd_ms"], c["band_ms"]
         where = ("below the lower bound" if ms < c["lower_bound_ms"] else "under the band" if ms < lo else
