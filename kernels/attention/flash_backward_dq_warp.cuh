@@ -48,7 +48,7 @@ constexpr int kMmaThreads = flash::kBwdThreads, kHandThreads = flash::kBwdThread
 // Registers per thread after setmaxnreg: 8 MMA warps x 240 + 4 writer-group warps x 24,
 // times 32 lanes, fit the SM's 65,536 (each of its 4 quarters: 2 x 240 + 24, x 32 <= 16,384).
 constexpr int kMmaRegisters = 240, kWriterRegisters = 24;
-static_assert(32 * (8 * kMmaRegisters + 4 * kWriterRegisters) <= 65536, "register file");
+static_assert(32 * (8 * kMmaRegisters + 4 * kWriterRegisters) <= tc::kSmRegisters, "register file");
 
 // The MMA warps' block barrier: all threads, or only the MMA warps when a writer warp runs.
 template <bool kWriterWarp>

@@ -3,9 +3,11 @@
 // warpgroup beside register-hungry MMA warpgroups). Every thread of the warpgroup must
 // execute the same instruction (.sync.aligned); the count is 24..256, a multiple of 8
 // (PTX ISA, setmaxnreg). The emulator has no register file: there it is a no-op, and
-// the count's rules are checked at compile time on both targets.
+// the count's rules are checked at compile time on both targets. What a thread starts
+// with: kernels/tc/register_budget.h.
 #pragma once
 #include "kernels/tc/primitives.cuh"
+#include "kernels/tc/register_budget.h"
 
 namespace kdtrain::tc {
 
@@ -13,7 +15,7 @@ namespace kdtrain::tc {
 // become N.
 template <int N, bool kRaise>
 TC_DEVICE void set_max_registers() {
-  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg count: 24..256, a multiple of 8");
+  static_assert(N >= 24 && N <= 256 && N % kRegisterStep == 0, "setmaxnreg count: 24..256, a multiple of 8");
 #if defined(__CUDACC__)
   if constexpr (kRaise) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
   else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));

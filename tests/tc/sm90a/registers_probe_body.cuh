@@ -3,8 +3,8 @@
 //
 // No instruction reads a warp's register count back, so the probe checks what a run can
 // show, with the sm_90a backward's split (flash_backward_dq_warp.cuh): three warpgroups
-// launched at 168 registers per thread (65,536 / 384, rounded down to a multiple of 8);
-// warpgroup 0 lowers to 24, warpgroups 1 and 2 raise to 240.
+// launched at 168 registers per thread (kEntry, kernels/tc/register_budget.h); warpgroup 0
+// lowers to 24, warpgroups 1 and 2 raise to 240.
 //   - The raises need 2 x 128 x (240 - 168) = 18,432 registers, exactly what the lowering
 //     frees (128 x (168 - 24)). Per the PTX ISA, setmaxnreg.inc waits until the block's
 //     pool holds them, so a .dec that freed nothing leaves the kernel waiting: the host
@@ -26,11 +26,13 @@
 namespace kdtrain::regprobe {
 
 constexpr int kThreads = 384, kLowered = 24, kRaised = 240;
+constexpr int kEntry = tc::entry_registers_per_thread(kThreads);
 constexpr int kHeld = 192;                    // words per thread of the raised warpgroups
 constexpr int kAcross = 32, kLowAcross = 8;   // words held across the raise / the lowering
 constexpr int kRounds = 4;
 constexpr int kWords = kThreads * kHeld;      // in and out
-static_assert(kRaised > 65536 / kThreads && kLowered < 65536 / kThreads, "one lowers, two raise");
+static_assert(kEntry == 168 && 2 * (kRaised - kEntry) == kEntry - kLowered,
+              "one warpgroup lowers, two raise, by exactly the registers it frees");
 
 TC_HOST_DEVICE uint32_t rotl5(uint32_t x) { return (x << 5) | (x >> 27); }
 
