@@ -91,6 +91,7 @@ void fiber_main() {
   Fiber* f = r.current;
   try {
     (*r.body)(r.smem);
+    check_exit_registers(r, *f);  // a warp leaving setmaxnreg its siblings executed
   } catch (const std::exception& e) {
     if (r.error.empty()) r.error = e.what();
   } catch (...) {
@@ -162,14 +163,16 @@ uint64_t splitmix(uint64_t& s) {
 
 std::string describe_stall(const BlockRun& r) {
   std::ostringstream s;
-  int at_bar = 0, at_warp = 0, done = 0;
+  int at_bar = 0, at_warp = 0, at_setmaxnreg = 0, done = 0;
   for (const Fiber& f : *r.fibers) {
     at_bar += f.state == FiberState::at_block_barrier;
     at_warp += f.state == FiberState::at_warp_collective;
+    at_setmaxnreg += f.state == FiberState::at_setmaxnreg;
     done += f.state == FiberState::done;
   }
   s << "sim: block (" << r.block.x << "," << r.block.y << "," << r.block.z << ") stalled: " << at_bar
     << " threads at sync_block, " << at_warp << " at a warp collective, " << done << " exited";
+  if (at_setmaxnreg > 0) s << ", " << at_setmaxnreg << " at setmaxnreg: " << describe_register_waits(r);
   for (size_t w = 0; w < r.warps.size(); ++w)
     if (r.warps[w].arrived > 0 && r.warps[w].arrived < r.warps[w].lanes)
       s << "; warp " << w << ": " << r.warps[w].arrived << " of " << r.warps[w].lanes

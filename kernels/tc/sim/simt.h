@@ -50,6 +50,18 @@
 //   one left with arrivals of an unfinished phase when the block exits is an error.
 // - Bulk copies and reductions from shared to global memory (cp.async.bulk, bulk groups):
 //   simt_bulk.h states their model.
+// - setmaxnreg (simt_registers.cpp; kernels/tc/registers.cuh): every warp holds a count
+//   of registers per thread, at first tc::entry_registers_per_thread(block threads)
+//   (kernels/tc/register_budget.h), and the block a pool, empty at first. The lanes of a
+//   warp gather at a setmaxnreg (.sync: a rendezvous of the warp, not of the warpgroup);
+//   the 4 warps of a warpgroup must execute the same sequence of them, with the same
+//   counts and directions (.aligned; a warp exiting short of its siblings' sequence is an
+//   error too). .dec (count <= the warp's) puts the difference into the pool; .inc
+//   (count >= the warp's) takes it out, the warp waiting while the pool holds too little
+//   (other warps run on); a raise left waiting when nothing else can run is a deadlock.
+//   An exiting warp returns nothing to the pool: the ISA does not say it does. Not
+//   modelled: the explicit synchronisation of a warpgroup between two of its setmaxnreg,
+//   and how the SM splits the register file among its 4 quarters.
 // - Not modelled: memory ordering between lanes of a warp without a collective in
 //   between (every collective is a rendezvous), bank conflicts and timing.
 #pragma once
@@ -101,6 +113,7 @@ struct LaunchStats {
   uint64_t cp_async_zero_fill = 0;
   uint64_t cp_async_dropped = 0;  // never retired by a wait: their data never landed
   uint64_t wgmma = 0;           // warpgroup-wide wgmma.mma_async instructions
+  uint64_t setmaxnreg_waits = 0;  // warps whose setmaxnreg.inc waited for the pool to fill
 };
 
 // Runs body(shared memory of the block) once per thread of every block of the grid.
@@ -135,6 +148,8 @@ void fence_proxy_async();
 // Named barriers (simt_barrier.cpp).
 void named_barrier_sync(int id, int threads);
 void named_barrier_arrive(int id, int threads);
+// setmaxnreg.inc (raise) or .dec .sync.aligned.u32 count (simt_registers.cpp).
+void set_max_registers(int count, bool raise);
 // Semaphores between blocks (tc::wait_equal, tc::store_release, tc::atomic_add).
 void wait_equal(const int* flag, int expected);
 void release(int* flag, int value);

@@ -98,6 +98,7 @@ void begin_block(BlockExec& x, Index3 block, const StackArena& arena, size_t fir
   r.released_elsewhere = false;
   reset_warpgroups(r);
   reset_bulk(r);
+  reset_registers(r);
   for (Warp& w : r.warps) {
     w.op = Collective::none;
     w.arrived = 0;
@@ -139,7 +140,8 @@ Fiber* next_fiber(BlockExec& x) {
   // as far ahead of the others as its barriers allow (maximal skew between warps). Only
   // the running fiber's warpgroup changes state inside a run (a warp collective releases
   // its warp, a wgmma collective its warpgroup of 4 warps), so the search starts at that
-  // warpgroup's first (forward) or last (reverse) thread (a semaphore wait aside: below).
+  // warpgroup's first (forward) or last (reverse) thread (a semaphore wait, a named
+  // barrier and a setmaxnreg.dec serving other warps' raises aside: below).
   const bool reverse = cfg.schedule == Schedule::reverse;
   const size_t n = fibers.size();
   for (size_t k = x.from; k < n; ++k) {
@@ -186,7 +188,7 @@ Stop run_block_until_switch(BlockExec& x, Concurrency* conc) {
     if (!r.error.empty()) throw std::runtime_error(r.error);
     const size_t group_first = size_t(next->warp / 4) * 128, group_last = std::min(n, group_first + 128) - 1;
     x.from = reverse ? n - 1 - group_last : group_first;
-    if (r.released_elsewhere) {  // a named barrier may release any thread: search from the start
+    if (r.released_elsewhere) {  // any thread may have been released: search from the start
       x.from = 0;
       r.released_elsewhere = false;
     }

@@ -16,7 +16,7 @@
 
 namespace kdtrain::sim::detail {
 
-enum class FiberState { ready, at_block_barrier, at_warp_collective, at_semaphore, done };
+enum class FiberState { ready, at_block_barrier, at_warp_collective, at_semaphore, at_setmaxnreg, done };
 
 struct PendingCopy {
   unsigned char* dst;
@@ -60,6 +60,7 @@ struct Warp {
 
 struct Warpgroup;  // simt_wgmma.cpp
 struct BulkState;  // simt_bulk.cpp
+struct RegisterState;  // simt_registers.cpp
 
 struct BlockRun {
   const LaunchConfig* config = nullptr;
@@ -88,6 +89,7 @@ struct BlockRun {
   std::vector<NamedBarrier> named = std::vector<NamedBarrier>(16);
   bool released_elsewhere = false;  // a named barrier released threads outside the running warpgroup
   std::shared_ptr<BulkState> bulk;  // bulk copies in flight, created on first use
+  std::shared_ptr<RegisterState> registers;  // setmaxnreg counts and pool, created on first use
 };
 
 // Fiber stacks, reused across launches on this OS thread; each has a PROT_NONE guard
@@ -152,5 +154,12 @@ void reset_bulk(BlockRun& r);
 void finish_bulk(BlockRun& r);
 // Start of a launch: no bulk writes in flight in any block.
 void begin_bulk_launch();
+// setmaxnreg (simt_registers.cpp). Start of a block: every warp at the entry count, the
+// pool empty. A thread `f` about to exit: throws if it is its warp's last and the warp
+// leaves setmaxnreg its warpgroup's other warps executed. A stall: what the warps at a
+// setmaxnreg wait for ("" when none does).
+void reset_registers(BlockRun& r);
+void check_exit_registers(BlockRun& r, const Fiber& f);
+std::string describe_register_waits(const BlockRun& r);
 
 }  // namespace kdtrain::sim::detail

@@ -14,9 +14,11 @@
 //     at most R21 after the lowering, no local memory; docs/flash_attention_backward.md), so
 //     registers not granted, or not kept, show as wrong words.
 //   - Words loaded before the setmaxnreg and used after it check that it keeps them.
-// In the emulator setmaxnreg is a no-op: there the same body checks the words the probe
-// claims, so the GPU's can be compared with them bit for bit. Integer arithmetic only,
-// exact on both.
+// The emulator has no register file, so there no word can be lost to a missing register:
+// it checks the split itself instead (each warp's count, the pool: a raise the lowering
+// did not pay for is reported as a deadlock), and the same body checks the words the
+// probe claims, so the GPU's can be compared with them bit for bit. Integer arithmetic
+// only, exact on both.
 #pragma once
 #include <cstdint>
 
