@@ -87,7 +87,7 @@ struct BlockRun {
     int expected = 0, arrived = 0;
   };
   std::vector<NamedBarrier> named = std::vector<NamedBarrier>(16);
-  bool released_elsewhere = false;  // a named barrier released threads outside the running warpgroup
+  bool released_elsewhere = false;  // a named barrier or setmaxnreg released threads outside the running warpgroup
   std::shared_ptr<BulkState> bulk;  // bulk copies in flight, created on first use
   std::shared_ptr<RegisterState> registers;  // setmaxnreg counts and pool, created on first use
 };
