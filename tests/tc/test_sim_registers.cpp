@@ -103,8 +103,8 @@ TEST_CASE("sim setmaxnreg: a warp skipping its warpgroup's setmaxnreg is reporte
             tc::set_max_registers<kWriter, false>();
           },
           s);
-      CHECK_THAT(e, Catch::Contains("warpgroup 2 (warps 8..11)") &&
-                        Catch::Contains("warp " + std::to_string(skipper) + " exited without executing setmaxnreg.dec 24"));
+      const std::string skipped = "warp " + std::to_string(skipper) + " exited without executing setmaxnreg.dec 24";
+      CHECK_THAT(e, Catch::Contains("warpgroup 2 (warps 8..11)") && Catch::Contains(skipped));
     }
 }
 
