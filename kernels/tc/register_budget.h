@@ -11,15 +11,14 @@ constexpr int kMaxThreadRegisters = 255;  // ptxas's limit per thread
 constexpr int kRegisterStep = 8;          // setmaxnreg counts, and allocations, come in steps of 8
 
 // Registers per thread at the entry of a kernel that uses setmaxnreg, launched with
-// `threads` threads under __launch_bounds__(threads, 1): ptxas then gives every thread the
-// largest count in steps of 8 that lets one block fit the register file, not just what the
-// code before the first setmaxnreg needs, so that the warpgroups' later counts can add up to
-// the block's whole share (384 threads: 168, as the probe's SASS shows,
-// scripts/tests/test_setmaxnreg_sass.py); never above ptxas's limit.
-constexpr int entry_registers_per_thread(int threads) {
-  const int fit = kSmRegisters / threads / kRegisterStep * kRegisterStep;
-  const int cap = kMaxThreadRegisters / kRegisterStep * kRegisterStep;
-  return fit < cap ? fit : cap;
-}
+// `threads` threads under __launch_bounds__(threads, 1), when it raises some warpgroup to
+// at least that count (as the sm_90a backward and the probe do): ptxas then gives every
+// thread the largest count in steps of 8 that lets one block fit the register file, not
+// just what the code before the first setmaxnreg needs, so that the warpgroups' counts can
+// add up to the block's whole share. Measured (ptxas -v, nvcc 13.0, sm_90a): 168, 128 and 96
+// at 384, 512 and 640 threads. ptxas starts lower, and this is not its count, when the
+// highest raise is lower (160 at 384 threads for a raise to 160) and where the share
+// passes kMaxThreadRegisters (blocks of 128 or 256 threads: 255, or the highest raise).
+constexpr int entry_registers_per_thread(int threads) { return kSmRegisters / threads / kRegisterStep * kRegisterStep; }
 
 }  // namespace kdtrain::tc

@@ -56,18 +56,19 @@ void backward_split(int& lowering, AfterRaise after_raise) {
 }  // namespace
 
 TEST_CASE("sim setmaxnreg: the entry count comes from the launch", "[tc][sim][setmaxnreg]") {
-  // ptxas's count for __launch_bounds__(threads, 1), which the probe's SASS shows for 384.
+  // ptxas's counts for __launch_bounds__(threads, 1) and a raise to 240 (ptxas -v, nvcc 13.0).
   STATIC_REQUIRE(tc::entry_registers_per_thread(384) == 168);
   STATIC_REQUIRE(tc::entry_registers_per_thread(640) == 96);
-  STATIC_REQUIRE(tc::entry_registers_per_thread(128) == 248);  // ptxas's 255, in steps of 8
   // Moving to the entry count is allowed either way; one step past it is not.
   CHECK(error_of([](unsigned char*) { tc::set_max_registers<168, true>(); }).empty());
   CHECK(error_of([](unsigned char*) { tc::set_max_registers<168, false>(); }).empty());
   CHECK(error_of([](unsigned char*) { tc::set_max_registers<96, true>(); }, sim::Schedule::forward, 640).empty());
   CHECK_THAT(error_of([](unsigned char*) { tc::set_max_registers<104, false>(); }, sim::Schedule::forward, 640),
              Catch::Contains("setmaxnreg.dec 104 is above its current 96 registers per thread"));
-  CHECK_THAT(error_of([](unsigned char*) { tc::set_max_registers<240, true>(); }, sim::Schedule::forward, 128),
-             Catch::Contains("setmaxnreg.inc 240 is below its current 248 registers per thread"));
+  // Blocks of 128 or 256 threads: ptxas's count depends on the kernel, so the emulator refuses.
+  for (int threads : {128, 256})
+    CHECK_THAT(error_of([](unsigned char*) { tc::set_max_registers<240, true>(); }, sim::Schedule::forward, threads),
+               Catch::Contains("ptxas starts such a kernel at 255 registers or at its highest raise"));
   CHECK_THAT(error_of([](unsigned char*) { tc::set_max_registers<24, false>(); }, sim::Schedule::forward, 96),
              Catch::Contains("whole warpgroups of 128 threads"));
 }

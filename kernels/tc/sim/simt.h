@@ -52,7 +52,8 @@
 //   simt_bulk.h states their model.
 // - setmaxnreg (simt_registers.cpp; kernels/tc/registers.cuh): every warp holds a count
 //   of registers per thread, at first tc::entry_registers_per_thread(block threads)
-//   (kernels/tc/register_budget.h), and the block a pool, empty at first. The lanes of a
+//   (kernels/tc/register_budget.h; blocks under 384 threads, where ptxas's count depends
+//   on the kernel, are refused), and the block a pool, empty at first. The lanes of a
 //   warp gather at a setmaxnreg (.sync: a rendezvous of the warp, not of the warpgroup);
 //   the 4 warps of a warpgroup must execute the same sequence of them, with the same
 //   counts and directions (.aligned; a warp exiting short of its siblings' sequence is an

@@ -70,15 +70,22 @@ std::string group_of(unsigned warp) {
        " (setmaxnreg is .aligned: every warp of a warpgroup executes the same ones, in the same order)");
 }
 
-// The block's register state, made on its first setmaxnreg: every warp at the entry count.
+// The block's register state, made on its first setmaxnreg: every warp at the entry count
+// (a kernel whose highest raise is below it starts lower on hardware: there the emulator
+// reports that raise as one below the warp's count, a raise that raises nothing).
 RegisterState& state_of(BlockRun& r) {
   if (r.registers) return *r.registers;
   const size_t threads = r.fibers->size();
   if (threads % (kGroupWarps * kLanes) != 0)
     fail("setmaxnreg needs whole warpgroups of 128 threads; the block has " + std::to_string(threads));
+  const int entry = tc::entry_registers_per_thread(static_cast<int>(threads));
+  if (entry > tc::kMaxThreadRegisters)
+    fail("setmaxnreg in a block of " + std::to_string(threads) +
+         " threads: ptxas starts such a kernel at 255 registers or at its highest raise, which the emulator does not "
+         "know (kernels/tc/register_budget.h)");
   auto s = std::make_shared<RegisterState>();
   s->warps.resize(threads / kLanes);
-  for (WarpRegisters& w : s->warps) w.count = tc::entry_registers_per_thread(static_cast<int>(threads));
+  for (WarpRegisters& w : s->warps) w.count = entry;
   s->sequences.resize(threads / (kGroupWarps * kLanes));
   r.registers = s;
   return *s;
