@@ -88,7 +88,9 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     if (tc::warp_id() >= L::kWarps) return dq_writer_warp<D, kAffine>(a, smem, w);
     tc::set_max_registers<kMmaRegisters, true>();
   }
+  using Kv = KvFragments<D, L::Bc, kWgmma && kKvInRegisters<D>>;  // A of S^T / dP^T at D 64 (sm_90a)
   load_kv<D, kAffine, kWgmma>(a, smem, w);
+  if constexpr (Kv::kHeld) tc::cp_async_commit();  // K / V a group of their own: read below, before step 0's
   load_step<D, kAffine, kWgmma>(a, smem, w.b, w.g, 0, 0);
   tc::cp_async_commit();
 
@@ -105,7 +107,12 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   auto* dSs = reinterpret_cast<uint16_t*>(smem + L::kDs);
   auto* rs_part = reinterpret_cast<float*>(smem + L::kRs);
   DqWriter<D, kAffine> writer;
-  KvFragments<D, L::Bc, kWgmma && kKvInRegisters<D>> kv;  // A of S^T / dP^T at D 64 (sm_90a)
+  Kv kv;
+  if constexpr (Kv::kHeld) {  // once per item, outside the step loop: its code then runs once, as counted
+    tc::cp_async_wait<1>();   // this thread's K / V copies (step 0's stay in flight)
+    mma_barrier<kWriterWarp>();
+    kv.load(Ks, Vs, ln.warp, ln.lane);
+  }
 
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s & 1;
@@ -119,7 +126,6 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     if (s + 1 < w.steps) load_step<D, kAffine, kWgmma>(a, smem, w.b, w.g, s + 1, stage ^ 1);
     tc::cp_async_commit();
     if constexpr (!kWriterWarp) writer.poll(a, w.kt);
-    if (s == 0) kv.load(Ks, Vs, ln.warp, ln.lane);  // K / V landed with step 0's copies
 
     const auto* Qs = reinterpret_cast<const uint16_t*>(smem + L::kQ + stage * L::kTileQ);
     const auto* dOs = reinterpret_cast<const uint16_t*>(smem + L::kDo + stage * L::kTileQ);
