@@ -254,6 +254,13 @@ def dq_writer_warp_clk(d, br, a):
     return a["bwd_writer_round_trips"] * a["l2_round_trip_clk"] + br * d * 4 / l2_bytes_per_clk
 
 
+def writer_bound_round_trip(mma_clk, d, br, a):
+    """The L2 round trip (a guess in ASSUME) above which the writer warp, not the MMA warps'
+    mma_clk, bounds the step: the writer's time is linear in it."""
+    fixed = dq_writer_warp_clk(d, br, dict(a, l2_round_trip_clk=0))
+    return (mma_clk - fixed) / a["bwd_writer_round_trips"]
+
+
 def backward(fns, regs, shape, d, a, atomic, wgmma=False):
     B, T, H = shape["B"], shape["T"], shape["HD"] // d
     hkv = H // shape["gqa"]
@@ -264,10 +271,11 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False):
     if not atomic:  # the bulk reduction reads the staged dQ tile from shared memory
         c["smem_bytes"] += br * d * 4 / warps
     clk, bound, pipes = pipe_clocks(c, warps, a)
-    mma_clk, writer_clk = clk, None
+    mma_clk, writer_clk, writer_bound_rt = clk, None, None
     if not atomic and wgmma:  # the MMA warps hand over; the writer warp keeps up, or bounds the step
         writer_clk = dq_writer_warp_clk(d, br, a)
         pipes["dq_writer"] = writer_clk
+        writer_bound_rt = writer_bound_round_trip(mma_clk, d, br, a)
         if writer_clk > clk:
             clk, bound = writer_clk, "dq_writer"
     elif not atomic:
@@ -298,6 +306,7 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False):
     rest_ms = hbm / (a["hbm_tbs"] * 1e9) + launches * a["launch_us"] / 1e3
     label = "bwd_main" + (" wgmma" if wgmma else "") + (" atomics" if atomic else "")
     return {"kernel": label, "D": d, "registers": regs.get(name), "mma_step_clk": mma_clk, "dq_writer_clk": writer_clk,
+            "writer_bounds_above_round_trip_clk": writer_bound_rt,
             "per_step_per_warp": c, "pipes_clk": pipes, "bound": bound, "step_clk": clk, "steps": total_steps,
             "slot_efficiency": eff, "main_ms": main_ms, "prep_finalize_ms": rest_ms, "ms": main_ms + rest_ms}
 
@@ -390,7 +399,9 @@ def main():
     for k in result["kernels"]:
         if k.get("dq_writer_clk"):
             print(f"{k['kernel']} D {k['D']}: the dq writer warp needs {k['dq_writer_clk']:.0f} clocks per tile, "
-                  f"the MMA warps {k['mma_step_clk']:.0f} per step")
+                  f"the MMA warps {k['mma_step_clk']:.0f} per step (the writer bounds the step if an L2 round "
+                  f"trip takes over {k['writer_bounds_above_round_trip_clk']:.0f} clocks; assumed "
+                  f"{ASSUME['l2_round_trip_clk']})")
     for t in result["totals"]:
         print(f"D {t['D']}: fwd ({t['forward']}) {t['fwd_ms']:.3f} + bwd ({t['backward']}) {t['bwd_ms']:.3f} = "
               f"{t['fwd_bwd_ms']:.3f} ms (lower bound) "

@@ -1,7 +1,8 @@
 """scripts/gpu/attention_model.py's calibration arithmetic, without nvcc: the range of
 predicted / measured a back-test gives, the band it implies for a prediction (the
 prediction divided by that range), and the bias under which a target is still met
-(docs/flash_attention_backward.md, "Predicted time")."""
+(docs/flash_attention_backward.md, "Predicted time"); and the L2 round trip above which
+the dq writer warp bounds the backward's step."""
 import sys
 
 import pytest
@@ -52,3 +53,15 @@ def test_calibration_data_gives_the_reviews_ratios():
     r = attention_model.back_test_ranges(bt)
     assert [round(100 * (1 - x)) for x in reversed(r["midpoints"])] == [21, 34]
     assert r["ends"] == pytest.approx((0.60, 0.91), abs=0.005)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_writer_bounds_the_step_exactly_above_its_round_trip_threshold(d):
+    a = attention_model.ASSUME
+    mma_clk = 2000.0
+    rt = attention_model.writer_bound_round_trip(mma_clk, d, 64, a)
+    assert rt > 0
+    at = attention_model.dq_writer_warp_clk(d, 64, dict(a, l2_round_trip_clk=rt))
+    assert at == pytest.approx(mma_clk)
+    assert attention_model.dq_writer_warp_clk(d, 64, dict(a, l2_round_trip_clk=rt + 1)) > mma_clk
+    assert attention_model.dq_writer_warp_clk(d, 64, dict(a, l2_round_trip_clk=rt - 1)) < mma_clk
