@@ -148,10 +148,42 @@ def one_warp_code(ins, f, l):
     return out
 
 
-def tile_counts(ins, inner_trips=1, warps=1):
+def forward_target(ins, at, k):
+    """Index of the instruction a forward BRA at k jumps to, else None."""
+    m = re.match(r"(0x[0-9a-f]+)", ins[k][2])
+    if ins[k][1].startswith("BRA") and m and int(m.group(1), 16) > ins[k][0]:
+        return at.get(int(m.group(1), 16))
+    return None
+
+
+def masked_branches(ins, f, l):
+    """[(masked, unmasked)] index ranges of the if / else pairs in f..l that choose between a
+    masked and an unmasked softmax: a forward branch to t whose instruction before t jumps
+    forward past the second part (to u <= l + 1); the part that selects -INF (the mask's
+    FSEL) more often is the masked one. Pairs where neither part selects -INF are other
+    code, left as counted."""
+    at = {a: i for i, (a, _, _) in enumerate(ins)}
+    out = []
+    for k in range(f, l + 1):
+        t = forward_target(ins, at, k)
+        if t is None or t > l or t - 1 <= k:
+            continue
+        u = forward_target(ins, at, t - 1)
+        if u is None or not t < u <= l + 1:
+            continue
+        first, second = range(k + 1, t), range(t, u)
+        inf = [sum("INF" in ins[j][2] for j in part) for part in (first, second)]
+        if inf[0] != inf[1]:
+            out.append((first, second) if inf[0] > inf[1] else (second, first))
+    return out
+
+
+def tile_counts(ins, inner_trips=1, warps=1, masked_fraction=None):
     """Per-warp instruction counts of one tile (forward) or step (backward): the loop that
     issues the prefetch (LDGSTS) and tensor-core work; an inner loop with tensor-core work
-    counts inner_trips times; code only one warp runs (one_warp_code) counts 1/warps."""
+    counts inner_trips times; code only one warp runs (one_warp_code) counts 1/warps. With
+    masked_fraction (the forward), each masked / unmasked softmax pair (masked_branches)
+    counts as the average tile runs it: the masked part masked_fraction, the other the rest."""
     main = [(f, l) for f, l in loops(ins) if any(ins[k][1].startswith("LDGSTS") for k in range(f, l + 1)) and
             any(ins[k][1].startswith(("HMMA", "HGMMA")) for k in range(f, l + 1))]
     if not main:
@@ -164,6 +196,15 @@ def tile_counts(ins, inner_trips=1, warps=1):
                 weight[k - f] = inner_trips
     for k in one_warp_code(ins, f, l):
         weight[k - f] /= warps
+    if masked_fraction is not None:
+        pairs = masked_branches(ins, f, l)
+        if not pairs:
+            raise SystemExit("attention_model: no masked / unmasked softmax pair found in the forward's loop")
+        for masked, unmasked in pairs:
+            for k in masked:
+                weight[k - f] *= masked_fraction
+            for k in unmasked:
+                weight[k - f] *= 1 - masked_fraction
     counts = {"instr": 0, "hmma": 0, "hgmma_fma": 0, "hgmma_smem": 0, "smem_bytes": 0, "mufu": 0}
     for (_, op, args), w in zip(ins[f:l + 1], weight):
         counts["instr"] += w
@@ -217,6 +258,26 @@ def kernel(fns, pattern):
     return hits[0]
 
 
+def masked_fraction(T, br, bc, wgmma):
+    """The share of the forward's softmax passes that take the masked branch. The wgmma
+    forward masks each block's last key tile only (block-uniform, Bc = Br); the mma.sync
+    forward masks, per 16-row m-tile, the key tiles that cross its diagonal, of those the
+    m-tile does not skip (flash_forward_kernel.cuh: active, diag)."""
+    masked = total = 0
+    for qt in range(-(-T // br)):
+        i0 = qt * br
+        n_kt = sum(1 for kt in range(-(-T // bc)) if kt * bc <= i0 + br - 1)
+        if wgmma:
+            masked, total = masked + 1, total + n_kt
+            continue
+        for mrow in range(0, br, 16):
+            for j0 in range(0, n_kt * bc, bc):
+                if j0 <= i0 + mrow + 15:
+                    total += 1
+                    masked += j0 + bc - 1 > i0 + mrow
+    return masked / total
+
+
 def forward(fns, regs, shape, d, a, wgmma):
     B, T, H = shape["B"], shape["T"], shape["HD"] // d
     if wgmma:
@@ -225,7 +286,8 @@ def forward(fns, regs, shape, d, a, wgmma):
     else:
         name, ins = kernel(fns, rf"flash_forward_kernelILi{d}ELi(\d+)ELi(\d+)ELi(\d+)ELb0ELb0E")
         br, bc, warps = (int(x) for x in re.search(rf"kernelILi{d}ELi(\d+)ELi(\d+)ELi(\d+)E", name).groups())
-    c = tile_counts(ins)
+    f_masked = masked_fraction(T, br, bc, wgmma)
+    c = tile_counts(ins, masked_fraction=f_masked)
     clk, bound, pipes = pipe_clocks(c, warps, a)
     ctas = max(1, min(65536 // (max(regs.get(name, 255), 1) * 32 * warps), 2 if not wgmma else 1))
     n_qt = -(-T // br)
@@ -235,7 +297,7 @@ def forward(fns, regs, shape, d, a, wgmma):
     pairs = sum(per_block) * B * H
     ms = pairs * clk / a["sms"] / eff / (a["clock_ghz"] * 1e6) + a["launch_us"] / 1e3
     return {"kernel": "wgmma" if wgmma else "mma_sync", "D": d, "tile": [br, bc], "warps": warps,
-            "registers": regs.get(name), "ctas_per_sm": ctas, "per_tile_per_warp": c, "pipes_clk": pipes,
+            "registers": regs.get(name), "ctas_per_sm": ctas, "masked_fraction": f_masked, "per_tile_per_warp": c, "pipes_clk": pipes,
             "bound": bound, "tile_clk": clk, "tile_pairs": pairs, "slot_efficiency": eff, "ms": ms}
 
 

@@ -230,3 +230,23 @@ def test_performance_model_predicts_each_kernel(built, tmp_path):
         assert t["fwd_bwd_ms"] == t["calibrated"]["lower_bound_ms"] < t["calibrated"]["band_ms"][0], t
     assert r.stdout.count("back-test band") == 4
     assert "clock_ghz" in result["assumptions"]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_model_counts_one_softmax_per_forward_tile(built, d):
+    """The wgmma forward's loop holds a masked and an unmasked softmax; the model counts the
+    average tile, which runs one of them: per warp 16 rows x Bc keys of ex2 over 32 lanes,
+    plus one per row pair for the running max's rescale."""
+    import attention_model
+    fns = bwd_sass_check.functions((built / "fwd_sm90a.sass").read_text())
+    name, ins = attention_model.kernel(fns, rf"flash_forward_sm90a_kernelILi{d}ELb0ELb0E")
+    f, l = next((f, l) for f, l in attention_model.loops(ins) if any(ins[k][1].startswith("HGMMA")
+                                                                    for k in range(f, l + 1)))
+    pairs = attention_model.masked_branches(ins, f, l)
+    assert len(pairs) == 1
+    masked, unmasked = pairs[0]
+    mufu = [sum(ins[k][1].startswith("MUFU.EX2") for k in part) for part in (masked, unmasked)]
+    bc = 128
+    assert mufu == [16 * bc // 32 + 2] * 2
+    c = attention_model.tile_counts(ins, masked_fraction=attention_model.masked_fraction(2048, 128, bc, True))
+    assert c["mufu"] == pytest.approx(16 * bc // 32 + 2)
