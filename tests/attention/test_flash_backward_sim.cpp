@@ -444,13 +444,16 @@ TEST_CASE("emulated sm_90a backward kernel under the visible divisor and with bl
   // Blocks resident together must give the bits of blocks one at a time, in either
   // schedule: the writer warps of different key tiles then race for each dq tile, and only
   // the semaphore orders them (the reverse schedule runs a later key tile's writer first).
-  const Problem pb(1, 257, 4, 2, 64, AttentionVariant::baseline, 8300);
-  const Emulated one = run_emulated(pb, sim::Schedule::forward, 0, 1, false, true);
-  compare_to_reference(pb, one);
-  for (unsigned resident : {2u, 3u}) {
-    INFO("resident blocks " << resident);
-    CHECK(same_bits(one, run_emulated(pb, sim::Schedule::forward, 0, resident, false, true)));
-    CHECK(same_bits(one, run_emulated(pb, sim::Schedule::reverse, 0, resident, false, true)));
+  // Both head dims: the staged tile, its bulk reduction and the MMA warps' slices differ.
+  for (int64_t D : {64, 128}) {
+    const Problem pb(1, 257, 4, 2, D, AttentionVariant::baseline, D == 64 ? 8300 : 8301);
+    const Emulated one = run_emulated(pb, sim::Schedule::forward, 0, 1, false, true);
+    compare_to_reference(pb, one);
+    for (unsigned resident : {2u, 3u}) {
+      INFO("D " << D << ", resident blocks " << resident);
+      CHECK(same_bits(one, run_emulated(pb, sim::Schedule::forward, 0, resident, false, true)));
+      CHECK(same_bits(one, run_emulated(pb, sim::Schedule::reverse, 0, resident, false, true)));
+    }
   }
 }
 
