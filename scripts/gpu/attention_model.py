@@ -8,7 +8,7 @@ build, whose ratio is attn_determinism_cost) with nvcc, reads each kernel's per-
 
 A prediction, never a measurement: every rate below is an assumption, printed with the
 result and written to the JSON (--json FILE) that scripts/gpu/gpu_window.sh can put beside its
-measured times. docs/flash_attention_backward.md ("Predicted time") explains the terms.
+measured times. docs/attention_model.md explains the terms.
 A lower bound, too: back-tested on kernels measured on an H100 (CALIBRATION), the method
 predicted too low every time, so each fwd+bwd total is printed with the band that back-test
 implies and the bias the model may have before the target is missed.
@@ -373,7 +373,7 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False):
             "slot_efficiency": eff, "main_ms": main_ms, "prep_finalize_ms": rest_ms, "ms": main_ms + rest_ms}
 
 
-TARGETS = {64: 1.55, 128: 1.25}  # fwd + bwd, ms: docs/flash_attention_backward.md, "Predicted time"
+TARGETS = {64: 1.55, 128: 1.25}  # fwd + bwd, ms: docs/attention_model.md
 DETERMINISM_TARGET = 0.05  # the deterministic backward over its atomics timing build, at most
 
 # The only back-test of this method: the same SASS clock count applied to commit e64f2ce's

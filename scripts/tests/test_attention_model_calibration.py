@@ -1,7 +1,7 @@
 """scripts/gpu/attention_model.py's calibration arithmetic, without nvcc: the range of
 predicted / measured a back-test gives, the band it implies for a prediction (the
 prediction divided by that range), and the bias under which a target is still met
-(docs/flash_attention_backward.md, "Predicted time"); and the L2 round trip above which
+(docs/attention_model.md); and the L2 round trip above which
 the dq writer warp bounds the backward's step."""
 import sys
 

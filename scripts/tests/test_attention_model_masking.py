@@ -2,7 +2,7 @@
 without nvcc: the share of softmax passes that take the masked branch (worked out by hand
 on small shapes), the if / else pairs it finds in a listing (the part that selects -INF is
 the masked one), and the per-tile counts that weight each part by how often it runs
-(docs/flash_attention_backward.md, "Predicted time")."""
+(docs/attention_model.md)."""
 import sys
 
 import pytest
