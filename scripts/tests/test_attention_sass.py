@@ -230,6 +230,20 @@ def test_performance_model_predicts_each_kernel(built, tmp_path):
         assert t["fwd_bwd_ms"] == t["calibrated"]["lower_bound_ms"] < t["calibrated"]["band_ms"][0], t
     assert r.stdout.count("back-test band") == 4
     assert "clock_ghz" in result["assumptions"]
+    # Every variant at both head dims, each its own kernels' instantiation: the baseline row
+    # is the wgmma total, the others at least its kernels' time plus their side costs.
+    import attention_model
+    rows = {(v["variant"], v["D"]): v for v in result["variants"]}
+    assert set(rows) == {(v, d) for v in attention_model.FEATURES for d in (64, 128)}
+    for d in (64, 128):
+        base = rows[("baseline", d)]
+        wgmma_total = next(t for t in result["totals"] if t["D"] == d and t["backward"] == "bwd_main wgmma")
+        assert base["slowdown"] == 1 and base["fwd_bwd_ms"] == pytest.approx(wgmma_total["fwd_bwd_ms"])
+        for (v, dv), row in rows.items():
+            if dv == d:
+                assert row["fwd_bwd_ms"] == pytest.approx(row["fwd_ms"] + row["bwd_ms"] + row["extras_ms"])
+                assert row["slowdown"] == pytest.approx(row["fwd_bwd_ms"] / base["fwd_bwd_ms"])
+    assert r.stdout.count("variant_attn_slowdown target") == 2
 
 
 @pytest.mark.parametrize("d", [64, 128])
