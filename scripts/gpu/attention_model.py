@@ -11,7 +11,9 @@ result and written to the JSON (--json FILE) that scripts/gpu/gpu_window.sh can 
 measured times. docs/attention_model.md explains the terms.
 A lower bound, too: back-tested on kernels measured on an H100 (CALIBRATION), the method
 predicted too low every time, so each fwd+bwd total is printed with the band that back-test
-implies and the bias the model may have before the target is missed.
+implies and the bias the model may have before the target is missed. Each attention
+variant is predicted too (its own kernel instantiations plus the side kernels it runs),
+against the baseline and the variant_attn_slowdown target.
 
 usage: attention_model.py [--json FILE] [--sass-dir DIR] [--B 8 --T 2048 --HD 2048 --gqa 4]
   --sass-dir: reuse DIR/{fwd,fwd_sm90a,bwd,bwd_atomic,bwd_sm90a,bwd_sm90a_atomic}.{sass,ptxas} instead of compiling.
