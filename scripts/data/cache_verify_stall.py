@@ -15,6 +15,13 @@ thread has taken, in the order the run first reads them; the reader sums the
 shards of its micro-batch no thread has taken, and waits for those a verifier
 is at. A shard is taken once: its finishing time is fixed when it is taken.
 
+The disk (optional, --disk-gbs): when the cache is not in the page cache, every
+sum also reads its shard, and the ranks of a node share the node's disk (each
+rank sums every shard it reads: nearly all of them, so R ranks read the cache R
+times over). A sum then takes the longer of v and the shard's bytes at the
+rank's share divided among the N threads summing at once (the reader alone when
+N = 0): sum_seconds.
+
 Prints the total wait per run for each (S, c) and each N given.
 """
 import argparse
@@ -28,6 +35,18 @@ def micro_batches(shards, batch, seed):
     """Micro-batches of `batch` window shards until about every shard was read."""
     rng = random.Random(seed)
     return [[rng.randrange(shards) for _ in range(batch)] for _ in range(int(shards * 12 / batch))]
+
+
+def sum_seconds(core_s, shard_gb, disk_gbs, ranks_per_node, threads):
+    """Seconds to sum one shard: core_s on one core, or, with a disk of disk_gbs GB/s
+    shared by ranks_per_node ranks each running max(threads, 1) sums at once, the
+    shard's read at that share when longer. disk_gbs None: the cache is in memory. The
+    reader's own sums (shards no thread has taken: early in a run) are not counted
+    against the disk beside the threads', an underestimate of the wait there, and the
+    share is assumed reachable by any number of readers."""
+    if not disk_gbs:
+        return core_s
+    return max(core_s, shard_gb * max(threads, 1) * ranks_per_node / disk_gbs)
 
 
 def total_wait(shards, batch, compute_s, sum_s, threads, seed=1):
@@ -77,12 +96,20 @@ def main():
     p.add_argument("--sum-s", type=float, default=0.22, help="seconds to sum one shard on one core")
     p.add_argument("--threads", type=int, nargs="+", default=[0, 1, 2, 4],
                    help="verifier threads beside the reader (0: the reader alone)")
+    p.add_argument("--disk-gbs", type=float, help="the node's disk read rate, GB/s (default: the cache is in memory)")
+    p.add_argument("--ranks-per-node", type=int, default=8, help="ranks sharing that disk (with --disk-gbs)")
+    p.add_argument("--shard-gb", type=float, default=1.074, help="bytes per shard, GB (with --disk-gbs; 1 GiB)")
     a = p.parse_args()
+    if a.disk_gbs:
+        print(f"disk {a.disk_gbs} GB/s shared by {a.ranks_per_node} ranks, {a.shard_gb} GB shards")
     print("shards  compute_s  all_sums_s  " + "  ".join(f"wait_{n}_verifiers_s" for n in a.threads))
     for s in a.shards:
         for c in a.compute_s:
-            waits = "  ".join(f"{total_wait(s, a.batch, c, a.sum_s, n):{len(f'wait_{n}_verifiers_s')}.0f}"
-                              for n in a.threads)
+            waits = []
+            for n in a.threads:
+                sum_s = sum_seconds(a.sum_s, a.shard_gb, a.disk_gbs, a.ranks_per_node, n)
+                waits.append(f"{total_wait(s, a.batch, c, sum_s, n):{len(f'wait_{n}_verifiers_s')}.0f}")
+            waits = "  ".join(waits)
             print(f"{s:6d}  {c:9.3f}  {s * a.sum_s:10.0f}  {waits}")
 
 

@@ -1,8 +1,9 @@
 """scripts/data/cache_verify_stall.py, the checksum-wait model of docs/distillation.md:
-cases whose answer is known by hand, and verifier threads never adding to the wait."""
+cases whose answer is known by hand, verifier threads never adding to the wait while the
+cores set the pace, and the disk term (sum_seconds) once the disk does."""
 import pytest
 
-from cache_verify_stall import micro_batches, total_wait
+from cache_verify_stall import micro_batches, sum_seconds, total_wait
 
 
 def test_one_shard_is_summed_once_before_the_first_step():
@@ -39,3 +40,23 @@ def test_verifier_threads_never_make_the_wait_longer(compute_s):
 def test_reader_only_waits_for_every_sum_that_a_step_does_not_hide():
     # Compute takes no time: the run waits for every shard's sum, one after another.
     assert total_wait(50, 4, 0.0, 0.1, 0) == pytest.approx(50 * 0.1)
+
+
+def test_a_sum_takes_the_longer_of_the_core_and_the_ranks_share_of_the_disk():
+    assert sum_seconds(0.22, 1.0, None, 8, 4) == 0.22  # the cache in memory
+    assert sum_seconds(0.22, 1.0, 1000.0, 8, 4) == 0.22  # 125 GB/s a rank: the core is slower
+    # 16 GB/s over 8 ranks: 2 GB/s a rank, split among 4 threads: 2 s a 1 GB shard.
+    assert sum_seconds(0.22, 1.0, 16.0, 8, 4) == pytest.approx(2.0)
+    assert sum_seconds(0.22, 1.0, 16.0, 8, 0) == pytest.approx(0.5)  # the reader alone
+
+
+def test_on_a_slow_disk_more_threads_finish_the_first_shards_later():
+    # The three-shard case above with a disk of 4 GB/s (one rank, 1 GB shards): the
+    # reader alone reads at 4 GB/s (0.25 s a shard, one after another); 2 threads read at
+    # 2 GB/s each (0.5 s, the reader's third shard alongside: the model does not charge the
+    # reader's own sums to the disk); 4 threads at 1 GB/s (1 s, all three at once).
+    def wait(threads):
+        return total_wait(3, 32, 100.0, sum_seconds(0.25, 1.0, 4.0, 1, threads), threads)
+    assert wait(0) == pytest.approx(0.75)
+    assert wait(2) == pytest.approx(0.5)
+    assert wait(4) == pytest.approx(1.0)
