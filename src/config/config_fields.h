@@ -96,7 +96,7 @@ void visit(V& v, KdConfig& k) {
   v.choice("cache_tail", k.cache_tail, "teacher cache: the teacher mass outside the cached top k");
   v.integer("cache_verify_threads", k.cache_verify_threads, 0,
             "teacher cache: threads summing shard checksums ahead of their first read (0 = auto: the rank's "
-            "cores less 2, 1 to 4)");
+            "cores less 2, 1 to 4; 1 waits least when a disk, not the cores, sets the pace)");
   v.choice("loss", k.loss, "the distillation loss");
   v.number("temperature", k.temperature, positive(),
            "softmax temperature of teacher and student in the KD term");
