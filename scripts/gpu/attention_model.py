@@ -29,8 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bwd_sass_check import functions  # noqa: E402  (same folder)
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/, for kdtrain_hf
-from kdtrain_hf.variants import FEATURES  # noqa: E402
+from attention_model_variants import variant_rows, variants_line  # noqa: E402  (same folder)
 
 ROOT = next(str(p) for p in Path(__file__).resolve().parents if (p / "kernels" / "attention").is_dir())
 
@@ -381,57 +380,6 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False, affine=False):
 
 TARGETS = {64: 1.55, 128: 1.25}  # fwd + bwd, ms: docs/attention_model.md
 DETERMINISM_TARGET = 0.05  # the deterministic backward over its atomics timing build, at most
-VARIANT_TARGET = 1.10  # each variant's fwd + bwd over the baseline's (variant_attn_slowdown), at most
-
-
-def variant_extras_ms(shape, d, feats, a):
-    """What a variant adds beyond its own instantiations of the forward and backward main
-    kernels (whose loops the SASS count covers), as bytes at HBM (or L2) rate plus launches;
-    what differs inside the kernels' epilogues or the backward's prep is not counted.
-    Affine: the v prefix scan before the forward and again in the backward (2 launches, its
-    bf16 input read by both, fp32 out), the forward epilogue's fp32 prefix rows (read per
-    query head, from L2), u (fp32, written by the prep, then scanned in reverse: 2 launches,
-    read twice, written once) and its scan read by the dK / dV epilogue. Gate: the sigmoid
-    gate's own forward (inp, gate in; out) and backward (dout, inp, gate in; dinp, dgate
-    out) kernels, outside the attention kernels (kernels/sigmoid_gate.cuh)."""
-    B, T, H = shape["B"], shape["T"], shape["HD"] // d
-    kv, q = B * T * (H // shape["gqa"]) * d, B * T * H * d  # elements of v (one head per group) and of out
-    hbm = l2 = launches = 0
-    if feats.affine:
-        hbm += 2 * (2 * kv * 2 + kv * 4)  # v scans: bf16 read twice, fp32 written
-        hbm += kv * 4 + 2 * kv * 4 + kv * 4 + kv * 4  # u written; its scan (read twice, written); read back
-        l2 += q * 4
-        launches += 4 + 2
-    if feats.gate:
-        hbm += 3 * q * 2 + 5 * q * 2
-        launches += 2
-    return hbm / (a["hbm_tbs"] * 1e9) + l2 / (a["l2_tbs"] * 1e9) + launches * a["launch_us"] / 1e3
-
-
-def variants_line(rows):
-    """One head dim's variants: each one's fwd + bwd lower bound and ratio to the baseline."""
-    over = [r["variant"] for r in rows if r["slowdown"] > VARIANT_TARGET]
-    return (f"D {rows[0]['D']} variants (wgmma fwd + wgmma bwd + side kernels, lower bounds): " +
-            ", ".join(f"{r['variant']} {r['fwd_bwd_ms']:.3f} ms ({r['slowdown']:.2f}x)" for r in rows) +
-            f"; variant_attn_slowdown target <= {VARIANT_TARGET:.2f}x: " +
-            (f"missed by {', '.join(over)}" if over else "met by all"))
-
-
-def variant_rows(fns, regs, shape, d, a):
-    """fwd + bwd of every variant (the wgmma forward and the deterministic wgmma backward,
-    each variant's instantiation, plus variant_extras_ms) and its ratio to the baseline's."""
-    rows = []
-    for name, feats in FEATURES.items():
-        f = forward(fns["fwd_sm90a"], regs["fwd_sm90a"], shape, d, a, True, feats.sink, feats.affine)
-        b = backward(fns["bwd_sm90a"], regs["bwd_sm90a"], shape, d, a, False, True, feats.affine)
-        extra = variant_extras_ms(shape, d, feats, a)
-        rows.append({"D": d, "variant": name, "fwd_ms": f["ms"], "bwd_ms": b["ms"], "extras_ms": extra,
-                     "fwd_bwd_ms": f["ms"] + b["ms"] + extra, "fwd_bound": f["bound"], "bwd_bound": b["bound"]})
-    base = next(r["fwd_bwd_ms"] for r in rows if r["variant"] == "baseline")
-    for r in rows:
-        r["slowdown"] = r["fwd_bwd_ms"] / base
-    return rows
-
 # The only back-test of this method: the same SASS clock count applied to commit e64f2ce's
 # kernels (WMMA, few warps per SMSP), whose times an H100 measured (../shared/gpu-runs/
 # 2026-11-22-e64f2ce). Predicted ranges and measured times as that review tabulates them.
@@ -507,7 +455,11 @@ def main():
                                      "over_target": total / TARGETS[d] - 1, "atomics_ms": atomics["ms"],
                                      "determinism_cost": bwd["ms"] / atomics["ms"] - 1,
                                      "calibrated": calibrated(total, TARGETS[d], ranges)})
-        result["variants"] += variant_rows(fns, regs, shape, d, ASSUME)
+        for bwd_build, wgmma in (("bwd", False), ("bwd_sm90a", True)):
+            result["variants"] += variant_rows(
+                lambda sink, affine: forward(fns["fwd_sm90a"], regs["fwd_sm90a"], shape, d, ASSUME, True, sink, affine),
+                lambda affine: backward(fns[bwd_build], regs[bwd_build], shape, d, ASSUME, False, wgmma, affine),
+                shape, d, ASSUME)
     print(f"shape: B {shape['B']}, T {shape['T']}, H*D {shape['HD']}, GQA {shape['gqa']}, causal, bf16; "
           f"H100 SXM at {ASSUME['clock_ghz']} GHz (assumptions: --json)")
     print(f"{'kernel':<24} {'D':>4} {'regs':>5} {'bound':>7} {'clk/tile':>9} {'eff':>5} {'ms':>7}")
@@ -534,7 +486,8 @@ def main():
     for t in result["totals"]:
         print(calibration_line(t))
     for d in (64, 128):
-        print(variants_line([r for r in result["variants"] if r["D"] == d]))
+        for bwd in ("bwd_main", "bwd_main wgmma"):
+            print(variants_line([r for r in result["variants"] if r["D"] == d and r["backward"] == bwd]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

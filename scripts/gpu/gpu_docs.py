@@ -29,7 +29,7 @@ WINDOW_KEYS = ("tests_passed", "tests_failed", "tests_cut", "attn_fwd_ms", "attn
                "cached_teacher_step_vs_student", "peak_device_bytes", "peak_device_bytes_torch_compile",
                "tests_status", "tests_skipped", "bench_config", "step_speedup_vs_torch_with_teacher",
                "peak_device_bytes_with_teacher", "peak_device_bytes_torch_with_teacher", "attention_ms",
-               "attn_fwdbwd_vs_model")
+               "attn_fwdbwd_vs_model", "variant_attn_slowdown_vs_model")
 # Files of a window's output folder kept in docs/gpu/DATE-COMMIT/ (raw.tgz up to RAW_LIMIT).
 WINDOW_FILES = ("env.txt", "window.log", "summary.json", "table.txt", "raw.tgz")
 RAW_LIMIT = 4 * 2**20

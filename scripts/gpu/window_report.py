@@ -91,32 +91,66 @@ def kernels_of(row):
     return {"forward": found.get("forward"), "backward": backward}
 
 
+def model_variant(predictions, r, kernels):
+    """The model's row (predictions.json "variants") for kdtrain row r's variant, head dim and
+    the two kernels it ran, or None."""
+    return next((v for v in (predictions or {}).get("variants") or [] if (v.get("D"), v.get("variant")) ==
+                 (r.get("D"), r.get("attention")) and (v.get("forward"), v.get("backward")) ==
+                 (kernels["forward"], kernels["backward"])), None)
+
+
 def measured_vs_predicted(rows, predictions):
     """attn_fwd_ms and attn_bwd_ms: per head dim and kdtrain row (the baseline on each build
     and kernel choice, and each variant), {"measured", "kernel", "predicted"}. Predictions:
-    the pack's predictions.json (scripts/gpu/attention_model.py --json: "kernels", each with
-    its "kernel" name, "D" and "ms"), null where it has none for that kernel and head dim."""
+    the pack's predictions.json (scripts/gpu/attention_model.py --json): a baseline row's from
+    "kernels" (each with its "kernel" name, "D" and "ms"), another variant's from "variants"
+    (its own kernel instantiations and side kernels, for the two kernels the row ran); null
+    where it has none."""
     predicted = {(k.get("D"), k.get("kernel")): k.get("ms") for k in (predictions or {}).get("kernels") or []}
     out = {"forward": {}, "backward": {}}
     for r in rows:
         if "fwd_bwd_ms" not in r:
             continue
         kernels = kernels_of(r)
-        for pass_, key in (("forward", "forward_ms"), ("backward", "backward_ms")):
+        variant = model_variant(predictions, r, kernels) if r.get("attention") != "baseline" else None
+        for pass_, key, model_key in (("forward", "forward_ms", "fwd_ms"), ("backward", "backward_ms", "bwd_ms")):
+            if r.get("attention") == "baseline":
+                guess = predicted.get((r["D"], kernels[pass_]))
+            else:
+                guess = (variant or {}).get(model_key)
             out[pass_].setdefault(str(r["D"]), {})[kdtrain_name(r)] = {
-                "measured": r.get(key), "kernel": kernels[pass_], "predicted": predicted.get((r["D"], kernels[pass_]))}
+                "measured": r.get(key), "kernel": kernels[pass_], "predicted": guess}
     return out["forward"] or None, out["backward"] or None
 
 
+def variant_slowdown_vs_model(rows, predictions):
+    """variant_attn_slowdown_vs_model: per head dim and variant, the measured fwd+bwd over the
+    baseline's (the default build's rows) beside the model's ratio for the same two kernels
+    ("variants" of predictions.json); predicted null where the model has no such row or the
+    baseline ran other kernels."""
+    mine = [r for r in rows if "fwd_bwd_ms" in r and not r.get("build")]
+    out = {}
+    for base in (r for r in mine if r.get("attention") == "baseline"):
+        base_kernels = kernels_of(base)
+        for r in (r for r in mine if r.get("D") == base.get("D")):
+            kernels = kernels_of(r)
+            v = model_variant(predictions, r, kernels) if kernels == base_kernels else None
+            out.setdefault(str(r["D"]), {})[r["attention"]] = {
+                "measured": r["fwd_bwd_ms"] / base["fwd_bwd_ms"], "predicted": v and v.get("slowdown"),
+                "kernels": f"{kernels['forward']} + {kernels['backward']}"}
+    return out or None
+
+
 def fwdbwd_vs_model(rows, predictions):
-    """attn_fwdbwd_vs_model: per head dim and kdtrain row whose two kernels the model totals
-    (predictions.json "totals", each with its back-test band in "calibrated"), the measured
-    fwd+bwd ms beside the model's lower bound and band, and where the measurement falls."""
+    """attn_fwdbwd_vs_model: per head dim and baseline kdtrain row whose two kernels the model
+    totals (predictions.json "totals", the baseline's, each with its back-test band in
+    "calibrated"), the measured fwd+bwd ms beside the model's lower bound and band, and where
+    the measurement falls. Other variants: variant_slowdown_vs_model."""
     totals = {(t.get("D"), t.get("forward"), t.get("backward")): t.get("calibrated")
               for t in (predictions or {}).get("totals") or []}
     out = {}
     for r in rows:
-        if "fwd_bwd_ms" not in r:
+        if "fwd_bwd_ms" not in r or r.get("attention") != "baseline":
             continue
         kernels = kernels_of(r)
         c = totals.get((r.get("D"), kernels["forward"], kernels["backward"]))
@@ -151,6 +185,7 @@ def window_summary(outdir, commit, gpu, gpu_run=True):
     predictions = g.read_json(os.path.join(outdir, "predictions.json"))
     s["attn_fwd_ms"], s["attn_bwd_ms"] = measured_vs_predicted(rows, predictions)
     s["attn_fwdbwd_vs_model"] = fwdbwd_vs_model(rows, predictions)
+    s["variant_attn_slowdown_vs_model"] = variant_slowdown_vs_model(rows, predictions)
     s["attention_ms"] = attention_times(rows)
     s["attention_errors"] = [{k: r.get(k) for k in ("kind", "case", "attention", "variant", "build", "D", "error")}
                              for r in rows if "error" in r]
@@ -180,6 +215,10 @@ def window_table(s):
             rows.append((f"attention D={D} {name} fwd+bwd ({t['kernels']}): measured / model lower bound, band ms",
                          f"{g.fmt(t['measured'])} / {g.fmt(t['lower_bound'])}, {g.fmt(t['band'][0])}-"
                          f"{g.fmt(t['band'][1])} ({t['where']})"))
+    for D, per in sorted((s.get("variant_attn_slowdown_vs_model") or {}).items()):
+        for variant, t in per.items():
+            rows.append((f"variant_attn_slowdown D={D} {variant} ({t['kernels']}): measured / model",
+                         f"{g.fmt(t['measured'])} / {g.fmt(t['predicted'])}"))
     for e in s.get("attention_errors") or []:
         name = e.get("case") or kdtrain_name({"build": e.get("build"), "attention": e.get("variant")})
         rows.append((f"attention D={e['D']} {name}", f"error: {str(e['error'])[-120:]}"))

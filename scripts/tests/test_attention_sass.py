@@ -232,18 +232,18 @@ def test_performance_model_predicts_each_kernel(built, tmp_path):
     assert "clock_ghz" in result["assumptions"]
     # Every variant at both head dims, each its own kernels' instantiation: the baseline row
     # is the wgmma total, the others at least its kernels' time plus their side costs.
-    import attention_model
-    rows = {(v["variant"], v["D"]): v for v in result["variants"]}
-    assert set(rows) == {(v, d) for v in attention_model.FEATURES for d in (64, 128)}
-    for d in (64, 128):
-        base = rows[("baseline", d)]
-        wgmma_total = next(t for t in result["totals"] if t["D"] == d and t["backward"] == "bwd_main wgmma")
-        assert base["slowdown"] == 1 and base["fwd_bwd_ms"] == pytest.approx(wgmma_total["fwd_bwd_ms"])
-        for (v, dv), row in rows.items():
-            if dv == d:
-                assert row["fwd_bwd_ms"] == pytest.approx(row["fwd_ms"] + row["bwd_ms"] + row["extras_ms"])
+    import attention_model_variants
+    rows = {(v["variant"], v["D"], v["backward"]): v for v in result["variants"]}
+    assert set(rows) == {(v, d, b) for v in attention_model_variants.FEATURES for d in (64, 128)
+                         for b in ("bwd_main", "bwd_main wgmma")}
+    for t in result["totals"]:  # the baseline row of each backward is that backward's total
+        base = rows[("baseline", t["D"], t["backward"])]
+        assert base["slowdown"] == 1 and base["fwd_bwd_ms"] == pytest.approx(t["fwd_bwd_ms"])
+        for (v, d, b), row in rows.items():
+            if (d, b) == (t["D"], t["backward"]):
+                assert row["fwd_bwd_ms"] == pytest.approx(row["fwd_ms"] + row["bwd_ms"])
                 assert row["slowdown"] == pytest.approx(row["fwd_bwd_ms"] / base["fwd_bwd_ms"])
-    assert r.stdout.count("variant_attn_slowdown target") == 2
+    assert r.stdout.count("variant_attn_slowdown target") == 4
 
 
 @pytest.mark.parametrize("d", [64, 128])

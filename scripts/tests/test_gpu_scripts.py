@@ -227,14 +227,21 @@ def test_window_summary_synthetic(tmp_path):
         {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "atomic-dq+train.attention_backward:wgmma",
          "forward_ms": 0.6, "backward_ms": 0.8, "fwd_bwd_ms": 1.4, "attention_paths": wgmma_bwd},
         {"kind": "kdtrain", "variant": "baseline", "D": 128, "build": "KDTRAIN_FLASH_FORWARD:wgmma",
-         "error": "refused"}])
+         "error": "refused"},
+        {"kind": "kdtrain", "attention": "affine", "D": 64, "forward_ms": 0.7, "backward_ms": 1.5,
+         "fwd_bwd_ms": 2.2, "attention_paths": path_reason},
+        {"kind": "kdtrain", "attention": "sink", "D": 64, "forward_ms": 0.6, "backward_ms": 1.5,
+         "fwd_bwd_ms": 2.1, "attention_paths": wgmma_bwd}])
     write(tmp_path / "predictions.json", json.dumps({"kernels": [  # attention_model.py --json
         {"kernel": "wgmma", "D": 64, "ms": 0.55}, {"kernel": "mma_sync", "D": 64, "ms": 0.7},
         {"kernel": "bwd_main", "D": 64, "ms": 1.2}, {"kernel": "bwd_main atomics", "D": 64, "ms": 1.1},
         {"kernel": "bwd_main wgmma", "D": 64, "ms": 0.8}, {"kernel": "bwd_main wgmma atomics", "D": 64, "ms": 0.75}],
         "totals": [{"D": 64, "forward": "wgmma", "backward": backward, "calibrated": {
             "lower_bound_ms": lower, "band_ms": band}} for backward, lower, band in (
-                ("bwd_main", 1.75, [2.2, 2.6]), ("bwd_main wgmma", 1.35, [1.4, 1.45]))]}))
+                ("bwd_main", 1.75, [2.2, 2.6]), ("bwd_main wgmma", 1.35, [1.4, 1.45]))],
+        "variants": [{"D": 64, "variant": v, "forward": "wgmma", "backward": "bwd_main", "fwd_ms": f, "bwd_ms": b,
+                      "slowdown": x} for v, f, b, x in (("baseline", 0.55, 1.2, 1.0), ("affine", 0.6, 1.3, 1.1),
+                                                        ("sink", 0.55, 1.2, 1.0))]}))
     write(tmp_path / "phases.jsonl", '{"phase": "a tests", "status": "ok", "seconds": 70}\n'
                                      '{"phase": "b attention", "status": "cut at 120 s", "seconds": 120}\n')
     write(tmp_path / "nccl.log", "...\n   single vs nccl: the same bits\n   single vs nccl_after: the same bits\n"
@@ -264,6 +271,15 @@ def test_window_summary_synthetic(tmp_path):
                                             "band": [2.2, 2.6], "where": "under the band"}
     assert vs_model["kdtrain[train.attention_backward:wgmma] baseline"]["where"] == "above the band"
     assert s["attn_determinism_cost_by_choice"] == {"64": {"train.attention_backward:wgmma": pytest.approx(1.5 / 1.4 - 1)}}
+    # A variant's own prediction, not its baseline kernel's; none for kernels the model has no row of.
+    assert s["attn_fwd_ms"]["64"]["kdtrain affine"] == {"measured": 0.7, "kernel": "wgmma", "predicted": 0.6}
+    assert s["attn_bwd_ms"]["64"]["kdtrain affine"]["predicted"] == 1.3
+    assert s["attn_bwd_ms"]["64"]["kdtrain sink"] == {"measured": 1.5, "kernel": "bwd_main wgmma", "predicted": None}
+    # Against the default build's baseline (2.0 ms): the model's ratio only where the kernels match.
+    assert s["variant_attn_slowdown_vs_model"]["64"]["affine"] == {
+        "measured": pytest.approx(1.1), "predicted": 1.1, "kernels": "wgmma + bwd_main"}
+    assert s["variant_attn_slowdown_vs_model"]["64"]["sink"]["predicted"] is None
+    assert s["variant_attn_slowdown_vs_model"]["64"]["baseline"]["measured"] == 1.0
     assert s["nccl"] == "nccl: passed" and s["nccl_world1_identical"] is True
     assert s["env"]["gpu"].startswith("NVIDIA H100")
     table = window_report.window_table(s)
@@ -274,13 +290,15 @@ def test_window_summary_synthetic(tmp_path):
     assert lines["attention D=64 kdtrain baseline fwd+bwd (wgmma + bwd_main): measured / model lower bound, band ms"
                  ].endswith("2.00 / 1.75, 2.20-2.60 (under the band)")
     assert lines["attention D=128 kdtrain[KDTRAIN_FLASH_FORWARD:wgmma] baseline"].endswith("error: refused")
+    assert lines["variant_attn_slowdown D=64 affine (wgmma + bwd_main): measured / model"].endswith("1.10 / 1.10")
     assert table.splitlines()[-1].startswith("overall") and "failed" in table.splitlines()[-1]
     doc = gpu_docs.latest_doc(s)
     assert set(doc) == {"commit", "gpu", *gpu_docs.WINDOW_KEYS}
     for key in ("step_speedup_vs_torch_compile", "mfu_1b_t2048", "cached_teacher_step_vs_student",
                 "peak_device_bytes", "peak_device_bytes_torch_compile"):
         assert doc[key] is None, key  # not measured: null, never a guess
-    assert doc["variant_attn_slowdown"] == {"64": {"baseline": 1.0}}
+    assert doc["variant_attn_slowdown"] == {"64": {"baseline": 1.0, "affine": pytest.approx(1.1),
+                                                   "sink": pytest.approx(1.05)}}
     assert gpu_report.main(["window", str(tmp_path), "--commit", "abc", "--gpu", "H100"]) == 0
     assert json.loads((tmp_path / "latest.json").read_text()) == json.loads(json.dumps(doc))
 
