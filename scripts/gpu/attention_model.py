@@ -301,8 +301,8 @@ def forward(fns, regs, shape, d, a, wgmma, sink=False, affine=False):
     pairs = sum(per_block) * B * H
     ms = pairs * clk / a["sms"] / eff / (a["clock_ghz"] * 1e6) + a["launch_us"] / 1e3
     return {"kernel": "wgmma" if wgmma else "mma_sync", "D": d, "tile": [br, bc], "warps": warps,
-            "registers": regs.get(name), "ctas_per_sm": ctas, "masked_fraction": f_masked, "per_tile_per_warp": c, "pipes_clk": pipes,
-            "bound": bound, "tile_clk": clk, "tile_pairs": pairs, "slot_efficiency": eff, "ms": ms}
+            "registers": regs.get(name), "ctas_per_sm": ctas, "masked_fraction": f_masked, "per_tile_per_warp": c,
+            "pipes_clk": pipes, "bound": bound, "tile_clk": clk, "tile_pairs": pairs, "slot_efficiency": eff, "ms": ms}
 
 
 def dq_writer_warp_clk(d, br, a):
@@ -380,6 +380,7 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False, affine=False):
 
 TARGETS = {64: 1.55, 128: 1.25}  # fwd + bwd, ms: docs/attention_model.md
 DETERMINISM_TARGET = 0.05  # the deterministic backward over its atomics timing build, at most
+
 # The only back-test of this method: the same SASS clock count applied to commit e64f2ce's
 # kernels (WMMA, few warps per SMSP), whose times an H100 measured (../shared/gpu-runs/
 # 2026-11-22-e64f2ce). Predicted ranges and measured times as that review tabulates them.
