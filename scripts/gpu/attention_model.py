@@ -129,6 +129,14 @@ def loops(ins):
     return out
 
 
+def forward_target(ins, at, k):
+    """Index of the instruction a forward BRA at k jumps to, else None."""
+    m = re.match(r"(0x[0-9a-f]+)", ins[k][2])
+    if ins[k][1].startswith("BRA") and m and int(m.group(1), 16) > ins[k][0]:
+        return at.get(int(m.group(1), 16))
+    return None
+
+
 ONE_THREAD_OPS = ("LDG.E.STRONG", "STG.E.STRONG", "UBLKRED", "UBLKCP", "NANOSLEEP", "CCTL", "MEMBAR.ALL.GPU",
                   "MEMBAR.SC.GPU")
 BLOCK_WIDE_OPS = ("HMMA", "HGMMA", "WARPGROUP", "BAR.", "LDGSTS", "LDSM")
@@ -141,22 +149,14 @@ def one_warp_code(ins, f, l):
     at = {a: i for i, (a, _, _) in enumerate(ins)}
     out = set()
     for k in range(f, l + 1):
-        m = re.match(r"(0x[0-9a-f]+)", ins[k][2])
-        if not (ins[k][1].startswith("BRA") and m and ins[k][0] < int(m.group(1), 16) and int(m.group(1), 16) in at):
+        t = forward_target(ins, at, k)
+        if t is None:
             continue
-        skipped = range(k + 1, min(at[int(m.group(1), 16)], l + 1))
+        skipped = range(k + 1, min(t, l + 1))
         ops = [ins[j][1] for j in skipped]
         if any(op.startswith(ONE_THREAD_OPS) for op in ops) and not any(op.startswith(BLOCK_WIDE_OPS) for op in ops):
             out.update(skipped)
     return out
-
-
-def forward_target(ins, at, k):
-    """Index of the instruction a forward BRA at k jumps to, else None."""
-    m = re.match(r"(0x[0-9a-f]+)", ins[k][2])
-    if ins[k][1].startswith("BRA") and m and int(m.group(1), 16) > ins[k][0]:
-        return at.get(int(m.group(1), 16))
-    return None
 
 
 def masked_branches(ins, f, l):
