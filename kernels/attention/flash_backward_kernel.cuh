@@ -88,9 +88,9 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     if (tc::warp_id() >= L::kWarps) return dq_writer_warp<D, kAffine>(a, smem, w);
     tc::set_max_registers<kMmaRegisters, true>();
   }
-  using Kv = KvFragments<D, L::Bc, kWgmma && kKvInRegisters<D>>;  // A of S^T / dP^T at D 64 (sm_90a)
+  constexpr bool kKvHeld = kWgmma && kKvInRegisters<D>;  // A of S^T / dP^T in registers (sm_90a, D 64)
   load_kv<D, kAffine, kWgmma>(a, smem, w);
-  if constexpr (Kv::kHeld) tc::cp_async_commit();  // K / V a group of their own: read below, before step 0's
+  if constexpr (kKvHeld) tc::cp_async_commit();  // K / V a group of their own: read below, before step 0's
   load_step<D, kAffine, kWgmma>(a, smem, w.b, w.g, 0, 0);
   tc::cp_async_commit();
 
@@ -107,8 +107,8 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   auto* dSs = reinterpret_cast<uint16_t*>(smem + L::kDs);
   auto* rs_part = reinterpret_cast<float*>(smem + L::kRs);
   DqWriter<D, kAffine> writer;
-  Kv kv;
-  if constexpr (Kv::kHeld) {  // once per item, outside the step loop: its code then runs once, as counted
+  KvFragments<D, L::Bc, kKvHeld> kv;
+  if constexpr (kKvHeld) {  // once per item, outside the step loop: its code then runs once, as counted
     tc::cp_async_wait<1>();   // this thread's K / V copies (step 0's stay in flight)
     mma_barrier<kWriterWarp>();
     kv.load(Ks, Vs, ln.warp, ln.lane);

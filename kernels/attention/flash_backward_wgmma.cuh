@@ -33,13 +33,11 @@ constexpr bool kKvInRegisters = D == 64;
 // product of the work item. Empty when not kRegs (A read by descriptor).
 template <int D, int Bc, bool kRegs>
 struct KvFragments {
-  static constexpr bool kHeld = false;
   TC_DEVICE void load(const uint16_t*, const uint16_t*, int, int) {}
 };
 
 template <int D, int Bc>
 struct KvFragments<D, Bc, true> {
-  static constexpr bool kHeld = true;
   uint32_t k[D / 16][4], v[D / 16][4];
   TC_DEVICE void load(const uint16_t* Ks, const uint16_t* Vs, int warp, int lane) {
     using KT = tc::WgmmaTile<Bc, D>;
