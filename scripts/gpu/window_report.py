@@ -112,12 +112,10 @@ def measured_vs_predicted(rows, predictions):
         if "fwd_bwd_ms" not in r:
             continue
         kernels = kernels_of(r)
-        variant = model_variant(predictions, r, kernels) if r.get("attention") != "baseline" else None
+        baseline = r.get("attention") == "baseline"
+        variant = {} if baseline else model_variant(predictions, r, kernels) or {}
         for pass_, key, model_key in (("forward", "forward_ms", "fwd_ms"), ("backward", "backward_ms", "bwd_ms")):
-            if r.get("attention") == "baseline":
-                guess = predicted.get((r["D"], kernels[pass_]))
-            else:
-                guess = (variant or {}).get(model_key)
+            guess = predicted.get((r["D"], kernels[pass_])) if baseline else variant.get(model_key)
             out[pass_].setdefault(str(r["D"]), {})[kdtrain_name(r)] = {
                 "measured": r.get(key), "kernel": kernels[pass_], "predicted": guess}
     return out["forward"] or None, out["backward"] or None
