@@ -78,7 +78,9 @@ gpu_build() {
 # kernel_choices.py). Without a pack it is plain python3.
 python3() {
   if [[ -n "${GPU_PYTHON_LIBRARY_PATH+set}" ]]; then
-    LD_LIBRARY_PATH="$GPU_PYTHON_LIBRARY_PATH" KDTRAIN_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" command python3 "$@"
+    # KDTRAIN_LD_LIBRARY_PATH first: bash expands a command's assignments left to right,
+    # so after LD_LIBRARY_PATH=... it would read Python's path, not the pack's.
+    KDTRAIN_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" LD_LIBRARY_PATH="$GPU_PYTHON_LIBRARY_PATH" command python3 "$@"
   else
     command python3 "$@"
   fi

@@ -46,8 +46,9 @@
 # Environment: WINDOW_SECONDS, DEVICE (cuda), FIRST_VARIANTS, TORCH_VARIANTS (all), TEACHER
 # (llama3.2-3b; "" skips), SANITIZE=0, the test filters PRIMITIVES FLASH ATTENTION REALISTIC
 # KERNELS SANITIZE_FILTER ("" skips a suite), the step shape PRESET SEQ MICRO_BATCH STEPS
-# WARMUP, ATTN_ARGS (more bench_attention.py arguments), ATTN_BUILDS (more --kdtrain-build
-# specs, one a line: the hook for a build or kernel the binary does not announce),
+# WARMUP, the caps ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 50; the
+# first gets 10 more), ATTN_ARGS (more bench_attention.py arguments), ATTN_BUILDS (more
+# --kdtrain-build specs, one a line: the hook for a build or kernel the binary does not announce),
 # GPU_PACK_DIR, GPU_SITE_PACKAGES, GPU_DOCS_ROOT (the scripts' own tests set these).
 # DEVICE=cpu runs the same sequence on the CPU at tiny shapes: a smoke test of the script (CI).
 START=$(date +%s)

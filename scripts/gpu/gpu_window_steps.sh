@@ -38,10 +38,10 @@ PRELUDE_ALLOWANCE=20
 plan() {
   local V cap
   echo "a tests|90|10|first|tests_a"
-  echo "b attention|80|15|first|attention_b"
+  echo "b attention|${ATTN_SECONDS:-80}|15|first|attention_b"
   echo "c kdtrain step ${FIRST_VARIANTS}|45|15|first|step_kdtrain $FIRST_VARIANTS"
   for V in $FIRST_VARIANTS; do
-    cap=50; [[ $V == baseline ]] && cap=60  # the first compile fills Inductor's cache for the others
+    cap=${TORCH_SECONDS:-50}; [[ $V == baseline ]] && cap=$((cap + 10))  # the first compile fills Inductor's cache for the others
     torch_wanted "$V" && echo "c torch $TORCH_MODE $V|$cap|35|first|step_torch $V"
   done
   [[ "$DEVICE" == cuda ]] && echo "d nccl|40|25|first|nccl_d"
