@@ -1,9 +1,11 @@
 """docs/gpu/: what a GPU session measured, kept in the repository (scripts/gpu/gpu_report.py).
 
 - docs/gpu/latest.json: one session's keys (WINDOW_KEYS, each null until measured; never
-  an estimate), merged by gpu_check/gpu_bench --update-docs, written whole by a window;
-- docs/gpu/DATE-COMMIT/: the files a window returned (env.txt, window.log, summary.json,
-  table.txt, raw.tgz);
+  an estimate) for one commit and GPU: each script's or window's measurements replace the
+  earlier ones, and what it did not measure keeps the earlier value (a second, shorter
+  window of the same build adds to the first instead of erasing it);
+- docs/gpu/DATE-COMMIT/ (DATE-COMMIT-2, -3 for later windows of that day and commit): the
+  files a window returned (env.txt, window.log, summary.json, table.txt, raw.tgz);
 - the measured table of docs/performance.md, rewritten from latest.json.
 
 import_window(DIR) does all three from a window's output folder: on the GPU machine after
@@ -30,6 +32,8 @@ WINDOW_KEYS = ("tests_passed", "tests_failed", "tests_cut", "attn_fwd_ms", "attn
                "tests_status", "tests_skipped", "bench_config", "step_speedup_vs_torch_with_teacher",
                "peak_device_bytes_with_teacher", "peak_device_bytes_torch_with_teacher", "attention_ms",
                "attn_fwdbwd_vs_model", "variant_attn_slowdown_vs_model")
+# The tests' keys: unmeasured, all of them, from a window that ran no suite.
+TEST_KEYS = ("tests_passed", "tests_failed", "tests_cut", "tests_status", "tests_skipped")
 # Files of a window's output folder kept in docs/gpu/DATE-COMMIT/ (raw.tgz up to RAW_LIMIT).
 WINDOW_FILES = ("env.txt", "window.log", "summary.json", "table.txt", "raw.tgz")
 RAW_LIMIT = 4 * 2**20
@@ -45,13 +49,23 @@ def measured(value):
 def latest_doc(summary, keys=WINDOW_KEYS):
     """The latest.json object of one run: commit, gpu and `keys`, each null when not measured."""
     doc = {"commit": summary["commit"], "gpu": summary["gpu"]}
-    doc.update({k: measured(summary.get(k)) for k in keys})
+    no_tests = summary.get("tests_status") == "not run"
+    doc.update({k: None if no_tests and k in TEST_KEYS else measured(summary.get(k)) for k in keys})
     return doc
 
 
+def merged(old, new):
+    """`new` over `old`: what `new` measured replaces `old`'s value, what it did not keeps it,
+    key by key inside per-variant and per-head-dim objects too."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return measured({**old, **{k: merged(old.get(k), v) for k, v in new.items()}})
+    return old if measured(new) is None else new
+
+
 def update_latest(path, summary, keys):
-    """Merges `keys` of `summary` into the JSON file at `path`; starts the file over when
-    its commit or GPU differs from the summary's. Returns the merged object."""
+    """Merges `keys` of `summary` into the JSON file at `path` (merged: a key it did not
+    measure keeps the file's value); starts the file over when its commit or GPU differs
+    from the summary's. Returns the merged object."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -59,7 +73,7 @@ def update_latest(path, summary, keys):
         doc = {}
     if doc.get("commit") != summary["commit"] or doc.get("gpu") != summary["gpu"]:
         doc = {}
-    doc.update(latest_doc(summary, keys))
+    doc.update({k: merged(doc.get(k), v) for k, v in latest_doc(summary, keys).items()})
     g.write_json(path, doc)
     return doc
 
@@ -127,10 +141,17 @@ def update_markdown(path, doc):
     os.replace(tmp, path)
 
 
-def run_folder_name(summary):
-    """DATE-COMMIT (the run's UTC date from env.txt, the commit's first 7 characters)."""
+def run_folder(gpu_dir, summary):
+    """gpu_dir/DATE-COMMIT (the run's UTC date from env.txt, the commit's first 7
+    characters), or DATE-COMMIT-2, -3 ... where an earlier window of that date and commit
+    holds it (the same window imported again goes back to its own folder)."""
     date = str((summary.get("env") or {}).get("date") or "")[:10] or "undated"
-    return f"{date}-{str(summary['commit'])[:7]}"
+    base = os.path.join(gpu_dir, f"{date}-{str(summary['commit'])[:7]}")
+    folder, n = base, 1
+    while os.path.isdir(folder) and g.read_json(os.path.join(folder, "summary.json")) not in (None, summary):
+        n += 1
+        folder = f"{base}-{n}"
+    return folder
 
 
 def import_window(window_dir, docs_root):
@@ -146,7 +167,7 @@ def import_window(window_dir, docs_root):
         return 2
     latest = os.path.join(docs_root, "gpu", "latest.json")
     doc = update_latest(latest, summary, WINDOW_KEYS)
-    folder = os.path.join(docs_root, "gpu", run_folder_name(summary))
+    folder = run_folder(os.path.join(docs_root, "gpu"), summary)
     os.makedirs(folder, exist_ok=True)
     kept = []
     for name in WINDOW_FILES:

@@ -128,9 +128,16 @@ def test_update_latest_keeps_one_session(tmp_path):
     doc = gpu_docs.update_latest(path, bench, ("mfu_1b_t2048",))
     assert doc == {"commit": "c1", "gpu": "H100", "tests_passed": 30, "tests_failed": 0,
                    "mfu_1b_t2048": {"baseline": 0.4}}
+    # A later run of the same commit and GPU that did not measure a key keeps the earlier
+    # value, variant by variant; what it measured replaces it.
+    doc = gpu_docs.update_latest(path, dict(bench, mfu_1b_t2048={"baseline": None, "sink": 0.5}), ("mfu_1b_t2048",))
+    assert doc["mfu_1b_t2048"] == {"baseline": 0.4, "sink": 0.5}
+    doc = gpu_docs.update_latest(path, dict(bench, mfu_1b_t2048={"baseline": 0.45}), ("mfu_1b_t2048",))
+    assert doc["mfu_1b_t2048"] == {"baseline": 0.45, "sink": 0.5}
     # A per-variant key with nothing measured is null, never a dict of nulls.
-    doc = gpu_docs.update_latest(path, dict(bench, mfu_1b_t2048={"baseline": None}), ("mfu_1b_t2048",))
-    assert doc["mfu_1b_t2048"] is None
+    fresh = gpu_docs.update_latest(str(tmp_path / "other.json"), dict(bench, mfu_1b_t2048={"baseline": None}),
+                                   ("mfu_1b_t2048",))
+    assert fresh["mfu_1b_t2048"] is None
     # Another commit: the old keys go, never mixed with the new ones.
     doc = gpu_docs.update_latest(path, dict(bench, commit="c2"), ("mfu_1b_t2048",))
     assert doc == {"commit": "c2", "gpu": "H100", "mfu_1b_t2048": {"baseline": 0.4}}
@@ -330,6 +337,19 @@ def test_import_window_into_docs(tmp_path):
     text = (docs / "performance.md").read_text()
     assert "| tests passed / failed / cut (status) | 7 / 0 / 2 (cut) |" in text
     assert "baseline 41.0%, sink not measured" in text and "| nccl_world1_identical | false |" in text
+    # Imported again: the same folder. A second, shorter window of the commit that day (no
+    # suite run, another variant measured): its own folder, and latest.json keeps the first's.
+    assert gpu_report.main(["import", str(window), "--docs-root", str(docs)]) == 0
+    second = dict(summary, tests_passed=None, tests_failed=None, tests_cut=None, tests_status="not run",
+                  tests_skipped=0, mfu_1b_t2048={"baseline": None, "sink": 0.43}, nccl_world1_identical=None,
+                  env={"date": "2026-11-28T10:20:00Z"})
+    write(window / "summary.json", json.dumps(second))
+    assert gpu_report.main(["import", str(window), "--docs-root", str(docs)]) == 0
+    assert sorted(p.name for p in (docs / "gpu").iterdir()) == ["2026-11-28-0123456", "2026-11-28-0123456-2",
+                                                               "latest.json"]
+    doc = json.loads((docs / "gpu" / "latest.json").read_text())
+    assert (doc["tests_passed"], doc["tests_status"], doc["tests_skipped"]) == (7, "cut", None)
+    assert doc["mfu_1b_t2048"] == {"baseline": 0.41, "sink": 0.43} and doc["nccl_world1_identical"] is False
     # A run that named no GPU never reaches the docs.
     write(window / "summary.json", json.dumps(dict(summary, gpu=None)))
     assert gpu_report.main(["import", str(window), "--docs-root", str(docs)]) == 2
