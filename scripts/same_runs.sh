@@ -69,14 +69,12 @@ for side in before after; do
   fi
 done
 
-python3 - "$OUT" <<'EOF'
+python3 - "$OUT" "$(dirname "$0")/report" <<'EOF'
 import json, pathlib, sys
+sys.path.insert(0, sys.argv[2])
+from metric_keys import arithmetic_rows
 out = pathlib.Path(sys.argv[1])
 CONFIGS = ("config.json", "run_config.json")  # settings: compared key by key, below
-
-
-def timing(key):
-    return key in {"tokens_per_s", "step_time_s", "peak_memory_bytes"} or key.endswith("_seconds")
 
 
 def flat(doc, prefix=""):
@@ -97,8 +95,7 @@ def config_diff(a, b, added):
 bad, added_keys = 0, set()
 for before in sorted(p for p in (out / "before").iterdir() if p.is_dir()):
     after = out / "after" / before.name
-    rows = [[{k: v for k, v in json.loads(l).items() if not timing(k)}
-             for l in (d / "metrics.jsonl").read_text().splitlines()] for d in (before, after)]
+    rows = [arithmetic_rows(d / "metrics.jsonl") for d in (before, after)]
     same = rows[0] == rows[1] and len(rows[0]) == 8
     ck = [before / "checkpoints", after / "checkpoints"]
     names = [sorted(str(p.relative_to(c)) for p in c.rglob("*") if p.is_file()) for c in ck]

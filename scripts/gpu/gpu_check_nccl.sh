@@ -58,12 +58,12 @@ train() {  # train NAME LAUNCHER... -- SETTINGS...
   grep -E "data parallel|gradient reduction" "$OUTDIR/$name.log" | head -2
 }
 same_bits() {  # same_bits A B: metrics (but timing) and final weights identical
-  python3 - "$OUTDIR/$1" "$OUTDIR/$2" <<'PY' || FAILED+=("$1 differs from $2")
-import json, sys, pathlib
-a, b = (pathlib.Path(p) for p in sys.argv[1:])
-timing = lambda k: any(w in k for w in ("time", "per_s", "peak", "memory"))
-rows = lambda d: [{k: v for k, v in json.loads(l).items() if not timing(k)}
-                  for l in (d / "metrics.jsonl").read_text().splitlines() if l]
+  python3 - "$OUTDIR/$1" "$OUTDIR/$2" "$ROOT/scripts/report" <<'PY' || FAILED+=("$1 differs from $2")
+import sys, pathlib
+sys.path.insert(0, sys.argv[3])
+from metric_keys import arithmetic_rows
+a, b = (pathlib.Path(p) for p in sys.argv[1:3])
+rows = lambda d: arithmetic_rows(d / "metrics.jsonl")
 latest = lambda d: d / "checkpoints" / (d / "checkpoints" / "latest").read_text().strip() / "model.safetensors"
 ok = rows(a) == rows(b) and len(rows(a)) == 20 and latest(a).read_bytes() == latest(b).read_bytes()
 print(f"   {a.name} vs {b.name}: {'the same bits' if ok else 'DIFFERENT'}")
