@@ -219,10 +219,9 @@ def test_window_summary_synthetic(tmp_path):
     suite(tmp_path, "primitives", "Passed 1 test case with 392 assertions.\n", 1, "[cuda][tc]")
     suite(tmp_path, "flash", "x.cpp:1: failed: a\nFailed 1 test case, failed 2 assertions.\n", 10, "[flash]~[sim]")
     write(tmp_path / "racecheck.meta.json", json.dumps({"skipped": "DEVICE=cpu"}))
-    path_reason = [{"reason": "fused kernels; forward kernel wgmma_sm90a"},
-                   {"reason": "fused kernels; backward kernel mma_sync"}]
-    wgmma_bwd = [{"reason": "fused kernels; forward kernel wgmma_sm90a"},
-                 {"reason": "fused kernels; backward kernel wgmma_sm90a"}]
+    # One attention-path entry per shape, its reason naming both kernels (cuda_backend.cu).
+    path_reason = [{"reason": "fused kernels; forward kernel wgmma_sm90a; backward kernel mma_sync"}]
+    wgmma_bwd = [{"reason": "fused kernels; forward kernel wgmma_sm90a; backward kernel wgmma_sm90a"}]
     jsonl(tmp_path / "attention.jsonl", [
         {"kind": "kdtrain", "attention": "baseline", "D": 64, "forward_ms": 0.6, "backward_ms": 1.4,
          "fwd_bwd_ms": 2.0, "attention_paths": path_reason},

@@ -151,8 +151,8 @@ void visit(V& v, TrainConfig& t) {
            "the CUDA attention forward's kernel: auto (wgmma where built, on compute capability 9.0), "
            "mma_sync, or wgmma (an error where it cannot run)");
   v.choice("attention_backward", t.attention_backward,
-           "the CUDA attention backward's main kernel: auto (mma_sync until a GPU has timed both), "
-           "mma_sync, or wgmma (sm_90a build, compute capability 9.0; an error where it cannot run)");
+           "the CUDA attention backward's main kernel: auto (wgmma where built, on compute capability 9.0), "
+           "mma_sync, or wgmma (an error where it cannot run)");
 }
 
 template <typename V>

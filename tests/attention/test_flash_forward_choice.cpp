@@ -1,9 +1,8 @@
 // choose_flash_forward_kernel (backend/cuda/attention_path.h), run once when the CUDA
 // backend is built from train.attention_forward: `auto` takes the wgmma forward wherever
 // it runs (a build with KDTRAIN_CUDA_SM90A on compute capability 9.0), `mma_sync` never,
-// and `wgmma` where it cannot run is an error naming what is missing. The same for
-// choose_flash_backward_kernel (train.attention_backward), except that its `auto` keeps
-// the mma.sync kernel until a GPU has timed both.
+// and `wgmma` where it cannot run is an error naming what is missing. The same rule for
+// choose_flash_backward_kernel (train.attention_backward).
 #include <catch2/catch.hpp>
 
 #include "backend/cuda/attention_path.h"
@@ -26,13 +25,15 @@ TEST_CASE("forward kernel choice: wgmma where it runs, mma.sync elsewhere or on 
                     Catch::Contains("compute capability 9.0 (8.9)"));
 }
 
-TEST_CASE("backward kernel choice: mma.sync unless wgmma is asked for where it runs", "[flash][choice]") {
+TEST_CASE("backward kernel choice: wgmma where it runs, mma.sync elsewhere or on request", "[flash][choice]") {
   using kdtrain::AttentionBackward;
   using kdtrain::cuda::choose_flash_backward_kernel;
   using kdtrain::cuda::FlashBackwardKernel;
   const AttentionBackward automatic = AttentionBackward::auto_select;
-  CHECK(choose_flash_backward_kernel(automatic, 9, 0, true) == FlashBackwardKernel::mma_sync);
-  CHECK(choose_flash_backward_kernel(automatic, 8, 0, false) == FlashBackwardKernel::mma_sync);
+  CHECK(choose_flash_backward_kernel(automatic, 9, 0, true) == FlashBackwardKernel::wgmma_sm90a);
+  CHECK(choose_flash_backward_kernel(automatic, 9, 0, false) == FlashBackwardKernel::mma_sync);
+  CHECK(choose_flash_backward_kernel(automatic, 8, 0, true) == FlashBackwardKernel::mma_sync);
+  CHECK(choose_flash_backward_kernel(automatic, 10, 0, true) == FlashBackwardKernel::mma_sync);
   CHECK(choose_flash_backward_kernel(AttentionBackward::mma_sync, 9, 0, true) == FlashBackwardKernel::mma_sync);
   CHECK(choose_flash_backward_kernel(AttentionBackward::wgmma, 9, 0, true) == FlashBackwardKernel::wgmma_sm90a);
   CHECK_THROWS_WITH(choose_flash_backward_kernel(AttentionBackward::wgmma, 9, 0, false),

@@ -269,10 +269,10 @@ void CudaBackend::run_attention(const flash::AttentionParams& p, cuda::Attention
   void* workspace = bytes > 0 ? scratch(bytes) : nullptr;
   cuda::attention_run(p, pass, choice.path, kernels_, workspace, bytes, stream_);
   std::string reason = choice.reason;
-  if (choice.path == cuda::AttentionPath::flash && pass == cuda::AttentionPass::forward)
-    reason += std::string("; forward kernel ") + cuda::to_string(kernels_.forward);
-  if (choice.path == cuda::AttentionPath::flash && pass == cuda::AttentionPass::backward)
-    reason += std::string("; backward kernel ") + cuda::to_string(kernels_.backward);
+  // Both kernels, on either pass: the log keeps one reason per shape, the last pass's.
+  if (choice.path == cuda::AttentionPath::flash)
+    reason += std::string("; forward kernel ") + cuda::to_string(kernels_.forward) + "; backward kernel " +
+              cuda::to_string(kernels_.backward);
   paths_.record(shape, features, pass == cuda::AttentionPass::backward, cuda::to_string(choice.path), reason);
 }
 void CudaBackend::attention_forward(const AttentionForwardArgs& a) {
