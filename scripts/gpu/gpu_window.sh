@@ -32,7 +32,7 @@
 #      kernel choice the binary offers (scripts/gpu/kernel_choices.py) and other packed build
 #      (bin/kdtrain_LABEL), kdtrain's variants, PyTorch's; predicted beside measured where
 #      the pack holds predictions.json.
-#   c  the llama3.2-1b step at T 2048, micro-batch 8, for FIRST_VARIANTS (baseline sink affine):
+#   c  the llama3.2-1b step at T 2048, micro-batch 8, for FIRST_VARIANTS (baseline affine):
 #      kdtrain, then torch.compile variant by variant (the models built on the GPU).
 #   d  NCCL at world size 1 (scripts/gpu/gpu_check_nccl.sh).
 #   c  the cached-teacher step.
@@ -46,8 +46,8 @@
 # Environment: WINDOW_SECONDS, DEVICE (cuda), FIRST_VARIANTS, TORCH_VARIANTS (all), TEACHER
 # (llama3.2-3b; "" skips), SANITIZE=0, the test filters PRIMITIVES FLASH ATTENTION REALISTIC
 # KERNELS SANITIZE_FILTER ("" skips a suite), the step shape PRESET SEQ MICRO_BATCH STEPS
-# WARMUP, the caps ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 50; the
-# first gets 10 more), ATTN_ARGS (more bench_attention.py arguments), ATTN_BUILDS (more
+# WARMUP, the caps ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 70; the
+# baseline's 10 less), ATTN_ARGS (more bench_attention.py arguments), ATTN_BUILDS (more
 # --kdtrain-build specs, one a line: the hook for a build or kernel the binary does not announce),
 # GPU_PACK_DIR, GPU_SITE_PACKAGES, GPU_DOCS_ROOT (the scripts' own tests set these).
 # DEVICE=cpu runs the same sequence on the CPU at tiny shapes: a smoke test of the script (CI).

@@ -12,8 +12,11 @@
 // whole case list to about a minute of CPU time on the GPU machine.
 //
 // Tags: [realistic] the full list (scripts/gpu/gpu_check.sh runs it on its own);
-// [sanitize] a short list at the same head counts for compute-sanitizer's memcheck
-// and racecheck (T = 7 and 130: a partial tile, several tiles, the diagonal).
+// [sanitize] a short list at the same head counts for compute-sanitizer's racecheck and
+// synccheck: T = 130 only (two tiles, the second partial, and the diagonal), one case
+// per variant and head dim, because under racecheck a case took about 2 s on an H200 and
+// the list with T = 7 too could not finish in the GPU window (2026-11-28). T = 7 (one
+// partial tile) runs in every other list.
 #include "attention/cuda_attention_check.h"
 #include "support/model_fixtures.h"
 
@@ -55,6 +58,5 @@ TEST_CASE("cuda attention at the real head counts, short (for the sanitizers)",
   KD_REQUIRE_CUDA_OR_SKIP();
   auto be = cuda_backend();
   for (const Heads& hd : kRealHeads)
-    for (int64_t T : {7, 130})
-      for (AttentionVariant v : kAllVariants) run_real_shape(*be, hd, T, v);
+    for (AttentionVariant v : kAllVariants) run_real_shape(*be, hd, 130, v);
 }
