@@ -9,9 +9,10 @@ build, whose ratio is attn_determinism_cost) with nvcc, reads each kernel's per-
 A prediction, never a measurement: every rate below is an assumption, printed with the
 result and written to the JSON (--json FILE) that scripts/gpu/gpu_window.sh can put beside its
 measured times. docs/attention_model.md explains the terms.
-A lower bound, too: back-tested on kernels measured on an H100 (CALIBRATION), the method
-predicted too low every time, so each fwd+bwd total is printed with the band that back-test
-implies and the bias the model may have before the target is missed. Each attention
+A lower bound, too: back-tested on kernels an H100 measured and on today's, which an H200
+measured (CALIBRATION), the method predicted too low every time, so each fwd+bwd total is
+printed with the band those back-tests imply (per pass) and the bias the model may have
+before the target is missed; beside it, each kernel's no-overlap estimate. Each attention
 variant is predicted too (its own kernel instantiations plus the side kernels it runs),
 against the baseline and the variant_attn_slowdown target.
 
@@ -30,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bwd_sass_check import functions  # noqa: E402  (same folder)
 from attention_model_variants import variant_rows, variants_line  # noqa: E402  (same folder)
+from attention_model_measured import H200  # noqa: E402  (same folder)
 
 ROOT = next(str(p) for p in Path(__file__).resolve().parents if (p / "kernels" / "attention").is_dir())
 
@@ -97,8 +99,8 @@ def compile_all(out):
         sys.exit("attention_model: no cuobjdump (CUDA toolkit, or pip install nvidia-cuda-cuobjdump)")
     for name, (src, arch, defs) in BUILDS.items():
         cubin = os.path.join(out, name + ".cubin")
-        r = run([nvcc, "-std=c++17", *arch, "--expt-relaxed-constexpr", "-Isrc", "-I.", *defs, "-cubin", "-Xptxas", "-v",
-                 src, "-o", cubin], cwd=ROOT)
+        r = run([nvcc, "-std=c++17", *arch, "--expt-relaxed-constexpr", "-Isrc", "-I.", *defs, "-cubin",
+                 "-Xptxas", "-v", src, "-o", cubin], cwd=ROOT)
         open(os.path.join(out, name + ".ptxas"), "w").write(r.stderr)
         sass = run([cuobjdump, "-sass", cubin], env=dict(os.environ, PATH=os.path.dirname(cuobjdump) + ":" +
                                                         os.environ.get("PATH", ""))).stdout
@@ -241,6 +243,14 @@ def pipe_clocks(c, warps, a):
     return pipes[bound] * (1 + a["overhead"]), bound, pipes
 
 
+def no_overlap_clk(pipes):
+    """A tile's or step's clocks if the tensor-core work overlapped none of the other pipes'
+    (the tensor pipe + the busiest other): an estimate, not a bound. On the H200
+    (2026-11-28) every kernel's measured step came to 0.86-1.39x of it, and 1.14-2.45x the
+    lower bound's (docs/attention_model.md, "Measured on an H200")."""
+    return pipes["tensor"] + max(v for k, v in pipes.items() if k not in ("tensor", "dq_writer"))
+
+
 def greedy_efficiency(durations, slots):
     """Ideal / list-scheduled makespan of jobs started in order on `slots` slots."""
     import heapq
@@ -299,10 +309,13 @@ def forward(fns, regs, shape, d, a, wgmma, sink=False, affine=False):
     durations = [n * clk for _ in range(B * H) for n in reversed(per_block)]
     eff = greedy_efficiency([d_ * ctas for d_ in durations], a["sms"] * ctas)
     pairs = sum(per_block) * B * H
-    ms = pairs * clk / a["sms"] / eff / (a["clock_ghz"] * 1e6) + a["launch_us"] / 1e3
+
+    def ms(tile_clk):  # the durations scale with the tile, so eff does not change
+        return pairs * tile_clk / a["sms"] / eff / (a["clock_ghz"] * 1e6) + a["launch_us"] / 1e3
     return {"kernel": "wgmma" if wgmma else "mma_sync", "D": d, "tile": [br, bc], "warps": warps,
             "registers": regs.get(name), "ctas_per_sm": ctas, "masked_fraction": f_masked, "per_tile_per_warp": c,
-            "pipes_clk": pipes, "bound": bound, "tile_clk": clk, "tile_pairs": pairs, "slot_efficiency": eff, "ms": ms}
+            "pipes_clk": pipes, "bound": bound, "tile_clk": clk, "tile_pairs": pairs, "slot_efficiency": eff,
+            "ms": ms(clk), "no_overlap_clk": no_overlap_clk(pipes), "no_overlap_ms": ms(no_overlap_clk(pipes))}
 
 
 def dq_writer_warp_clk(d, br, a):
@@ -327,6 +340,16 @@ def writer_bound_round_trip(mma_clk, d, br, a):
     return (mma_clk - fixed) / a["bwd_writer_round_trips"]
 
 
+def backward_main_ms(order, clk, chain_lag_steps, a):
+    """(ms, slot efficiency) of the backward's main kernel: work items of `order` steps each
+    at clk per step plus the per-item overhead, list-scheduled in ticket order, and the first
+    chunk's settling (chain_lag_steps steps, once)."""
+    item_clk = [s * clk + a["bwd_item_overhead_clk"] for s in order]
+    eff = greedy_efficiency(item_clk, a["sms"])
+    main_clk = sum(item_clk) / a["sms"] / eff + chain_lag_steps * clk
+    return main_clk / (a["clock_ghz"] * 1e6), eff
+
+
 def backward(fns, regs, shape, d, a, atomic, wgmma=False, affine=False):
     B, T, H = shape["B"], shape["T"], shape["HD"] // d
     hkv = H // shape["gqa"]
@@ -339,14 +362,17 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False, affine=False):
         c["smem_bytes"] += br * d * 4 / warps
     clk, bound, pipes = pipe_clocks(c, warps, a)
     mma_clk, writer_clk, writer_bound_rt = clk, None, None
+    serial_clk = no_overlap_clk(pipes)
     if not atomic and wgmma:  # the MMA warps hand over; the writer warp keeps up, or bounds the step
         writer_clk = dq_writer_warp_clk(d, br, a)
         pipes["dq_writer"] = writer_clk
         writer_bound_rt = writer_bound_round_trip(mma_clk, d, br, a)
+        serial_clk = max(serial_clk, writer_clk)
         if writer_clk > clk:
             clk, bound = writer_clk, "dq_writer"
     elif not atomic:
         clk += a["bwd_dq_thread0_clk"]
+        serial_clk += a["bwd_dq_thread0_clk"]
     n_qt, n_kt = -(-T // br), -(-T // bc)
     steps = [(n_qt - kt * bc // br) * shape["gqa"] for kt in range(n_kt)]
     groups = B * hkv
@@ -354,16 +380,14 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False, affine=False):
     for first in range(0, groups, a["bwd_chunk_groups"]):
         size = min(a["bwd_chunk_groups"], groups - first)
         order += [steps[kt] for kt in range(n_kt) for _ in range(size)]
-    item_clk = [s * clk + a["bwd_item_overhead_clk"] for s in order]
-    eff = greedy_efficiency(item_clk, a["sms"])
+    # The first chunk's key tiles start together and settle into the dq order once.
+    lag_steps = 0 if atomic else a["bwd_chain_lag_steps"] * (n_kt - 1)
     total_steps = sum(order)
-    main_clk = sum(item_clk) / a["sms"] / eff
-    if not atomic:  # the first chunk's key tiles start together and settle into the dq order once
-        main_clk += a["bwd_chain_lag_steps"] * (n_kt - 1) * clk
-    main_ms = main_clk / (a["clock_ghz"] * 1e6)
-    tile_floats = B * H * n_qt * br * d
     l2_bytes = total_steps * (2 * br * d * 2 + br * d * 4)  # Q, dO in; the dQ tile out
+    main_ms, eff = backward_main_ms(order, clk, lag_steps, a)
     main_ms = max(main_ms, l2_bytes / (a["l2_tbs"] * 1e9))
+    serial_ms = max(backward_main_ms(order, serial_clk, lag_steps, a)[0], l2_bytes / (a["l2_tbs"] * 1e9))
+    tile_floats = B * H * n_qt * br * d
     hbm = 2 * B * T * H * d * 2  # prep reads out and dO
     hbm += tile_floats * 4 + B * T * H * d * 2  # finalize: fp32 accumulator in, bf16 dq out
     launches = 4
@@ -375,41 +399,56 @@ def backward(fns, regs, shape, d, a, atomic, wgmma=False, affine=False):
     return {"kernel": label, "D": d, "registers": regs.get(name), "mma_step_clk": mma_clk, "dq_writer_clk": writer_clk,
             "writer_bounds_above_round_trip_clk": writer_bound_rt,
             "per_step_per_warp": c, "pipes_clk": pipes, "bound": bound, "step_clk": clk, "steps": total_steps,
-            "slot_efficiency": eff, "main_ms": main_ms, "prep_finalize_ms": rest_ms, "ms": main_ms + rest_ms}
+            "items": len(order), "lag_steps": lag_steps, "slot_efficiency": eff, "main_ms": main_ms,
+            "prep_finalize_ms": rest_ms, "ms": main_ms + rest_ms, "no_overlap_clk": serial_clk,
+            "no_overlap_ms": serial_ms + rest_ms}
 
 
 TARGETS = {64: 1.55, 128: 1.25}  # fwd + bwd, ms: docs/attention_model.md
 DETERMINISM_TARGET = 0.05  # the deterministic backward over its atomics timing build, at most
 
-# The only back-test of this method: the same SASS clock count applied to commit e64f2ce's
-# kernels (WMMA, few warps per SMSP), whose times an H100 measured (../shared/gpu-runs/
-# 2026-11-22-e64f2ce). Predicted ranges and measured times as that review tabulates them.
+# The back-tests of this method, "source: kernel" -> (predicted low, predicted high, measured) ms.
+# H100 e64f2ce: the same SASS clock count applied to e64f2ce's kernels (WMMA, few warps per
+# SMSP), which an H100 measured (../shared/gpu-runs/2026-11-22-e64f2ce), as that review
+# tabulates them. H200 bff3506: today's kernels, predicted at bff3506 (one value, no range).
+REVIEW = "../shared/reviews/model-calibration-2026-11-27.md"
 CALIBRATION = {
-    "source": "../shared/reviews/model-calibration-2026-11-27.md",
-    "back_test": {  # kernel: (predicted low, predicted high, measured), ms
-        "fwd D64": (1.62, 1.84, 2.22), "fwd D128": (1.71, 1.94, 2.53),
-        "bwd D64": (5.99, 7.25, 10.03), "bwd D128": (9.14, 12.37, 13.63),
+    "sources": {"H100 e64f2ce": REVIEW, "H200 bff3506": H200["source"]},
+    "back_test": {
+        **{f"H100 e64f2ce: {k}": v for k, v in {
+            "fwd D64": (1.62, 1.84, 2.22), "fwd D128": (1.71, 1.94, 2.53),
+            "bwd D64": (5.99, 7.25, 10.03), "bwd D128": (9.14, 12.37, 13.63)}.items()},
+        **{f"H200 bff3506: {k}": (p, p, m) for k, (p, m) in H200["points"].items()},
     },
 }
+PASSES = ("fwd", "bwd")
 
 
-def back_test_ranges(back_test):
-    """(low, high) of predicted / measured over the back-test's kernels: of the midpoints of
-    their predicted ranges, and of the ends (wider)."""
-    mids = [(lo + hi) / 2 / m for lo, hi, m in back_test.values()]
-    ends = [x / m for lo, hi, m in back_test.values() for x in (lo, hi)]
+def pass_of(point):
+    """"fwd" or "bwd": the pass of a back-test point ("source: fwd ..." or "source: bwd...")."""
+    return point.split(": ")[-1][:3]
+
+
+def back_test_ranges(back_test, pass_=None):
+    """(low, high) of predicted / measured over the back-test's kernels (of one pass, if
+    given): of the midpoints of their predicted ranges, and of the ends (wider)."""
+    points = [v for k, v in back_test.items() if pass_ in (None, pass_of(k))]
+    mids = [(lo + hi) / 2 / m for lo, hi, m in points]
+    ends = [x / m for lo, hi, m in points for x in (lo, hi)]
     return {"midpoints": (min(mids), max(mids)), "ends": (min(ends), max(ends))}
 
 
-def calibrated(predicted_ms, target_ms, ranges):
-    """The measured time the back-test implies for a prediction (the prediction divided by
-    each range of predicted / measured), and the largest bias ("low by x": predicted /
-    measured = 1 - x) under which the target is still met; negative: missed even at the
-    prediction."""
-    def band(r):
-        return [predicted_ms / r[1], predicted_ms / r[0]]
-    return {"lower_bound_ms": predicted_ms, "band_ms": band(ranges["midpoints"]),
-            "band_ends_ms": band(ranges["ends"]), "target_met_if_low_by_under": 1 - predicted_ms / target_ms}
+def calibrated(fwd_ms, bwd_ms, target_ms, ranges):
+    """The fwd + bwd time the back-test implies for two predictions (each divided by its
+    pass's range of predicted / measured, ranges[pass_], then added), and the largest bias
+    ("low by x": predicted / measured = 1 - x) under which the target is still met;
+    negative: missed even at the prediction."""
+    def band(which):
+        return [fwd_ms / ranges["fwd"][which][1] + bwd_ms / ranges["bwd"][which][1],
+                fwd_ms / ranges["fwd"][which][0] + bwd_ms / ranges["bwd"][which][0]]
+    total = fwd_ms + bwd_ms
+    return {"lower_bound_ms": total, "band_ms": band("midpoints"), "band_ends_ms": band("ends"),
+            "target_met_if_low_by_under": 1 - total / target_ms}
 
 
 def calibration_line(t):
@@ -436,7 +475,7 @@ def main():
             compile_all(tmp)
         fns = {b: functions(open(os.path.join(where, b + ".sass")).read()) for b in BUILDS}
         regs = {b: registers(open(os.path.join(where, b + ".ptxas")).read()) for b in BUILDS}
-    ranges = back_test_ranges(CALIBRATION["back_test"])
+    ranges = {p: back_test_ranges(CALIBRATION["back_test"], p) for p in PASSES}
     result = {"shape": shape, "assumptions": ASSUME, "calibration": dict(CALIBRATION, predicted_over_measured=ranges),
               "kernels": [], "totals": [], "variants": []}
     for d in (64, 128):
@@ -448,14 +487,15 @@ def main():
         b_wg_at = backward(fns["bwd_sm90a_atomic"], regs["bwd_sm90a_atomic"], shape, d, ASSUME, True, True)
         result["kernels"] += [f_mma, f_wg, b_det, b_at, b_wg, b_wg_at]
         fwd = f_wg  # the run-time default (train.attention_forward=auto) at both head dims
-        # The backward's default (mma.sync) and the wgmma build, each against its own atomics build.
+        # The mma.sync backward and the wgmma one, each against its own atomics build.
         for bwd, atomics in ((b_det, b_at), (b_wg, b_wg_at)):
             total = fwd["ms"] + bwd["ms"]
             result["totals"].append({"D": d, "forward": fwd["kernel"], "backward": bwd["kernel"], "fwd_ms": fwd["ms"],
                                      "bwd_ms": bwd["ms"], "fwd_bwd_ms": total, "target_ms": TARGETS[d],
                                      "over_target": total / TARGETS[d] - 1, "atomics_ms": atomics["ms"],
                                      "determinism_cost": bwd["ms"] / atomics["ms"] - 1,
-                                     "calibrated": calibrated(total, TARGETS[d], ranges)})
+                                     "no_overlap_ms": fwd["no_overlap_ms"] + bwd["no_overlap_ms"],
+                                     "calibrated": calibrated(fwd["ms"], bwd["ms"], TARGETS[d], ranges)})
         for bwd_build, wgmma in (("bwd", False), ("bwd_sm90a", True)):
             result["variants"] += variant_rows(
                 lambda sink, affine: forward(fns["fwd_sm90a"], regs["fwd_sm90a"], shape, d, ASSUME, True, sink, affine),
@@ -463,11 +503,12 @@ def main():
                 shape, d, ASSUME)
     print(f"shape: B {shape['B']}, T {shape['T']}, H*D {shape['HD']}, GQA {shape['gqa']}, causal, bf16; "
           f"H100 SXM at {ASSUME['clock_ghz']} GHz (assumptions: --json)")
-    print(f"{'kernel':<24} {'D':>4} {'regs':>5} {'bound':>7} {'clk/tile':>9} {'eff':>5} {'ms':>7}")
+    print(f"{'kernel':<24} {'D':>4} {'regs':>5} {'bound':>7} {'clk/tile':>9} {'eff':>5} {'ms':>7}   "
+          "no overlap: clk, ms (an estimate, not a bound)")
     for k in result["kernels"]:
         clk = k.get("tile_clk", k.get("step_clk"))
         print(f"{k['kernel']:<24} {k['D']:>4} {k['registers'] or '-':>5} {k['bound']:>7} {clk:>9.0f} "
-              f"{k['slot_efficiency']:>5.2f} {k['ms']:>7.3f}")
+              f"{k['slot_efficiency']:>5.2f} {k['ms']:>7.3f}   {k['no_overlap_clk']:>6.0f} {k['no_overlap_ms']:.3f}")
     for k in result["kernels"]:
         if k.get("dq_writer_clk"):
             print(f"{k['kernel']} D {k['D']}: the dq writer warp needs {k['dq_writer_clk']:.0f} clocks per tile, "
@@ -480,10 +521,11 @@ def main():
               f"against the target {t['target_ms']} ms ({100 * t['over_target']:+.0f}%); "
               f"attn_determinism_cost {100 * t['determinism_cost']:+.1f}% (against its atomics build, "
               f"{t['atomics_ms']:.3f} ms; target +{100 * DETERMINISM_TARGET:.0f}%)")
-    (mid_lo, mid_hi), (end_lo, end_hi) = ranges["midpoints"], ranges["ends"]
-    print(f"calibration ({CALIBRATION['source']}): on kernels an H100 measured, this method's predicted/measured "
-          f"was {mid_lo:.2f}-{mid_hi:.2f} at the midpoints ({end_lo:.2f}-{end_hi:.2f} at the ends), "
-          f"low by {100 * (1 - mid_hi):.0f}-{100 * (1 - mid_lo):.0f}%; only a GPU run settles these")
+    for p in PASSES:
+        (mid_lo, mid_hi), (end_lo, end_hi) = ranges[p]["midpoints"], ranges[p]["ends"]
+        print(f"calibration, {p} ({', '.join(CALIBRATION['sources'])}): predicted/measured {mid_lo:.2f}-{mid_hi:.2f} "
+              f"at the midpoints ({end_lo:.2f}-{end_hi:.2f} at the ends), low by {100 * (1 - mid_hi):.0f}-"
+              f"{100 * (1 - mid_lo):.0f}%")
     for t in result["totals"]:
         print(calibration_line(t))
     for d in (64, 128):

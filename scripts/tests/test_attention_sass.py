@@ -224,11 +224,17 @@ def test_performance_model_predicts_each_kernel(built, tmp_path):
         (d, b) for d in (64, 128) for b in ("bwd_main", "bwd_main wgmma")]
     ms = {(k["kernel"], k["D"]): k["ms"] for k in result["kernels"]}
     for t in result["totals"]:  # each backward against its own atomics timing build
-        assert t["determinism_cost"] == pytest.approx(ms[(t["backward"], t["D"])] / ms[(t["backward"] + " atomics", t["D"])] - 1)
+        atomics = ms[(t["backward"] + " atomics", t["D"])]
+        assert t["determinism_cost"] == pytest.approx(ms[(t["backward"], t["D"])] / atomics - 1)
     assert r.stdout.count("attn_determinism_cost") == 4
     for t in result["totals"]:  # a lower bound: the back-test's band lies above it
         assert t["fwd_bwd_ms"] == t["calibrated"]["lower_bound_ms"] < t["calibrated"]["band_ms"][0], t
     assert r.stdout.count("back-test band") == 4
+    assert set(result["calibration"]["predicted_over_measured"]) == {"fwd", "bwd"}  # a range per pass
+    for k in result["kernels"]:  # no overlap: the tensor pipe added to the busiest other, never below the bound's pipe
+        others = [v for p, v in k["pipes_clk"].items() if p not in ("tensor", "dq_writer")]
+        assert k["no_overlap_clk"] >= k["pipes_clk"]["tensor"] + max(others) - 1e-6, k
+        assert k["no_overlap_ms"] > k["ms"] / (1 + result["assumptions"]["overhead"]), k
     assert "clock_ghz" in result["assumptions"]
     # Every variant at both head dims, each its own kernels' instantiation: the baseline row
     # is the wgmma total, the others at least its kernels' time plus their side costs.
