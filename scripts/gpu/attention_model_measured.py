@@ -10,6 +10,7 @@ usage: attention_model_measured.py MODEL_JSON ATTENTION_JSONL
 """
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -22,7 +23,7 @@ from attention_model_variants import FEATURES, variant_extras_ms  # noqa: E402  
 # The H200 is the H100's GH100 die (132 SMs, the same 1.98 GHz boost and 700 W) with
 # HBM3e at 4.8 TB/s instead of 3.35: the model's clock (1.755 GHz) is kept for it.
 H200 = {
-    "source": "GPU window 2026-11-28 (run 2), NVIDIA H200, bff3506: raw/attention.jsonl and predictions.json",
+    "source": "docs/gpu/2026-11-28-bff3506-2/raw.tgz: attention.jsonl, predictions.json (NVIDIA H200, bff3506)",
     "points": {
         "fwd mma_sync D64": (0.298, 0.647), "fwd wgmma D64": (0.209, 0.508),
         "bwd_main D64": (1.666, 2.183), "bwd_main atomics D64": (1.520, 1.912),
@@ -42,15 +43,20 @@ def label(pass_, kernel, d):
 
 def kernels_of(row):
     """{"forward", "backward"}: the model's names of the kernels a kdtrain row ran: the
-    build label's choice, else the one its attention path names (the backward's), else
-    auto's at bff3506 on sm_90a (wgmma forward, mma.sync backward; bff3506's rows do not
-    name the forward kernel)."""
+    build label's choice, else the one its attention path names, else auto's at bff3506 on
+    sm_90a (wgmma forward, mma.sync backward; bff3506's rows name the backward kernel only)."""
     build = row.get("build") or ""
     reasons = " ".join(p.get("reason", "") for p in row.get("attention_paths") or [])
-    wgmma = "train.attention_backward:wgmma" in build or "backward kernel wgmma_sm90a" in reasons
+
+    def wgmma(pass_, auto):
+        for name, is_wgmma in (("wgmma", True), ("mma_sync", False)):
+            if f"train.attention_{pass_}:{name}" in build:
+                return is_wgmma
+        named = re.search(rf"{pass_} kernel (\w+)", reasons)
+        return named.group(1) == "wgmma_sm90a" if named else auto
     atomics = build.split("+")[0] == "atomic-dq"
-    return {"forward": "mma_sync" if "train.attention_forward:mma_sync" in build else "wgmma",
-            "backward": "bwd_main" + (" wgmma" if wgmma else "") + (" atomics" if atomics else "")}
+    return {"forward": "wgmma" if wgmma("forward", True) else "mma_sync",
+            "backward": "bwd_main" + (" wgmma" if wgmma("backward", False) else "") + (" atomics" if atomics else "")}
 
 
 def kernel_medians(rows):

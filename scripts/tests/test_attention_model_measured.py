@@ -4,7 +4,10 @@ take a measured time (the inverse of attention_model.py's timing), where a time 
 band, the variants' added time with the side kernels at another HBM rate; and that every fwd
 + bwd band the model's calibration now gives covers the H200's measured sums
 (docs/attention_model.md, "Measured on an H200, 2026-11-28")."""
+import io
+import json
 import sys
+import tarfile
 
 import pytest
 
@@ -30,9 +33,12 @@ def test_kernels_of_reads_the_build_label_then_the_path():
         "forward": "wgmma", "backward": "bwd_main wgmma atomics"}
     assert measured.kernels_of(row(64, 1, 1, "train.attention_forward:mma_sync")) == {
         "forward": "mma_sync", "backward": "bwd_main"}
-    # A default build whose path names the wgmma backward (auto once it chooses it).
-    assert measured.kernels_of(row(64, 1, 1, reason="fused; backward kernel wgmma_sm90a"))["backward"] == \
-        "bwd_main wgmma"
+    # A default build whose path names its kernels (auto once the backward is wgmma).
+    named = "fused; forward kernel mma_sync; backward kernel wgmma_sm90a"
+    assert measured.kernels_of(row(64, 1, 1, reason=named)) == {"forward": "mma_sync", "backward": "bwd_main wgmma"}
+    # The build label's choice wins over the path's words.
+    assert measured.kernels_of(row(64, 1, 1, "train.attention_backward:mma_sync", reason=named))["backward"] == \
+        "bwd_main"
 
 
 def test_medians_take_each_kernel_from_every_baseline_row_that_ran_it():
@@ -118,3 +124,23 @@ def test_every_band_the_calibration_gives_covers_the_h200s_measured_sums():
     (pf, mf), (pb, mb) = pts["fwd wgmma D64"], pts["bwd_main wgmma D64"]
     old = attention_model.calibrated(pf, pb, 1.0, {"fwd": before, "bwd": before})
     assert mf + mb > old["band_ends_ms"][1]
+
+
+def test_the_h200_points_are_the_medians_of_the_imported_window():
+    """H200["points"] transcribes the window's medians (docs/gpu/2026-11-28-bff3506-2/raw.tgz)
+    and its packed predictions: reading them again must give the same numbers."""
+    raw = REPO / "docs" / "gpu" / "2026-11-28-bff3506-2" / "raw.tgz"
+    if not raw.exists():
+        pytest.skip(f"{raw} not in this checkout")
+    with tarfile.open(raw) as t:
+        text = t.extractfile("./attention.jsonl").read().decode()
+        model = json.load(io.BytesIO(t.extractfile("./predictions.json").read()))
+    medians = measured.kernel_medians([json.loads(line) for line in text.splitlines() if line.strip()])
+    pts = measured.H200["points"]
+    assert set(medians) == set(pts)
+    for k, (m, _) in medians.items():
+        assert pts[k][1] == pytest.approx(m, abs=5e-4), k
+    predicted = {measured.label("forward" if "tile_clk" in k else "backward", k["kernel"], k["D"]): k["ms"]
+                 for k in model["kernels"]}
+    for k, (p, _) in pts.items():
+        assert p == pytest.approx(predicted[k], abs=5e-4), k
