@@ -11,7 +11,8 @@ gpu_report_line() {
   echo "$key: $*" | tee -a "$file"
 }
 
-# gpu_environment_report FILE: the date, the GPU and driver (nvidia-smi), the kernel, nvcc,
+# gpu_environment_report FILE: the date, the GPU and driver (nvidia-smi), its SM clocks and
+# power limit (the attention model turns measured times into clocks), the kernel, nvcc,
 # Python with torch (and whether it sees a GPU), triton and transformers, and the tools a
 # window uses (compute-sanitizer, mpirun). A tool that is missing says so; nothing here fails.
 gpu_environment_report() {
@@ -20,6 +21,8 @@ gpu_environment_report() {
   gpu_report_line "$file" build_commit "$COMMIT"
   gpu_report_line "$file" checkout_commit "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo 'unknown (no git here)')"
   gpu_report_line "$file" gpu "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+  gpu_report_line "$file" gpu_clocks "$(nvidia-smi --query-gpu=clocks.max.sm,clocks.applications.graphics,power.limit \
+    --format=csv 2>&1 | tr '\n' ' ' | head -c 300)"
   gpu_report_line "$file" kernel "$(uname -r), $(nproc) cpus"
   nvcc="$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)"
   [[ -n "$nvcc" ]] && nvcc="$("$nvcc" --version 2>&1 | grep -i release | head -1)"
