@@ -14,7 +14,8 @@ gpu_report_line() {
 # gpu_environment_report FILE: the date, the GPU and driver (nvidia-smi), its SM clocks and
 # power limit (the attention model turns measured times into clocks), the kernel, nvcc,
 # Python with torch (and whether it sees a GPU), triton and transformers, and the tools a
-# window uses (compute-sanitizer, mpirun). A tool that is missing says so; nothing here fails.
+# window uses (compute-sanitizer, mpirun), and the profilers a later window could use (nsys,
+# ncu). A tool that is missing says so; nothing here fails.
 gpu_environment_report() {
   local file="$1" nvcc
   gpu_report_line "$file" date "$(date -u +%FT%TZ)"
@@ -43,6 +44,10 @@ for name in ("torch", "triton", "transformers"):
 PY
   gpu_report_line "$file" compute-sanitizer "$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo 'not found')"
   gpu_report_line "$file" mpirun "$(command -v mpirun || echo 'not found')"
+  local tool
+  for tool in nsys ncu; do
+    gpu_report_line "$file" "$tool" "$(command -v "$tool" || ls /usr/local/cuda/bin/"$tool" 2>/dev/null || echo 'not found')"
+  done
 }
 
 # gpu_missing_libraries BIN...: "BIN: LIBRARY" for each library the loader cannot find.
