@@ -24,8 +24,10 @@
 //   as bf16). Addresses given to ldmatrix/cp.async must lie inside it, 16-byte aligned.
 // - Arithmetic: mma products of bf16 are exact in fp32 and summed in fp32 in k order
 //   onto c (hardware may sum in another order: compare with tolerances, not bits);
-//   exp2/log2 are std::exp2/log2 (hardware: .approx); bf16 rounding is round to nearest
-//   even, bit-identical to __float2bfloat16_rn. Emulated runs are bit-reproducible.
+//   exp2/log2 (ex2/lg2.approx.ftz) are std::exp2/log2 with .ftz's flushes: within the
+//   ISA's bounds (2 ulp; 2^-22 absolute in (0.5, 2), else relative), not the hardware's
+//   bits (tests/tc/approx_bounds.h); bf16 rounding is round to nearest even,
+//   bit-identical to __float2bfloat16_rn. Emulated runs are bit-reproducible.
 // - wgmma (simt_wgmma.cpp; kernels/tc/wgmma.cuh): fence / mma_async / commit_group /
 //   wait_group are collectives of one warp (.sync), executed in the same sequence by the
 //   4 warps of a warpgroup (consecutive warps from a warp index divisible by 4; .aligned:
