@@ -13,7 +13,7 @@ import gpu_report as g
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peers"))
 import bench_attention  # noqa: E402
 
-WINDOW_SUITES = ("primitives", "flash", "attention", "realistic", "kernels")
+WINDOW_SUITES = ("primitives", "wgmma", "realistic", "attention", "flash", "kernels")
 WINDOW_TOOLS = ("racecheck", "synccheck")
 
 
