@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/kernel_timer.cuh"
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash_backward_kernel.cuh"
 #include "kernels/attention/flash_backward_prep.cuh"
@@ -44,26 +45,45 @@ dim3 grid_of(const flash::BwdGrid& g) {
   return dim3(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y), static_cast<unsigned>(g.z));
 }
 
+// The main kernel's name in the kernel timer, as scripts/gpu/attention_model.py labels it.
+template <bool kAtomic>
+const char* main_kernel_name(bool wgmma_sm90a) {
+  if (wgmma_sm90a) return kAtomic ? "bwd_main wgmma atomics" : "bwd_main wgmma";
+  return kAtomic ? "bwd_main atomics" : "bwd_main";
+}
+
+// Each launch timed under its kernel's name while kernel timing is on (kernels/kernel_timer.cuh).
 struct CudaLauncher {
   cudaStream_t stream;
   bool wgmma_sm90a = false;  // the main kernel's sm_90a build
-  void zero(void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream)); }
+  void zero(void* p, size_t bytes, const char* name) {
+    timed_launch(name, stream, [&] { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream)); });
+  }
   template <typename In>
-  void scan(const flash::ScanArgs<In>& args) {
-    prefix_scan(args, stream);
+  void scan(const flash::ScanArgs<In>& args) {  // the sequence's two scans: v forward, u reverse
+    timed_launch(args.reverse ? "bwd u_scan" : "bwd v_scan", stream, [&] { prefix_scan(args, stream); });
   }
   template <int D, bool kSink, bool kAffine>
   void prep(const flash::BwdGrid& g, const flash::BwdArgs& a) {
-    bwd_prep_kernel<D, kSink, kAffine><<<grid_of(g), flash_bwd::kPrepThreads, 0, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    timed_launch("bwd_prep", stream, [&] {
+      bwd_prep_kernel<D, kSink, kAffine><<<grid_of(g), flash_bwd::kPrepThreads, 0, stream>>>(a);
+      CUDA_CHECK_LAUNCH();
+    });
   }
   template <int D, bool kAffine>
   void finalize(const flash::BwdGrid& g, const flash::BwdArgs& a) {
-    bwd_finalize_kernel<D, kAffine><<<grid_of(g), flash::kBwdThreads, 0, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    timed_launch("bwd_finalize", stream, [&] {
+      bwd_finalize_kernel<D, kAffine><<<grid_of(g), flash::kBwdThreads, 0, stream>>>(a);
+      CUDA_CHECK_LAUNCH();
+    });
   }
   template <int D, bool kAffine, bool kAtomic>
   void main(const flash::BwdGrid& g, const flash::BwdArgs& a) {
+    timed_launch(main_kernel_name<kAtomic>(wgmma_sm90a), stream,
+                 [&] { launch_main<D, kAffine, kAtomic>(g, a); });
+  }
+  template <int D, bool kAffine, bool kAtomic>
+  void launch_main(const flash::BwdGrid& g, const flash::BwdArgs& a) {
     if (wgmma_sm90a) {
 #if KDTRAIN_HAVE_SM90A
       launch_flash_backward_main_sm90a(a, g.x, kAtomic, stream);

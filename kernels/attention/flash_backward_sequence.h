@@ -1,7 +1,8 @@
 // The launch sequence of the fused attention backward, written once for both the CUDA
 // launcher (flash_backward.cu) and the emulated tests, which differ only in how a
 // launch happens. A Launcher provides:
-//   zero(void* p, size_t bytes)                       memset on the stream
+//   zero(void* p, size_t bytes, const char* name)     memset on the stream; `name` says which
+//                                                      (the kernel timer's, core/kernel_timer.h)
 //   scan(const flash::ScanArgs<In>&)                  prefix_scan (prefix_scan_kernel.cuh)
 //   prep<D, kSink, kAffine>(BwdGrid, const BwdArgs&)  bwd_prep, kPrepThreads per block
 //   main<D, kAffine, kAtomic>(BwdGrid, const BwdArgs&) bwd_main, kBwdThreads per block
@@ -33,7 +34,7 @@ template <int D, bool kSink, bool kAffine, bool kAtomic = kBwdAtomicDq, typename
 void run_bwd_sequence(Launcher& launch, const BwdArgs& a, unsigned char* workspace) {
   const AttentionParams& p = a.p;
   const BwdWorkspace ws = bwd_workspace(p.B, p.T, p.H, p.Hkv, p.D, kSink, kAffine);
-  launch.zero(workspace + ws.ints, ws.zeroed_bytes);
+  launch.zero(workspace + ws.ints, ws.zeroed_bytes, "bwd_zero counters");
   ScanArgs<float> u_scan;
   if constexpr (kAffine) launch.scan(v_prefix_scan(p, a.vsum, a.scan_sums));
   launch.template prep<D, kSink, kAffine>(BwdGrid{a.n_chunks, p.Hkv, p.B}, a);
@@ -50,8 +51,10 @@ void run_bwd_sequence(Launcher& launch, const BwdArgs& a, unsigned char* workspa
     launch.scan(u_scan);
   }
   if constexpr (kAtomic) {  // after the u scan: u lives in the dq accumulator's region
-    launch.zero(a.dq_acc, sizeof(float) * static_cast<size_t>(p.B * p.H * a.sched.n_qt) * a.sched.Br * D);
-    if constexpr (kAffine) launch.zero(a.rs_acc, sizeof(float) * static_cast<size_t>(p.B * p.H * a.T_pad));
+    launch.zero(a.dq_acc, sizeof(float) * static_cast<size_t>(p.B * p.H * a.sched.n_qt) * a.sched.Br * D,
+                "bwd_zero dq_acc");
+    if constexpr (kAffine)
+      launch.zero(a.rs_acc, sizeof(float) * static_cast<size_t>(p.B * p.H * a.T_pad), "bwd_zero rs_acc");
   }
   launch.template main<D, kAffine, kAtomic>(BwdGrid{a.sched.items, 1, 1}, a);
   launch.template finalize<D, kAffine>(BwdGrid{p.B * p.H * a.sched.n_qt, 1, 1}, a);

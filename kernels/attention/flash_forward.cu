@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/kernel_timer.cuh"
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash_forward_kernel.cuh"
 #if KDTRAIN_HAVE_SM90A
@@ -80,23 +81,26 @@ void flash_attention_forward(const flash::AttentionParams& s, void* workspace, s
     auto* base = static_cast<unsigned char*>(workspace);
     const flash::ScanArgs<uint16_t> scan = flash::v_prefix_scan(
         s, reinterpret_cast<float*>(base), reinterpret_cast<float*>(base + ws.prefix_bytes));
-    prefix_scan(scan, stream);
+    timed_launch("fwd v_scan", stream, [&] { prefix_scan(scan, stream); });
     prefix = scan.out;
   }
+  // The kernel timer's names: "fwd " and the kernel as scripts/gpu/attention_model.py labels it.
   if (wgmma_sm90a) {
 #if KDTRAIN_HAVE_SM90A
-    launch_flash_forward_sm90a(s, prefix, stream);
+    timed_launch("fwd wgmma", stream, [&] { launch_flash_forward_sm90a(s, prefix, stream); });
     return;
 #else
     fail("flash attention forward: the sm_90a (wgmma) kernel is not in this build (CMake KDTRAIN_CUDA_SM90A=OFF)");
 #endif
   }
-  kdtrain::flash::flash_dispatch(s.sink, s.affine, [&](auto flags) {
-    using Flags = decltype(flags);
-    if (s.D == 64)
-      launch_forward<64, Flags>(s, prefix, stream);
-    else
-      launch_forward<128, Flags>(s, prefix, stream);
+  timed_launch("fwd mma_sync", stream, [&] {
+    kdtrain::flash::flash_dispatch(s.sink, s.affine, [&](auto flags) {
+      using Flags = decltype(flags);
+      if (s.D == 64)
+        launch_forward<64, Flags>(s, prefix, stream);
+      else
+        launch_forward<128, Flags>(s, prefix, stream);
+    });
   });
 }
 

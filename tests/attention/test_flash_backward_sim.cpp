@@ -114,7 +114,7 @@ struct SimLauncher {
     c.seed = 0x5eed;
     return c;
   }
-  void zero(void* p, size_t bytes) {
+  void zero(void* p, size_t bytes, const char* /*timer name*/) {
     std::memset(p, 0, bytes);
     static_cast<int*>(p)[flash::BwdWorkspace::kTicket] = first_ticket;
   }

@@ -3,6 +3,7 @@
 #include "backend/cuda/attention_entry.cuh"
 #include "kernels/attention/flash.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/kernel_timer.cuh"
 
 #include <cstdlib>
 
@@ -113,9 +114,9 @@ void attention_run(const flash::AttentionParams& p, AttentionPass pass, Attentio
                                kernels.backward == FlashBackwardKernel::wgmma_sm90a);
   } else {
     if (pass == AttentionPass::forward)
-      row_attention_forward(p, stream);
+      timed_launch("fwd row", stream, [&] { row_attention_forward(p, stream); });
     else
-      row_attention_backward(p, workspace, workspace_bytes, stream);
+      timed_launch("bwd row", stream, [&] { row_attention_backward(p, workspace, workspace_bytes, stream); });
   }
 }
 

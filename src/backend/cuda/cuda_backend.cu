@@ -16,6 +16,7 @@
 #include "kernels/rope.cuh"
 #include "kernels/sparse_kd_loss.cuh"
 #include "kernels/topk.cuh"
+#include "kernels/kernel_timer.cuh"
 #include "kernels/sigmoid_gate.cuh"
 #include "kernels/swiglu.cuh"
 
@@ -303,12 +304,14 @@ void CudaBackend::column_sum_accumulate(float* sums, const void* x, int64_t N, i
 
 void CudaBackend::sigmoid_gate_forward(void* out, const void* inp, const void* gate, int64_t n) {
   op_checks::elementwise("sigmoid_gate_forward", n, {out, inp, gate});
-  cuda::sigmoid_gate_forward(BF(out), BF(inp), BF(gate), n, stream_);
+  cuda::timed_launch("fwd gate", stream_, [&] { cuda::sigmoid_gate_forward(BF(out), BF(inp), BF(gate), n, stream_); });
 }
 void CudaBackend::sigmoid_gate_backward(void* dinp, void* dgate, const void* dout,
                                         const void* inp, const void* gate, int64_t n) {
   op_checks::elementwise("sigmoid_gate_backward", n, {dinp, dgate, dout, inp, gate});
-  cuda::sigmoid_gate_backward(BF(dinp), BF(dgate), BF(dout), BF(inp), BF(gate), n, stream_);
+  cuda::timed_launch("bwd gate", stream_, [&] {
+    cuda::sigmoid_gate_backward(BF(dinp), BF(dgate), BF(dout), BF(inp), BF(gate), n, stream_);
+  });
 }
 void CudaBackend::swiglu_forward(void* out, const void* gate_up, int64_t N, int64_t F) {
   op_checks::swiglu("swiglu_forward", N, F, {out, gate_up});
