@@ -10,6 +10,7 @@
 #include "bench/backend_report.h"
 #include "bench/bench.h"
 #include "core/error.h"
+#include "core/kernel_timer.h"
 
 namespace kdtrain::bench {
 
@@ -107,44 +108,90 @@ AttentionForwardArgs forward_args(AttentionBuffers& b, const AttentionShape& sha
   return fa;
 }
 
+// One attention call of the bench: forward (and the gate op) and backward (the gate's
+// first), on the buffers of AttentionBuffers.
+struct AttentionCall {
+  Backend& be;
+  AttentionBuffers& buf;
+  AttentionFeatures f;
+  AttentionForwardArgs fa;
+  AttentionBackwardArgs ba;
+  int64_t n_out = 0;
+  void forward() {
+    be.attention_forward(fa);
+    if (f.gate) be.sigmoid_gate_forward(buf.gated.ptr, buf.out.ptr, buf.gate.ptr, n_out);
+  }
+  void backward() {
+    if (f.gate) be.sigmoid_gate_backward(buf.dcore.ptr, buf.dgate.ptr, buf.dout.ptr, buf.out.ptr, buf.gate.ptr, n_out);
+    be.attention_backward(ba);
+  }
+};
+
+AttentionCall attention_call(Backend& be, AttentionBuffers& buf, const HeadShape& h, int64_t B, int64_t T,
+                             AttentionFeatures f) {
+  AttentionCall call{be, buf, f, forward_args(buf, {B, T, h.H, h.Hkv, h.D}, f), {}, B * T * h.H * h.D};
+  call.ba = attention_backward_args(call.fa);
+  call.ba.dout = f.gate ? buf.dcore.ptr : buf.dout.ptr;
+  call.ba.dqkv = buf.dqkv.ptr;
+  call.ba.dsinks = f.sink ? static_cast<float*>(buf.dsinks.ptr) : nullptr;
+  call.ba.dalpha = f.affine ? buf.dalpha.ptr : nullptr;
+  return call;
+}
+
+struct PassTimes {
+  std::vector<double> fwd, bwd, total;
+};
+
+PassTimes time_passes(AttentionCall& call, int64_t warmup, int64_t steps) {
+  PassTimes t;
+  call.be.synchronize();
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    const auto a = Clock::now();
+    call.forward();
+    call.be.synchronize();
+    const auto b = Clock::now();
+    call.backward();
+    call.be.synchronize();
+    const auto d = Clock::now();
+    if (i < warmup) continue;
+    t.fwd.push_back(ms_since(a, b));
+    t.bwd.push_back(ms_since(b, d));
+    t.total.push_back(ms_since(a, d));
+  }
+  return t;
+}
+
+// {kernel name: mean ms per call} over `steps` more iterations with every launch timed
+// (core/kernel_timer.h); one synchronisation per iteration, so the queue stays ahead of
+// the device after the first launch.
+nlohmann::json kernel_times(AttentionCall& call, int64_t steps) {
+  KernelTiming timing;
+  for (int64_t i = 0; i < steps; ++i) {
+    call.forward();
+    call.backward();
+    call.be.synchronize();
+    kernel_timer().collect();
+  }
+  nlohmann::json ms = nlohmann::json::object();
+  for (const auto& [name, t] : kernel_timer().totals()) ms[name] = t.mean_ms();
+  return ms;
+}
+
 }  // namespace
 
 nlohmann::json run_attention_bench(const BenchOptions& o) {
   const BenchShape shape = resolve_bench(o);
   const Config& c = shape.config;
-  const int64_t B = shape.B, T = shape.T, N = B * T;
+  const int64_t B = shape.B, T = shape.T;
   const HeadShape h = attention_heads(c.model, o.head_dim);
   const AttentionFeatures f = features_of(c.attention);
   std::unique_ptr<Backend> backend = make_backend(shape.device, c.train.threads, c.train.attention_forward,
                                                           c.train.attention_backward);
   Backend& be = *backend;
-  AttentionBuffers buf(be, N, h, o.seed);
-  const AttentionForwardArgs fa = forward_args(buf, {B, T, h.H, h.Hkv, h.D}, f);
-  AttentionBackwardArgs ba = attention_backward_args(fa);
-  ba.dout = f.gate ? buf.dcore.ptr : buf.dout.ptr;
-  ba.dqkv = buf.dqkv.ptr;
-  ba.dsinks = f.sink ? static_cast<float*>(buf.dsinks.ptr) : nullptr;
-  ba.dalpha = f.affine ? buf.dalpha.ptr : nullptr;
-  const int64_t n_out = N * h.H * h.D;
-
-  std::vector<double> t_fwd, t_bwd, t_total;
-  be.synchronize();
-  for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
-    const auto a = Clock::now();
-    be.attention_forward(fa);
-    if (f.gate) be.sigmoid_gate_forward(buf.gated.ptr, buf.out.ptr, buf.gate.ptr, n_out);
-    be.synchronize();
-    const auto b = Clock::now();
-    if (f.gate) be.sigmoid_gate_backward(buf.dcore.ptr, buf.dgate.ptr, buf.dout.ptr, buf.out.ptr, buf.gate.ptr, n_out);
-    be.attention_backward(ba);
-    be.synchronize();
-    const auto d = Clock::now();
-    if (i < o.warmup) continue;
-    t_fwd.push_back(ms_since(a, b));
-    t_bwd.push_back(ms_since(b, d));
-    t_total.push_back(ms_since(a, d));
-  }
-  const double ms = median(t_total);
+  AttentionBuffers buf(be, B * T, h, o.seed);
+  AttentionCall call = attention_call(be, buf, h, B, T, f);
+  const PassTimes t = time_passes(call, o.warmup, o.steps);
+  const double ms = median(t.total);
   const double flops = attention_fwd_bwd_flops(B, h.H, T, h.D);
   nlohmann::json r;
   r["mode"] = "attention-only";
@@ -159,8 +206,8 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   r["D"] = h.D;
   r["warmup"] = o.warmup;
   r["steps"] = o.steps;
-  r["forward_ms"] = median(t_fwd);
-  r["backward_ms"] = median(t_bwd);
+  r["forward_ms"] = median(t.fwd);
+  r["backward_ms"] = median(t.bwd);
   r["fwd_bwd_ms"] = ms;
   r["flops_fwd_bwd"] = flops;
   r["tflops"] = ms > 0 ? flops / (ms / 1e3) / 1e12 : 0.0;
@@ -168,8 +215,25 @@ nlohmann::json run_attention_bench(const BenchOptions& o) {
   r["includes"] = f.gate ? "attention core + sigmoid gate op" : "attention core";
   r["attention_paths"] = attention_paths_json(be);
   r["attention_path"] = attention_path_summary(r["attention_paths"]);
+  // The CPU backend's ops are host functions with no timed launches: an empty object there.
+  if (o.kernel_times)
+    r["kernel_ms"] = shape.device == Device::cuda ? kernel_times(call, o.steps) : nlohmann::json::object();
   return r;
 }
+
+namespace {
+std::string format_kernel_times(const nlohmann::json& kernel_ms) {
+  std::string line = "  kernels (mean ms per call):";
+  char item[160];
+  for (const auto& [name, ms] : kernel_ms.items()) {
+    std::snprintf(item, sizeof item, " %s %.3f,", name.c_str(), ms.get<double>());
+    line += item;
+  }
+  if (kernel_ms.empty()) line += " none timed (no timed launches on this backend),";
+  line.back() = '\n';
+  return line;
+}
+}  // namespace
 
 std::string format_attention_report(const nlohmann::json& r) {
   char buf[512];
@@ -183,7 +247,9 @@ std::string format_attention_report(const nlohmann::json& r) {
                 r["forward_ms"].get<double>(), r["backward_ms"].get<double>(),
                 r["fwd_bwd_ms"].get<double>(), r["tflops"].get<double>(),
                 r["flop_convention"].get<std::string>().c_str());
-  return buf + format_attention_paths(r["attention_paths"]);
+  std::string out = buf;
+  if (r.contains("kernel_ms")) out += format_kernel_times(r["kernel_ms"]);
+  return out + format_attention_paths(r["attention_paths"]);
 }
 
 }  // namespace kdtrain::bench

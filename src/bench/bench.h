@@ -40,6 +40,10 @@ struct BenchOptions {
   // gated variants) forward and backward on random inputs, nothing else.
   bool attention_only = false;
   int64_t head_dim = 0;       // 0 = the preset's; else H = H0*D0/D, Hkv keeps the GQA ratio
+  // --kernel-times (with --attention-only): after the timed iterations, --steps more with
+  // each kernel launch bracketed by CUDA events (core/kernel_timer.h); "kernel_ms" in the
+  // report. Separate iterations, so the events never touch forward_ms and backward_ms.
+  bool kernel_times = false;
 };
 
 // What every bench resolves first: the command line's config, B and T (the

@@ -101,8 +101,13 @@ void register_bench(CLI::App& app) {
       ->check(in_range<double>(kMinRate, kMaxRate));
   cmd->add_option("--seed", o->bench.seed, "seed of the tokens and the random init")->check(seed_value());
   cmd->add_flag("--json", o->json, "print the report as one JSON object");
-  cmd->add_flag("--attention-only", o->bench.attention_only,
+  CLI::Option* attention_only = cmd->add_flag("--attention-only", o->bench.attention_only,
                 "time only the attention core (and gate) forward+backward on random inputs");
+  cmd->add_flag("--kernel-times", o->bench.kernel_times,
+                "with --attention-only: then --steps more iterations with each GPU kernel launch timed by "
+                "CUDA events, reported as kernel_ms {name: mean ms per call} (forward_ms and backward_ms "
+                "come from the untouched iterations; on cpu kernel_ms is empty)")
+      ->needs(attention_only);
   cmd->add_option("--head-dim", o->bench.head_dim,
                   "with --attention-only: head dim (heads rescaled to keep H*D and the GQA ratio)")
       ->check(in_range<int64_t>(1, SizeLimits::head_dim));

@@ -218,6 +218,66 @@ TEST_CASE("bench --attention-only: every variant, FLOP convention, head-dim resc
   CHECK(r["Hkv"] == 1);  // GQA ratio 2 kept
 }
 
+TEST_CASE("bench --attention-only --kernel-times: kernel_ms only when asked, empty on cpu", "[bench]") {
+  const std::vector<std::string> base = {KDTRAIN_BINARY, "bench", "--attention-only", "--preset", "tiny-llama",
+                                         "--attention", "affine", "--device", "cpu", "--micro-batch", "1",
+                                         "--seq-len", "16", "--steps", "1", "--warmup", "0", "--json"};
+  std::string out;
+  REQUIRE(run_kdtrain(base, &out) == 0);
+  CHECK_FALSE(last_json_line(out).contains("kernel_ms"));
+  std::vector<std::string> args = base;
+  args.push_back("--kernel-times");
+  REQUIRE(run_kdtrain(args, &out) == 0);
+  const json r = last_json_line(out);
+  INFO(out);
+  REQUIRE(r.contains("kernel_ms"));
+  CHECK(r["kernel_ms"].is_object());
+  CHECK(r["kernel_ms"].empty());  // the CPU backend's ops are host functions: no timed launches
+  CHECK(r["backward_ms"].get<double>() > 0);
+  args.pop_back();
+  args.pop_back();  // --json: the human-readable report says so too
+  args.push_back("--kernel-times");
+  REQUIRE(run_kdtrain(args, &out) == 0);
+  CHECK(out.find("kernels (mean ms per call): none timed") != std::string::npos);
+  // Without --attention-only there is nothing it would time.
+  const int code = run_kdtrain({KDTRAIN_BINARY, "bench", "--preset", "tiny-llama", "--device", "cpu",
+                                "--kernel-times"},
+                               &out);
+  CHECK(code != 0);
+  CHECK(code < 128);
+  CHECK(out.find("--attention-only") != std::string::npos);
+}
+
+TEST_CASE("bench --attention-only --kernel-times on the GPU: every kernel of the affine backward", "[cuda][bench]") {
+  if (!kdtrain::cuda_available()) {
+    WARN("SKIPPED: no CUDA device");
+    return;
+  }
+  std::string out;
+  const int code = run_kdtrain({KDTRAIN_BINARY, "bench", "--attention-only", "--preset", "tiny-llama", "--attention",
+                                "affine", "--head-dim", "64", "--device", "cuda", "--micro-batch", "2", "--seq-len",
+                                "256", "--steps", "3", "--warmup", "1", "--json", "--kernel-times"},
+                               &out);
+  INFO(out);
+  REQUIRE(code == 0);
+  const json r = last_json_line(out);
+  REQUIRE(r["attention_path"] == "flash");
+  const json& k = r["kernel_ms"];
+  for (const char* name : {"fwd v_scan", "bwd_zero counters", "bwd v_scan", "bwd_prep", "bwd u_scan", "bwd_finalize"}) {
+    INFO(name);
+    REQUIRE(k.contains(name));
+    CHECK(k[name].get<double>() > 0);
+  }
+  int forward = 0, main = 0;
+  for (const auto& [name, ms] : k.items()) {
+    forward += name == "fwd wgmma" || name == "fwd mma_sync";
+    main += name.rfind("bwd_main", 0) == 0;
+    CHECK(ms.get<double>() > 0);
+  }
+  CHECK(forward == 1);
+  CHECK(main == 1);
+}
+
 TEST_CASE("bench on the GPU: the attention path and the measured peak device memory", "[cuda][bench]") {
   if (!kdtrain::cuda_available()) {
     WARN("SKIPPED: no CUDA device");
