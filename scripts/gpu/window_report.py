@@ -58,6 +58,16 @@ def attention_times(rows):
     return out
 
 
+def attention_kernel_ms(rows):
+    """Per head dim, per kdtrain row (by kdtrain_name): its kernel_ms ({kernel: mean ms per
+    call}, `kdtrain bench --attention-only --kernel-times`), for the rows that have one."""
+    out = {}
+    for r in rows:
+        if "fwd_bwd_ms" in r and r.get("kernel_ms"):
+            out.setdefault(str(r["D"]), {})[kdtrain_name(r)] = r["kernel_ms"]
+    return out or None
+
+
 def kdtrain_name(r):
     return f"kdtrain[{r['build']}] {r['attention']}" if r.get("build") else f"kdtrain {r['attention']}"
 
@@ -185,6 +195,7 @@ def window_summary(outdir, commit, gpu, gpu_run=True):
     s["attn_fwdbwd_vs_model"] = fwdbwd_vs_model(rows, predictions)
     s["variant_attn_slowdown_vs_model"] = variant_slowdown_vs_model(rows, predictions)
     s["attention_ms"] = attention_times(rows)
+    s["attention_kernel_ms"] = attention_kernel_ms(rows)
     s["attention_errors"] = [{k: r.get(k) for k in ("kind", "case", "attention", "variant", "build", "D", "error")}
                              for r in rows if "error" in r]
     nccl = g.read_text(os.path.join(outdir, "nccl.log"))
@@ -202,6 +213,10 @@ def window_table(s):
         for name, t in impls.items():
             rows.append((f"attention D={D} {name}: fwd / bwd / total ms",
                          f"{g.fmt(t['fwd'])} / {g.fmt(t['bwd'])} / {g.fmt(t['fwd_bwd'])}"))
+    for D, per in sorted((s.get("attention_kernel_ms") or {}).items()):
+        for name, kernel_ms in per.items():
+            rows.append((f"attention D={D} {name} kernels (ms per call)",
+                         bench_attention.kernel_times_line({"kernel_ms": kernel_ms})))
     for pass_, key in (("fwd", "attn_fwd_ms"), ("bwd", "attn_bwd_ms")):
         for D, per in sorted((s.get(key) or {}).items()):
             for name, t in per.items():

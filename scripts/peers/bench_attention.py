@@ -32,7 +32,9 @@ With --kdtrain, `kdtrain bench --attention-only` runs on the same shapes (H and 
 GQA ratio from --kdtrain-preset rescaled to each D) and the report adds
 attn_fwdbwd_vs_sdpa (per D: the faster SDPA's time / kdtrain baseline time, > 1 =
 kdtrain faster), variant_attn_slowdown (per D and variant: kdtrain time / kdtrain
-baseline time) and variant_speedup_vs_torch_best (best PyTorch time / kdtrain).
+baseline time) and variant_speedup_vs_torch_best (best PyTorch time / kdtrain). Each
+kdtrain row also carries kernel_ms, {kernel: mean ms per call} from --kernel-times
+(iterations apart from the timed ones; empty on cpu), printed by kernel_times_line().
 """
 import argparse
 import json
@@ -290,8 +292,9 @@ ATOMIC_BUILD = "atomic-dq"
 
 
 def kdtrain_attention(args, binary, variant, B, T, D, env=None, extra=()):
-    """One `kdtrain bench --attention-only` row (forward_ms, backward_ms, fwd_bwd_ms and
-    the attention path with the kernels it took), or an error row. `env`: extra
+    """One `kdtrain bench --attention-only --kernel-times` row (forward_ms, backward_ms,
+    fwd_bwd_ms, kernel_ms and the attention path with the kernels it took), or an error
+    row; a binary older than --kernel-times runs without it (no kernel_ms). `env`: extra
     environment variables; `extra`: extra kdtrain arguments
     (e.g. --set of a kernel choice)."""
     import os
@@ -299,17 +302,28 @@ def kdtrain_attention(args, binary, variant, B, T, D, env=None, extra=()):
     cmd = [binary, "bench", "--attention-only", "--preset", args.kdtrain_preset,
            "--attention", variant, "--device", args.device, "--micro-batch", str(B),
            "--seq-len", str(T), "--head-dim", str(D), "--steps", str(args.iters),
-           "--warmup", str(args.warmup), "--json", *extra]
+           "--warmup", str(args.warmup), "--json", "--kernel-times", *extra]
     run_env = dict(os.environ, **(env or {}))
     if "KDTRAIN_LD_LIBRARY_PATH" in os.environ:  # the GPU scripts keep the pack's libraries from Python
         run_env["LD_LIBRARY_PATH"] = os.environ["KDTRAIN_LD_LIBRARY_PATH"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=run_env)
+    if p.returncode != 0 and "--kernel-times" in p.stdout + p.stderr:
+        cmd.remove("--kernel-times")
+        p = subprocess.run(cmd, capture_output=True, text=True, env=run_env)
     if p.returncode != 0:
         return {"variant": variant, "D": D, "error": (p.stdout + p.stderr)[-300:]}
     r = json.loads(p.stdout.strip().splitlines()[-1])
     if r["H"] != args.channels // D:
         r["warning"] = f"kdtrain preset has H*D={r['H'] * D}, not --channels {args.channels}"
     return r
+
+
+def kernel_times_line(row):
+    """kdtrain row's kernel_ms as "fwd wgmma 0.512, bwd_main 1.903, ...": the forward's
+    kernels first; None when the row has no kernel times."""
+    ms = row.get("kernel_ms") or {}
+    names = sorted(ms, key=lambda name: (not name.startswith("fwd"), name))
+    return ", ".join(f"{name} {ms[name]:.3f}" for name in names) or None
 
 
 def parse_build(spec):
@@ -382,6 +396,10 @@ def main(argv=None):
             lambda x: f"{x['fwd_bwd_ms']:9.3f} ms {x['tflops']:8.3f} TFLOP/s")
     for x in r.get("kdtrain_builds", []):
         row(x, f"kdtrain[{x['build']}] baseline", lambda x: f"{x['fwd_bwd_ms']:9.3f} ms")
+    for x in r.get("kdtrain", []) + r.get("kdtrain_builds", []):
+        if kernel_times_line(x):
+            print(f"  D={x['D']:<4} kdtrain{'[' + x['build'] + ']' if 'build' in x else ''} "
+                  f"{x.get('attention')} kernels (ms per call): {kernel_times_line(x)}")
     for key in ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "variant_speedup_vs_torch_best",
                 "attn_determinism_cost"):
         if key in r:

@@ -53,6 +53,7 @@ def test_with_kdtrain_attention_only():
         assert "warning" not in x
         # same FLOP convention on both sides
         assert x["flops_fwd_bwd"] == bench_attention.fwd_bwd_flops(2, 4, 32, 16)
+        assert x["kernel_ms"] == {}  # asked for; the CPU backend has no timed launches
     assert set(r["attn_fwdbwd_vs_sdpa"]) == {"16"}
     assert r["variant_attn_slowdown"]["16"]["baseline"] == 1.0
 
@@ -104,8 +105,13 @@ def fake_kdtrain(tmp_path):
                       "a = sys.argv\n"
                       "v, D = a[a.index('--attention') + 1], int(a[a.index('--head-dim') + 1])\n"
                       "ms = float(os.environ.get('FAKE_MS', '1.0'))\n"
-                      "print(json.dumps({'attention': v, 'D': D, 'H': 64 // D, 'Hkv': 1, 'forward_ms': ms / 4,\n"
-                      "                  'backward_ms': 3 * ms / 4, 'fwd_bwd_ms': ms, 'args': a[1:]}))\n")
+                      "r = {'attention': v, 'D': D, 'H': 64 // D, 'Hkv': 1, 'forward_ms': ms / 4,\n"
+                      "     'backward_ms': 3 * ms / 4, 'fwd_bwd_ms': ms, 'args': a[1:]}\n"
+                      "if '--kernel-times' in a:\n"
+                      "    if os.environ.get('FAKE_OLD'):  # a kdtrain from before the flag: CLI11's refusal\n"
+                      "        sys.exit('The following argument was not expected: --kernel-times')\n"
+                      "    r['kernel_ms'] = {'bwd_main': ms / 2, 'fwd wgmma': ms / 5}\n"
+                      "print(json.dumps(r))\n")
     script.chmod(0o755)
     return script
 
@@ -130,5 +136,23 @@ def test_rows_are_written_as_measured_in_order_of_value(tmp_path):
     assert order[10:12] == [("kdtrain", "gated", 16), ("kdtrain", "gated", 32)]
     assert {o[0] for o in order[12:]} == {"torch"}
     assert rows[8]["args"][-2:] == ["--set", "a.b=x"]
+    # Every kdtrain row asks for the per-kernel times and keeps them.
+    for r in (r for r in rows if r["kind"] == "kdtrain"):
+        assert "--kernel-times" in r["args"]
+        assert r["kernel_ms"] == {"bwd_main": pytest.approx(r["fwd_bwd_ms"] / 2),
+                                  "fwd wgmma": pytest.approx(r["fwd_bwd_ms"] / 5)}
     report = json.loads(p.stdout.strip().splitlines()[-1])
     assert report["attn_determinism_cost"] == {"16": pytest.approx(0.25), "32": pytest.approx(0.25)}
+
+
+def test_kernel_times_kept_and_an_older_kdtrain_still_measured(tmp_path):
+    import argparse
+    kd = str(fake_kdtrain(tmp_path))
+    args = argparse.Namespace(kdtrain_preset="p", device="cuda", iters=1, warmup=0, channels=64)
+    r = bench_attention.kdtrain_attention(args, kd, "affine", 1, 32, 64, {"FAKE_MS": "2.0"})
+    assert r["kernel_ms"] == {"bwd_main": 1.0, "fwd wgmma": 0.4}
+    assert bench_attention.kernel_times_line(r) == "fwd wgmma 0.400, bwd_main 1.000"  # the forward first
+    old = bench_attention.kdtrain_attention(args, kd, "affine", 1, 32, 64, {"FAKE_OLD": "1"})
+    assert "error" not in old and "kernel_ms" not in old and old["fwd_bwd_ms"] == 1.0
+    assert "--kernel-times" not in old["args"]
+    assert bench_attention.kernel_times_line(old) is None

@@ -229,13 +229,14 @@ def test_window_summary_synthetic(tmp_path):
          "forward_ms": 0.6, "backward_ms": 0.9, "fwd_bwd_ms": 1.5, "attention_paths": wgmma_bwd},
         {"kind": "torch", "case": "sdpa", "variant": "baseline", "D": 64, "ms": 1.8, "fwd_ms": 0.5, "bwd_ms": 1.3},
         {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "atomic-dq", "forward_ms": 0.6,
-         "backward_ms": 1.32, "fwd_bwd_ms": 1.92},
+         "backward_ms": 1.32, "fwd_bwd_ms": 1.92, "kernel_ms": {"bwd_main atomics": 1.1}},
         {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "atomic-dq+train.attention_backward:wgmma",
          "forward_ms": 0.6, "backward_ms": 0.8, "fwd_bwd_ms": 1.4, "attention_paths": wgmma_bwd},
         {"kind": "kdtrain", "variant": "baseline", "D": 128, "build": "KDTRAIN_FLASH_FORWARD:wgmma",
          "error": "refused"},
         {"kind": "kdtrain", "attention": "affine", "D": 64, "forward_ms": 0.7, "backward_ms": 1.5,
-         "fwd_bwd_ms": 2.2, "attention_paths": path_reason},
+         "fwd_bwd_ms": 2.2, "attention_paths": path_reason, "kernel_ms": {  # --kernel-times
+             "bwd_prep": 0.05, "bwd_main": 1.2, "bwd u_scan": 0.04, "fwd wgmma": 0.6, "fwd v_scan": 0.03}},
         {"kind": "kdtrain", "attention": "sink", "D": 64, "forward_ms": 0.6, "backward_ms": 1.5,
          "fwd_bwd_ms": 2.1, "attention_paths": wgmma_bwd}])
     write(tmp_path / "predictions.json", json.dumps({"kernels": [  # attention_model.py --json
@@ -260,6 +261,10 @@ def test_window_summary_synthetic(tmp_path):
     assert s["attn_determinism_cost"] == {"64": pytest.approx(2.0 / 1.92 - 1)}
     assert s["attention_ms"]["64"]["kdtrain[atomic-dq] baseline"]["bwd"] == 1.32
     assert s["attention_ms"]["64"]["torch sdpa"] == {"fwd": 0.5, "bwd": 1.3, "fwd_bwd": 1.8}
+    # Per-kernel times of the rows that carry them (an older kdtrain's rows have none).
+    assert s["attention_kernel_ms"] == {"64": {"kdtrain affine": {
+        "bwd_prep": 0.05, "bwd_main": 1.2, "bwd u_scan": 0.04, "fwd wgmma": 0.6, "fwd v_scan": 0.03},
+        "kdtrain[atomic-dq] baseline": {"bwd_main atomics": 1.1}}}
     assert s["attn_fwd_ms"]["64"]["kdtrain baseline"] == {"measured": 0.6, "kernel": "wgmma", "predicted": 0.55}
     assert s["attn_bwd_ms"]["64"]["kdtrain baseline"] == {"measured": 1.4, "kernel": "bwd_main", "predicted": 1.2}
     assert s["attn_bwd_ms"]["64"]["kdtrain[train.attention_backward:wgmma] baseline"] == {
@@ -297,6 +302,10 @@ def test_window_summary_synthetic(tmp_path):
                  ].endswith("2.00 / 1.75, 2.20-2.60 (under the band)")
     assert lines["attention D=128 kdtrain[KDTRAIN_FLASH_FORWARD:wgmma] baseline"].endswith("error: refused")
     assert lines["variant_attn_slowdown D=64 affine (wgmma + bwd_main): measured / model"].endswith("1.10 / 1.10")
+    assert lines["attention D=64 kdtrain affine kernels (ms per call)"].endswith(
+        "fwd v_scan 0.030, fwd wgmma 0.600, bwd u_scan 0.040, bwd_main 1.200, bwd_prep 0.050")
+    assert lines["attention D=64 kdtrain[atomic-dq] baseline kernels (ms per call)"].endswith("bwd_main atomics 1.100")
+    assert not any(k.startswith("attention D=64 kdtrain baseline kernels") for k in lines)
     assert table.splitlines()[-1].startswith("overall") and "failed" in table.splitlines()[-1]
     doc = gpu_docs.latest_doc(s)
     assert set(doc) == {"commit", "gpu", *gpu_docs.WINDOW_KEYS}
