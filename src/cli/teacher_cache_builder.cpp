@@ -10,6 +10,8 @@
 #include <functional>
 #include <numeric>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/backend.h"
 #include "core/error.h"
 #include "data/shard_manifest.h"
@@ -53,6 +55,12 @@ std::vector<std::string> own_files(const std::string& out, const CacheManifest& 
 // batches of up to `batch` windows, in order.
 using FillBatch = std::function<void(int64_t, int64_t, int32_t*, float*, float*)>;
 
+// This job's write time: every rank's tokens written now, rank 0's wall time.
+struct WriteTiming {
+  int ranks = 1;
+  double tokens_written = 0, seconds = 0;
+};
+
 void write_shard(const std::string& out, const CacheManifest& plan, int64_t s, int64_t batch, const FillBatch& fill) {
   const CacheHeader& h = plan.header;
   const int64_t T = h.seq_len, K = h.K;
@@ -70,23 +78,38 @@ void write_shard(const std::string& out, const CacheManifest& plan, int64_t s, i
   writer.commit();
 }
 
-void print_written(const std::string& out, const CacheManifest& m) {
+// What a run wrote: the cache's shape and size, and how fast this job wrote it
+// (tokens of the shards written now, resumed ones not counted, over the wall
+// time from the first shard to the manifest).
+nlohmann::json written_report(const std::string& out, const CacheManifest& m, const WriteTiming& t) {
   const CacheHeader& h = m.header;
   double bytes = 0;
   for (const data::CacheShardInfo& s : m.shards)
     bytes += data::kCacheHeaderBytes + data::kCacheTrailerBytes + static_cast<double>(s.windows) * h.record_bytes();
+  return {{"out", out}, {"windows", h.windows}, {"seq_len", h.seq_len}, {"tokens", h.windows * h.seq_len},
+          {"shards", m.shards.size()}, {"top_k", h.K}, {"vocab_size", h.V}, {"id_bits", h.id_bits()},
+          {"value_type", data::to_string(h.value_type)}, {"bytes", bytes}, {"ranks", t.ranks},
+          {"tokens_written", t.tokens_written}, {"seconds", t.seconds},
+          {"tokens_per_s", t.seconds > 0 ? t.tokens_written / t.seconds : 0.0}};
+}
+
+void print_written(const nlohmann::json& r, bool json) {
+  if (json) return (void)std::printf("%s\n", r.dump().c_str());
   std::printf("wrote %s: %lld windows x %lld tokens in %zu shards, top-%lld of %lld (%d-bit ids), %s, %.1f MiB\n",
-              out.c_str(), static_cast<long long>(h.windows), static_cast<long long>(h.seq_len), m.shards.size(),
-              static_cast<long long>(h.K), static_cast<long long>(h.V), h.id_bits(), data::to_string(h.value_type),
-              bytes / (1 << 20));
+              r["out"].get<std::string>().c_str(), r["windows"].get<long long>(), r["seq_len"].get<long long>(),
+              r["shards"].get<size_t>(), r["top_k"].get<long long>(), r["vocab_size"].get<long long>(),
+              r["id_bits"].get<int>(), r["value_type"].get<std::string>().c_str(), r["bytes"].get<double>() / (1 << 20));
 }
 
 // Writes this rank's missing shards (shard s belongs to rank s % world), then,
 // on rank 0 once every rank is done, the manifest from the shards' trailers.
 void write_cache(dist::Communicator& comm, const std::string& out, CacheManifest& plan, int64_t batch,
-                 bool progress, const FillBatch& fill) {
+                 const TeacherCacheOptions& o, const FillBatch& fill) {
   const int64_t shards = static_cast<int64_t>(plan.shards.size());
   const auto started = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
   int64_t done = 0, skipped = 0, mine = 0, written_windows = 0;
   for (int64_t s = comm.rank(); s < shards; s += comm.world()) ++mine;
   for (int64_t s = comm.rank(); s < shards; s += comm.world()) {
@@ -98,20 +121,21 @@ void write_cache(dist::Communicator& comm, const std::string& out, CacheManifest
       written_windows += plan.shards[s].windows;
     }
     ++done;
-    if (progress) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (o.progress)
       spdlog::info("teacher-cache rank {}/{}: {}/{} shards ({} already complete), {:.0f} tokens/s, {:.0f}s",
                    comm.rank(), comm.world(), done, mine, skipped,
-                   static_cast<double>(written_windows * plan.header.seq_len) / std::max(elapsed, 1e-9), elapsed);
-    }
+                   static_cast<double>(written_windows * plan.header.seq_len) / std::max(elapsed(), 1e-9), elapsed());
   }
+  double written_tokens = static_cast<double>(written_windows * plan.header.seq_len);
+  comm.all_reduce_sum_host(&written_tokens, 1);
   comm.barrier();
   if (comm.rank() != 0) return;
   for (int64_t s = 0; s < shards; ++s)
     KD_CHECK(data::shard_complete(out, plan, s, &plan.shards[s].checksum), "teacher cache ", out, ": shard ",
              plan.shards[s].file, " is missing or incomplete after every rank finished");
   data::write_cache_manifest(out, plan);
-  if (progress) print_written(out, plan);
+  if (o.progress || o.json)
+    print_written(written_report(out, plan, {comm.world(), written_tokens, elapsed()}), o.json);
 }
 
 // Checks --out on every rank (the same answer everywhere), then removes an
@@ -227,7 +251,7 @@ CacheManifest build_on_rank(dist::Communicator& comm, const TeacherCacheOptions&
   plan.made_from = {{"teacher", o.teacher}, {"data", o.data}};
   prepare_out(comm, o.out, plan, o.force);
   TeacherRows rows(o, teacher, dataset);
-  write_cache(comm, o.out, plan, o.batch_size, o.progress,
+  write_cache(comm, o.out, plan, o.batch_size, o,
               [&](int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) { rows.fill(w0, b, ids, logp, tail); });
   return plan;
 }
@@ -240,7 +264,7 @@ CacheManifest convert_on_rank(dist::Communicator& comm, const std::string& from,
            ": --out must be another directory (the version-1 file is read while the shards are written)");
   prepare_out(comm, o.out, plan, o.force);
   const int64_t T = v1.header().seq_len, K = v1.header().K;
-  write_cache(comm, o.out, plan, 1, o.progress, [&](int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) {
+  write_cache(comm, o.out, plan, 1, o, [&](int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) {
     for (int64_t i = 0; i < b; ++i) v1.read_window(w0 + i, ids + i * T * K, logp + i * T * K, tail + i * T);
   });
   return plan;

@@ -25,6 +25,7 @@ struct TeacherCacheOptions {
   std::string device = "cpu";
   int64_t threads = 0;
   bool progress = true;
+  bool json = false;                   // the final report as one JSON line (tokens/s for scripts)
   bool force = false;                  // write into a non-empty --out (io/output_dir.h)
 };
 

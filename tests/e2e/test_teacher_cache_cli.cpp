@@ -3,6 +3,8 @@
 // train` before the step that would use the window, naming the shard file, the
 // window and the position; and SIGINT or SIGTERM during `kdtrain teacher-cache`
 // leaves no temporary behind, and the same command then resumes without --force.
+// --json reports the cache and this run's write rate as one JSON line (the GPU
+// window's cache-write step reads it).
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -14,6 +16,8 @@
 #include <functional>
 #include <limits>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "data/teacher_cache.h"
 #include "support/process_util.h"
@@ -55,6 +59,21 @@ void tamper(const std::string& cache, int64_t window, const Change& change) {
   data::write_cache_manifest(cache, m);
 }
 
+// `kdtrain teacher-cache` over the fixture's teacher and shard, on one CPU thread.
+std::vector<std::string> cache_command(const CacheFixture& f, const std::string& cache, const char* seq_len,
+                                       const char* top_k, const char* shard_windows) {
+  return {KDTRAIN_BINARY, "teacher-cache", "--teacher", f.teacher_dir, "--data", f.shard, "--seq-len", seq_len,
+          "--top-k", top_k, "--shard-windows", shard_windows, "--threads", "1", "--out", cache};
+}
+
+// The last non-empty line of `out`, as JSON (it must be JSON).
+nlohmann::json last_line_json(const std::string& out) {
+  const size_t end = out.find_last_not_of('\n');
+  REQUIRE(end != std::string::npos);
+  const size_t start = out.rfind('\n', end);
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start + 1)));
+}
+
 ino_t inode_of(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
@@ -69,9 +88,7 @@ TEST_CASE("teacher cache values: a tampered sharded cache with its checksums rec
   CacheFixture f(4 * 32 + 1);
   const std::string cache = f.dir.file("cache");
   std::string out;
-  REQUIRE(run({KDTRAIN_BINARY, "teacher-cache", "--teacher", f.teacher_dir, "--data", f.shard, "--seq-len", "32",
-               "--top-k", "4", "--shard-windows", "2", "--threads", "1", "--out", cache},
-              &out, f.dir.file("cache.log")) == 0);
+  REQUIRE(run(cache_command(f, cache, "32", "4", "2"), &out, f.dir.file("cache.log")) == 0);
   const std::string good_shard = read_bytes(fs::path(cache) / "shard_00001.bin");
   const std::string good_manifest = read_bytes(fs::path(cache) / "manifest.json");
   auto train = [&](const std::string& run_dir) {
@@ -115,9 +132,7 @@ TEST_CASE("signals: SIGINT or SIGTERM during teacher-cache removes what it stage
           "[teacher_cache][reliability][signals]") {
   CacheFixture f(64 * 600 + 1);  // 600 windows of 64 tokens, 30 shards of 20
   const std::string cache = f.dir.file("cache");
-  const std::vector<std::string> command = {KDTRAIN_BINARY, "teacher-cache", "--teacher", f.teacher_dir, "--data",
-                                            f.shard, "--seq-len", "64", "--top-k", "5", "--shard-windows", "20",
-                                            "--threads", "1", "--out", cache};
+  const std::vector<std::string> command = cache_command(f, cache, "64", "5", "20");
   int n = 0;
   for (int signal : {SIGINT, SIGTERM}) {
     INFO("signal " << signal);
@@ -147,4 +162,34 @@ TEST_CASE("signals: SIGINT or SIGTERM during teacher-cache removes what it stage
   CHECK_FALSE(has_temporary(cache));
   REQUIRE(run({KDTRAIN_BINARY, "verify", cache}, &out, f.dir.file("verify.log")) == 0);
   CHECK(out.find("30 shards, 600 windows x 64 tokens, top-5 of 61") != std::string::npos);
+}
+
+TEST_CASE("teacher-cache --json: the last line reports the cache and the tokens/s of what this run wrote",
+          "[teacher_cache][e2e]") {
+  CacheFixture f(6 * 32 + 1);  // 6 windows of 32 tokens, 3 shards of 2
+  const std::string cache = f.dir.file("cache");
+  const std::vector<std::string> command = cache_command(f, cache, "32", "4", "2");
+  std::string out;
+  REQUIRE(run(command, &out, f.dir.file("text.log")) == 0);
+  CHECK(out.find("wrote " + cache + ": 6 windows x 32 tokens in 3 shards, top-4 of 61 (6-bit ids), bf16") !=
+        std::string::npos);
+  fs::remove(fs::path(cache) / data::cache_shard_file(1));
+  REQUIRE(run(plus(command, {"--json"}), &out, f.dir.file("json.log")) == 0);
+  const nlohmann::json r = last_line_json(out);
+  INFO(r.dump());
+  CHECK(r["windows"] == 6);
+  CHECK(r["seq_len"] == 32);
+  CHECK(r["tokens"] == 6 * 32);
+  CHECK(r["shards"] == 3);
+  CHECK(r["top_k"] == 4);
+  CHECK(r["vocab_size"] == 61);
+  CHECK(r["id_bits"] == 6);
+  CHECK(r["value_type"] == "bf16");
+  CHECK(r["ranks"] == 1);
+  // Only the removed shard was written again: the resumed ones are not this run's speed.
+  CHECK(r["tokens_written"].get<double>() == 2 * 32);
+  const double seconds = r["seconds"].get<double>();
+  REQUIRE(seconds > 0);
+  CHECK(r["tokens_per_s"].get<double>() == Approx(2 * 32 / seconds).epsilon(1e-12));
+  CHECK(out.find("wrote " + cache) == std::string::npos);  // the JSON replaces the line
 }
