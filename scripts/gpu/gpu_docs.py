@@ -28,7 +28,8 @@ BENCH_KEYS = ("attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "step_speedup_vs_t
 WINDOW_KEYS = ("tests_passed", "tests_failed", "tests_cut", "attn_fwd_ms", "attn_bwd_ms",
                "attn_fwdbwd_vs_sdpa", "variant_attn_slowdown", "attn_determinism_cost",
                "step_speedup_vs_torch_compile", "mfu_1b_t2048", "nccl_world1_identical",
-               "cached_teacher_step_vs_student", "peak_device_bytes", "peak_device_bytes_torch_compile",
+               "cached_teacher_step_vs_student", "cache_write_vs_teacher_forward", "cache_write_tokens_per_s",
+               "peak_device_bytes", "peak_device_bytes_torch_compile",
                "tests_status", "tests_skipped", "bench_config", "step_speedup_vs_torch_with_teacher",
                "peak_device_bytes_with_teacher", "peak_device_bytes_torch_with_teacher", "attention_ms",
                "attn_fwdbwd_vs_model", "variant_attn_slowdown_vs_model")
@@ -82,6 +83,15 @@ TABLE_BEGIN = "<!-- gpu_report: measured table begin -->"
 TABLE_END = "<!-- gpu_report: measured table end -->"
 
 
+def cache_write_text(doc):
+    """The cache write's ratio and its two rates, "0.93x (152,000 / 163,000)", or "not measured"."""
+    rates = measured(doc.get("cache_write_tokens_per_s")) or {}
+    if not rates:
+        return "not measured"
+    return (f"{fmt(doc.get('cache_write_vs_teacher_forward'), '{:.2f}x')} ({fmt(rates.get('cache_write'), '{:,.0f}')}"
+            f" / {fmt(rates.get('teacher_forward'), '{:,.0f}')})")
+
+
 def markdown_table(doc):
     """docs/gpu/latest.json as the markdown table of docs/performance.md."""
     def per_variant(key, pattern):
@@ -119,6 +129,7 @@ def markdown_table(doc):
         ("step_speedup_vs_torch_with_teacher", per_variant("step_speedup_vs_torch_with_teacher", "{:.2f}x")),
         ("mfu_1b_t2048", per_variant("mfu_1b_t2048", "{:.1%}")),
         ("cached_teacher_step_vs_student", per_variant("cached_teacher_step_vs_student", "{:.2f}x")),
+        ("cache_write_vs_teacher_forward (teacher-cache / eval tokens/s)", cache_write_text(doc)),
         ("peak device memory, baseline: kdtrain / torch.compile",
          f"{gib('peak_device_bytes')} / {gib('peak_device_bytes_torch_compile')}"),
         ("nccl_world1_identical", "not measured" if identical is None else str(identical).lower()),

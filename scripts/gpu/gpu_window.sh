@@ -38,6 +38,8 @@
 #      kdtrain, then torch.compile variant by variant (the models built on the GPU).
 #   d  NCCL at world size 1 (scripts/gpu/gpu_check_nccl.sh).
 #   c  the cached-teacher step.
+#   c  the cache writer: `kdtrain teacher-cache --json` tokens/s over the same teacher's
+#      forward-only tokens/s (`kdtrain eval`), a random-weight llama3.2-1b at the step's shape.
 #   e  compute-sanitizer racecheck and synccheck on [sanitize]; skipped at once where the GPU
 #      runtime answers "Device not supported".
 #   then, only where the whole cap still fits: the other variants, and the step with TEACHER.
@@ -46,11 +48,12 @@
 #   scripts/gpu/gpu_window.sh --plan | --import DIR | --help
 #
 # Environment: WINDOW_SECONDS, DEVICE (cuda), FIRST_VARIANTS, TORCH_VARIANTS (all), TEACHER
-# (llama3.2-3b; "" skips), SANITIZE=0, the test filters PRIMITIVES FLASH ATTENTION REALISTIC
-# KERNELS SANITIZE_FILTER ("" skips a suite), the step shape PRESET SEQ MICRO_BATCH STEPS
-# WARMUP, the caps ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 70; the
-# baseline's 10 less), ATTN_ARGS (more bench_attention.py arguments), ATTN_BUILDS (more
-# --kdtrain-build specs, one a line: the hook for a build or kernel the binary does not announce),
+# (llama3.2-3b; "" skips), CACHE_TEACHER (PRESET) and CACHE_BATCHES (24) of the cache write,
+# SANITIZE=0, the test filters PRIMITIVES FLASH ATTENTION REALISTIC KERNELS SANITIZE_FILTER
+# ("" skips a suite), the step shape PRESET SEQ MICRO_BATCH STEPS WARMUP, the caps
+# ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 70; the baseline's 10 less),
+# ATTN_ARGS (more bench_attention.py arguments), ATTN_BUILDS (more --kdtrain-build specs,
+# one a line: the hook for a build or kernel the binary does not announce),
 # GPU_PACK_DIR, GPU_SITE_PACKAGES, GPU_DOCS_ROOT (the scripts' own tests set these).
 # DEVICE=cpu runs the same sequence on the CPU at tiny shapes: a smoke test of the script (CI).
 START=$(date +%s)
@@ -76,10 +79,11 @@ VARIANTS="$("$KDTRAIN" info --variants | awk '{print $1}' | tr '\n' ' ')"  # eve
 REST_VARIANTS="$(for V in $VARIANTS; do [[ " $FIRST_VARIANTS " == *" $V "* ]] || echo "$V"; done | tr '\n' ' ')"
 TORCH_VARIANTS="${TORCH_VARIANTS:-$VARIANTS}"
 RAW="$(mktemp -d)"  # raw outputs, packed into $OUTDIR/raw.tgz after every step
-trap 'rm -rf "$RAW"' EXIT
+SCRATCH="$(mktemp -d)"  # a step's large files (the cache write's checkpoint), never packed
+trap 'rm -rf "$RAW" "$SCRATCH"' EXIT
 [[ -n "$PACK" && -f "$PACK/predictions.json" ]] && cp "$PACK/predictions.json" "$RAW/"
 cp "$ENV_FILE" "$RAW/"
-export ROOT RAW START BUDGET DEVICE KDTRAIN TESTS KDTRAIN_ATOMIC_DQ TORCH_MODE TEACHER ATTN_ARGS ATTN_BUILDS \
+export ROOT RAW SCRATCH START BUDGET DEVICE PRESET SEQ MB KDTRAIN TESTS KDTRAIN_ATOMIC_DQ TORCH_MODE TEACHER ATTN_ARGS ATTN_BUILDS \
   PRIMITIVES FLASH ATTENTION REALISTIC KERNELS SANITIZE_FILTER
 
 mapfile -t PLAN < <(plan)

@@ -41,7 +41,9 @@ PRELUDE_ALLOWANCE=20
 # kdtrain attention rows about 50 of b's 80 (the PyTorch rows take the rest, cut where
 # they must), the kdtrain step 12 a variant, torch.compile 53 for the baseline and 63 for
 # sink (a torch step cut before its end measures nothing, hence its least of 50), NCCL 13,
-# the cached teacher 13; racecheck and synccheck could not finish [sanitize] in 30.
+# the cached teacher 13; racecheck and synccheck could not finish [sanitize] in 30. The
+# cache write has not run on a GPU: its cap is the 1B teacher's init (about 5 GB written),
+# two loads and two passes over CACHE_BATCHES batches, estimated.
 # "tail" steps run only when their whole cap still fits.
 plan() {
   local V cap
@@ -53,6 +55,7 @@ plan() {
   done
   [[ "$DEVICE" == cuda ]] && echo "d nccl|25|15|first|nccl_d"
   echo "c cached teacher|15|10|first|step_teacher_cache"
+  echo "c cache write|35|25|first|cache_write_c"
   echo "e sanitizers|40|20|first|sanitize_e"
   [[ -n "${REST_VARIANTS// /}" ]] && echo "c kdtrain step ${REST_VARIANTS% }|40|30|tail|step_kdtrain $REST_VARIANTS"
   for V in $REST_VARIANTS; do
@@ -208,6 +211,43 @@ step_teacher() {
   gpu_bench_kdtrain "$RAW" teacher_baseline baseline --teacher "$TEACHER" --set train.recompute=mlp || rc=1
   gpu_bench_torch "$RAW" teacher_baseline baseline "$TORCH_MODE" --teacher "$TEACHER" || rc=1
   return $rc
+}
+
+# (c) the cache writer against the teacher's forward (docs/distillation.md, "On a GPU"): a
+# random-weight CACHE_TEACHER (PRESET: llama3.2-1b, the real 128k vocabulary, so the top K over
+# V costs what it will) and CACHE_BATCHES batches of random ids, then `kdtrain teacher-cache
+# --json` (its tokens/s) and `kdtrain eval` (the same teacher's forward and full-vocabulary
+# log-softmax, no top K, nothing written) over the same windows, batch and T. The checkpoint
+# and the cache (gigabytes) stay in SCRATCH, out of raw.tgz, and are deleted after.
+cache_write_c() {
+  local dir="$SCRATCH/cache_write" vocab rc=0
+  local windows=$(( ${CACHE_BATCHES:-24} * MB ))
+  rm -rf "$dir" && mkdir -p "$dir"
+  {
+    "$KDTRAIN" init --preset "${CACHE_TEACHER:-$PRESET}" --out "$dir/teacher" &&
+      vocab="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_size"])' \
+        "$dir/teacher/config.json")" &&
+      gpu_random_ids "$dir/ids.txt" "$vocab" $(( windows * SEQ + 1 )) &&
+      "$KDTRAIN" data write --ids "$dir/ids.txt" --out "$dir/tokens.bin" --version 7
+  } >> "$RAW/cache_write.log" 2>&1 || rc=1
+  (( rc == 0 )) && { "$KDTRAIN" teacher-cache --device "$DEVICE" --teacher "$dir/teacher" --data "$dir/tokens.bin" \
+      --seq-len "$SEQ" --batch-size "$MB" --top-k 64 --out "$dir/cache" --json > "$RAW/cache_write.json" \
+      2>> "$RAW/cache_write.log" || rc=1; }
+  (( rc == 0 )) && { "$KDTRAIN" eval --device "$DEVICE" --checkpoint "$dir/teacher" --data "$dir/tokens.bin" \
+      --seq-len "$SEQ" --batch-size "$MB" --out "$RAW/cache_write_forward.json" >> "$RAW/cache_write.log" 2>&1 || rc=1; }
+  rm -rf "$dir"
+  (( rc == 0 )) || echo "cache write failed: $(tail -c 300 "$RAW/cache_write.log")"
+  return $rc
+}
+
+# gpu_random_ids FILE VOCAB N: N token ids drawn uniformly from [0, VOCAB) (fixed seed), one a line.
+gpu_random_ids() {
+  python3 - "$@" <<'PY'
+import random, sys
+random.seed(0)
+vocab, n = int(sys.argv[2]), int(sys.argv[3])
+open(sys.argv[1], "w").write("\n".join(str(random.randrange(vocab)) for _ in range(n)) + "\n")
+PY
 }
 
 # (d) NCCL at world size 1; its last line is the verdict. The runs' checkpoints (2 MB each)

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 
+import gpu_docs
 import gpu_report as g
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peers"))
@@ -180,6 +181,19 @@ def nccl_identical(log):
     return None if not verdicts else all(v == "the same bits" for v in verdicts)
 
 
+def cache_write(outdir):
+    """cache_write_vs_teacher_forward: the tokens/s of `kdtrain teacher-cache --json`
+    (cache_write.json, its last line) over the same teacher's forward-only tokens/s, `kdtrain
+    eval` on the same windows, batch and T (cache_write_forward.json: tokens / seconds), with
+    both rates in cache_write_tokens_per_s; null where either is missing."""
+    write = g.last_json(os.path.join(outdir, "cache_write.json")) or {}
+    forward = g.read_json(os.path.join(outdir, "cache_write_forward.json")) or {}
+    rates = {"cache_write": write.get("tokens_per_s") if write.get("tokens_written") else None,
+             "teacher_forward": g.ratio(forward.get("tokens"), forward.get("seconds"))}
+    return {"cache_write_vs_teacher_forward": g.ratio(rates["cache_write"], rates["teacher_forward"]),
+            "cache_write_tokens_per_s": rates}
+
+
 def window_summary(outdir, commit, gpu, gpu_run=True):
     """The summary of a gpu_window run from the files it left in `outdir`."""
     check = g.check_summary(outdir, commit, gpu, WINDOW_SUITES, WINDOW_TOOLS, gpu_run)
@@ -198,6 +212,7 @@ def window_summary(outdir, commit, gpu, gpu_run=True):
     s["attention_kernel_ms"] = attention_kernel_ms(rows)
     s["attention_errors"] = [{k: r.get(k) for k in ("kind", "case", "attention", "variant", "build", "D", "error")}
                              for r in rows if "error" in r]
+    s.update(cache_write(outdir))
     nccl = g.read_text(os.path.join(outdir, "nccl.log"))
     s["nccl"] = nccl.strip().splitlines()[-1] if nccl and nccl.strip() else None
     s["nccl_world1_identical"] = nccl_identical(nccl)
@@ -241,6 +256,7 @@ def window_table(s):
     for d, per in sorted((s.get("attn_determinism_cost_by_choice") or {}).items()):
         for choice, x in sorted(per.items()):
             rows.append((f"attn_determinism_cost D={d} {choice}", g.fmt(x, "{:+.1%}")))
+    rows.append(("cache write / teacher forward (teacher-cache / eval tokens/s)", gpu_docs.cache_write_text(s)))
     identical = s["nccl_world1_identical"]
     rows.append(("NCCL at world size 1", (s["nccl"] or "not run") +
                  ("" if identical is None else f" (training bit-identical to single: {identical})")))

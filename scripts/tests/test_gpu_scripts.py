@@ -310,12 +310,32 @@ def test_window_summary_synthetic(tmp_path):
     doc = gpu_docs.latest_doc(s)
     assert set(doc) == {"commit", "gpu", *gpu_docs.WINDOW_KEYS}
     for key in ("step_speedup_vs_torch_compile", "mfu_1b_t2048", "cached_teacher_step_vs_student",
-                "peak_device_bytes", "peak_device_bytes_torch_compile"):
+                "cache_write_vs_teacher_forward", "cache_write_tokens_per_s", "peak_device_bytes",
+                "peak_device_bytes_torch_compile"):
         assert doc[key] is None, key  # not measured: null, never a guess
     assert doc["variant_attn_slowdown"] == {"64": {"baseline": 1.0, "affine": pytest.approx(1.1),
                                                    "sink": pytest.approx(1.05)}}
     assert gpu_report.main(["window", str(tmp_path), "--commit", "abc", "--gpu", "H100"]) == 0
     assert json.loads((tmp_path / "latest.json").read_text()) == json.loads(json.dumps(doc))
+
+
+def test_cache_write_over_the_teacher_forward(tmp_path):
+    # teacher-cache's progress on stderr may precede its JSON line; eval --out is indented JSON.
+    write(tmp_path / "cache_write.json", "[info] teacher-cache rank 0/1: 1/1 shards\n"
+          + json.dumps({"tokens": 393216, "tokens_written": 393216, "seconds": 2.4, "tokens_per_s": 163840.0}) + "\n")
+    write(tmp_path / "cache_write_forward.json", json.dumps({"tokens": 393216, "seconds": 2.0}, indent=2))
+    s = window_report.cache_write(str(tmp_path))
+    assert s["cache_write_tokens_per_s"] == {"cache_write": 163840.0, "teacher_forward": 196608.0}
+    assert s["cache_write_vs_teacher_forward"] == pytest.approx(163840 / 196608)
+    row = gpu_docs.markdown_table(s)
+    assert "| cache_write_vs_teacher_forward (teacher-cache / eval tokens/s) | 0.83x (163,840 / 196,608) |" in row
+    # A run that resumed a finished cache wrote nothing: no rate, no ratio.
+    write(tmp_path / "cache_write.json", json.dumps({"tokens": 393216, "tokens_written": 0, "seconds": 0.1,
+                                                     "tokens_per_s": 0.0}))
+    s = window_report.cache_write(str(tmp_path))
+    assert s["cache_write_vs_teacher_forward"] is None and s["cache_write_tokens_per_s"]["cache_write"] is None
+    (tmp_path / "cache_write_forward.json").unlink()
+    assert window_report.cache_write(str(tmp_path))["cache_write_tokens_per_s"]["teacher_forward"] is None
 
 
 def test_nccl_identical_verdicts():
@@ -380,5 +400,7 @@ def test_gpu_window_cpu_smoke(tmp_path):
     assert all(p_["status"] == "ok" for p_ in s["phases"])
     assert s["attention_ms"]["16"]["kdtrain baseline"]["fwd"] > 0
     assert s["tokens_per_s"]["affine"] > 0
+    assert "c cache write" in [p_["phase"] for p_ in s["phases"]]
+    assert s["cache_write_vs_teacher_forward"] > 0 and s["cache_write_tokens_per_s"]["teacher_forward"] > 0
     assert p.stdout.strip().splitlines()[-1].startswith("overall")  # the table comes last
     assert (latest.read_bytes() if latest.exists() else None) == before  # no GPU: docs untouched

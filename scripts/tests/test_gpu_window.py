@@ -41,7 +41,8 @@ def test_plan_fits_eight_minutes_in_the_order_of_value():
     steps = [line.split("  ")[0].strip() for line in lines[1:lines.index(total)]]
     first = [s for s, line in zip(steps, lines[1:]) if line.rstrip().endswith("first")]
     assert first == ["a tests", "b attention", "c kdtrain step baseline affine", "c torch compile baseline",
-                     "c torch compile affine", "d nccl", "c cached teacher", "e sanitizers"]
+                     "c torch compile affine", "d nccl", "c cached teacher", "c cache write",
+                     "e sanitizers"]
     assert all(line.rstrip().endswith("tail") for line in lines[len(first) + 1:lines.index(total)])
 
 
@@ -186,7 +187,8 @@ def test_a_cut_suite_is_cut_not_failed_and_docs_hold_only_measurements(tmp_path)
     assert set(doc) == {"commit", "gpu", *gpu_docs.WINDOW_KEYS}
     assert doc["tests_cut"] == t["test_cases_cut"] and doc["gpu"] == FAKE_GPU
     for key in ("attn_fwd_ms", "attn_bwd_ms", "attn_fwdbwd_vs_sdpa", "step_speedup_vs_torch_compile",
-                "mfu_1b_t2048", "nccl_world1_identical", "cached_teacher_step_vs_student"):
+                "mfu_1b_t2048", "nccl_world1_identical", "cached_teacher_step_vs_student",
+                "cache_write_vs_teacher_forward"):
         assert doc[key] is None, key  # nothing measured, nothing written
     runs = list((docs / "gpu").glob("*-0123456"))
     assert len(runs) == 1 and (runs[0] / "env.txt").exists() and (runs[0] / "summary.json").exists()
