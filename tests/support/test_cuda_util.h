@@ -208,6 +208,42 @@ inline void check_close(const std::string& what, const std::vector<float>& got,
   CHECK(s.max_abs_err <= max_rel * std::max(s.max_abs_ref, floor));
 }
 
+// check_close for an output whose error has two parts: one relative to the output
+// (at most max_rel * max |ref| per element, NMSE below nmse_bound) and one that is not,
+// bounded per element by floor[i] (round-off of terms that cancel in ref[i], so it
+// does not shrink with ref[i]: at an exact 0 it is all the error). Each element:
+//   |err_i| <= max_rel * max |ref| + floor[i],
+// and, by Minkowski's inequality over the two parts,
+//   sqrt(sum err^2) <= sqrt(nmse_bound * sum ref^2) + sqrt(sum floor^2).
+inline void check_close_floored(const std::string& what, const std::vector<float>& got,
+                                const std::vector<float>& ref, double nmse_bound, double max_rel,
+                                const std::vector<double>& floor) {
+  REQUIRE(got.size() == ref.size());
+  REQUIRE(floor.size() == ref.size());
+  const ErrorStats s = error_stats(got, ref);
+  double e2 = 0, r2 = 0, f2 = 0, worst_excess = -INFINITY;
+  size_t worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = static_cast<double>(got[i]) - ref[i];
+    e2 += e * e;
+    r2 += static_cast<double>(ref[i]) * ref[i];
+    f2 += floor[i] * floor[i];
+    const double excess = std::fabs(e) - (max_rel * s.max_abs_ref + floor[i]);
+    if (!(excess <= worst_excess)) {
+      worst_excess = excess;
+      worst = i;
+    }
+  }
+  const double rms_bound = std::sqrt(nmse_bound * r2) + std::sqrt(f2);
+  INFO(what << ": rms err " << std::sqrt(e2) << " (bound " << rms_bound << ", of which floor "
+            << std::sqrt(f2) << ") max_abs_ref=" << s.max_abs_ref << "; closest to its bound: #"
+            << worst << " err " << (ref.empty() ? 0. : std::fabs(static_cast<double>(got[worst]) - ref[worst]))
+            << " bound " << (ref.empty() ? 0. : max_rel * s.max_abs_ref + floor[worst]));
+  CHECK(s.finite);
+  CHECK(std::sqrt(e2) <= rms_bound);
+  CHECK(!(worst_excess > 0));
+}
+
 // bf16's unit roundoff: rounding to nearest (even) moves x by at most u|x|.
 constexpr double kBf16U = 1.0 / 256;
 
