@@ -10,7 +10,6 @@ usage: attention_model_measured.py MODEL_JSON ATTENTION_JSONL
 """
 import json
 import os
-import re
 import statistics
 import sys
 
@@ -42,21 +41,12 @@ def label(pass_, kernel, d):
 
 
 def kernels_of(row):
-    """{"forward", "backward"}: the model's names of the kernels a kdtrain row ran: the
-    build label's choice, else the one its attention path names, else auto's at bff3506 on
-    sm_90a (wgmma forward, mma.sync backward; bff3506's rows name the backward kernel only)."""
-    build = row.get("build") or ""
-    reasons = " ".join(p.get("reason", "") for p in row.get("attention_paths") or [])
-
-    def wgmma(pass_, auto):
-        for name, is_wgmma in (("wgmma", True), ("mma_sync", False)):
-            if f"train.attention_{pass_}:{name}" in build:
-                return is_wgmma
-        named = re.search(rf"{pass_} kernel (\w+)", reasons)
-        return named.group(1) == "wgmma_sm90a" if named else auto
-    atomics = build.split("+")[0] == "atomic-dq"
-    return {"forward": "wgmma" if wgmma("forward", True) else "mma_sync",
-            "backward": "bwd_main" + (" wgmma" if wgmma("backward", False) else "") + (" atomics" if atomics else "")}
+    """{"forward", "backward"}: the model's names of the kernels a kdtrain row ran, as the
+    window reads them (window_report.kernels_of), the forward being auto's on sm_90a
+    (wgmma) where nothing names it: bff3506's rows name the backward kernel only."""
+    import window_report  # here: attention_model.py imports this file for H200 alone
+    kernels = window_report.kernels_of(row)
+    return dict(kernels, forward=kernels["forward"] or "wgmma")
 
 
 def kernel_medians(rows):

@@ -74,6 +74,8 @@ def kdtrain_name(r):
 
 
 _KERNEL = re.compile(r"\b(forward|backward) kernel (\w+)")
+# A build's kernel choice (scripts/gpu/kernel_choices.py: "train.attention_backward:wgmma").
+_CHOICE = re.compile(r"train\.attention_(forward|backward):(\w+)")
 # The backward kernels' names in scripts/gpu/attention_model.py's predictions, for a binary
 # whose attention path does not name its backward kernel (one deterministic kernel, and
 # the atomics timing build's).
@@ -85,14 +87,16 @@ MODEL_NAME = {"forward": {"wgmma_sm90a": "wgmma"}, "backward": {"wgmma_sm90a": "
 
 def kernels_of(row):
     """{"forward": name, "backward": name} of the kernels a kdtrain row ran, as the model
-    names them: read from the reason its attention path gives ("... forward kernel
-    wgmma_sm90a; backward kernel mma_sync"), else the backward's default name for its
-    build; None for a pass nothing names."""
-    found = {}
+    names them: the kernel its build label chose, else the one the reason of its attention
+    path names ("... forward kernel wgmma_sm90a; backward kernel mma_sync"), else the
+    backward's default name for its build; None for a pass nothing names."""
+    build = row.get("build") or ""
+    # A choice that cannot run is an error at start, so the label's choice is what ran.
+    named = {pass_: "wgmma_sm90a" if name == "wgmma" else name for pass_, name in _CHOICE.findall(build)}
     for p in row.get("attention_paths") or []:
         for pass_, name in _KERNEL.findall(p.get("reason", "")):
-            found.setdefault(pass_, MODEL_NAME[pass_].get(name, name))
-    build = row.get("build") or ""
+            named.setdefault(pass_, name)
+    found = {pass_: MODEL_NAME[pass_].get(name, name) for pass_, name in named.items()}
     atomic = build == bench_attention.ATOMIC_BUILD or build.startswith(bench_attention.ATOMIC_BUILD + "+")
     backward = found.get("backward")
     if backward in (None, "mma_sync"):
