@@ -29,6 +29,48 @@ struct PrepLayout {
   static constexpr size_t kBytes = kLast + 16;
 };
 
+// What one head's pass over a warp's rows reads (lane: kPer columns of each), loaded for
+// every row before any of them is reduced and stored: a store between two rows' loads
+// would order the second row's loads after it, one memory round trip per row.
+template <int D, bool kSink, bool kAffine>
+struct PrepRows {
+  static constexpr int kPer = D / 32, kS = kAffine ? kPer : 1;
+  float dout[kPrepRowsPerWarp][kPer], out[kPrepRowsPerWarp][kPer];
+  float s[kPrepRowsPerWarp][kS];  // affine: the prefix sums of v (vsum)
+  float lse[kPrepRowsPerWarp], alpha[kPrepRowsPerWarp];
+  float alpha_ma = 0.f, sink = 0.f;  // the head's (affine, sink)
+};
+
+template <int D, bool kSink, bool kAffine>
+TC_DEVICE PrepRows<D, kSink, kAffine> load_prep_rows(const flash::BwdArgs& a, int64_t b, int64_t g, int64_t h,
+                                                     int64_t i_first) {
+  constexpr int kPer = PrepRows<D, kSink, kAffine>::kPer;
+  const flash::AttentionParams& p = a.p;
+  const int lane = tc::lane_id();
+  PrepRows<D, kSink, kAffine> in;
+  if constexpr (kAffine) in.alpha_ma = p.alpha_ma[h];
+  if constexpr (kSink) in.sink = p.sinks[h];
+  TC_UNROLL
+  for (int r = 0; r < kPrepRowsPerWarp; ++r) {
+    const int64_t i = i_first + r;
+    if (i >= p.T) continue;  // padding: never read
+    const int64_t o = b * p.o_batch + i * p.o_token + h * D + lane * kPer;
+    TC_UNROLL
+    for (int k = 0; k < kPer; ++k) {
+      in.dout[r][k] = tc::bf16_to_float(p.dout[o + k]);
+      in.out[r][k] = tc::bf16_to_float(p.out[o + k]);
+    }
+    in.lse[r] = p.lse[b * p.lse_batch + h * p.lse_head + i];
+    if constexpr (kAffine) {
+      in.alpha[r] = tc::bf16_to_float(p.alpha[b * p.alpha_batch + i * p.alpha_token + h]);
+      const float* s = a.vsum + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer;
+      TC_UNROLL
+      for (int k = 0; k < kPer; ++k) in.s[r][k] = s[k];
+    }
+  }
+  return in;
+}
+
 template <int D, bool kSink, bool kAffine>
 TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
   constexpr float kLog2e = 1.4426950408889634f;
@@ -47,6 +89,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
     for (int k = 0; k < kPer; ++k) u[r][k] = 0.f;
 
   for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
+    const PrepRows<D, kSink, kAffine> in = load_prep_rows<D, kSink, kAffine>(a, b, g, h, i_first);
     float sink_acc = 0.f;  // lane 0: this warp's rows, in order
     TC_UNROLL
     for (int r = 0; r < kPrepRowsPerWarp; ++r) {
@@ -63,29 +106,27 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
         }
         continue;
       }
-      const int64_t o = b * p.o_batch + i * p.o_token + h * D + lane * kPer;
       float beta = 0.f, alpha = 1.f;
-      const float* s = nullptr;
       if constexpr (kAffine) {
-        alpha = tc::bf16_to_float(p.alpha[b * p.alpha_batch + i * p.alpha_token + h]);
-        beta = (p.alpha_ma[h] - alpha) / flash::affine_bias_count(p, i);
-        s = a.vsum + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer;
+        alpha = in.alpha[r];
+        beta = (in.alpha_ma - alpha) / flash::affine_bias_count(p, i);
       }
       float dsum = 0.f, ssum = 0.f;
       TC_UNROLL
       for (int k = 0; k < kPer; ++k) {
-        const float go = tc::bf16_to_float(p.dout[o + k]);
-        float y = tc::bf16_to_float(p.out[o + k]);
+        const float go = in.dout[r][k];
+        float y = in.out[r][k];
         if constexpr (kAffine) {
-          y -= beta * s[k];
-          ssum += go * s[k];
+          const float s = in.s[r][k];
+          y -= beta * s;
+          ssum += go * s;
           u[r][k] += beta * go;
         }
         dsum += go * y;
       }
       dsum = tc::warp_sum(dsum);
       if constexpr (kAffine) ssum = tc::warp_sum(ssum);
-      const float lse = p.lse[b * p.lse_batch + h * p.lse_head + i];
+      const float lse = in.lse[r];
       if (lane == 0) {
         a.lse2[row] = lse * kLog2e;
         a.drow[row] = dsum;
@@ -93,7 +134,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
           a.alpha_f[row] = alpha;
           a.sigma[row] = ssum;
         }
-        if constexpr (kSink) sink_acc += tc::exp2_approx((p.sinks[h] - lse) * kLog2e) * dsum;
+        if constexpr (kSink) sink_acc += tc::exp2_approx((in.sink - lse) * kLog2e) * dsum;
       }
     }
     if constexpr (kSink) {

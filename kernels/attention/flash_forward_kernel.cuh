@@ -200,12 +200,18 @@ TC_DEVICE void flash_forward_block(const AttentionParams& p, const float* prefix
 
   // Epilogue: normalise, affine term, stage the bf16 rows in this warp's rows of the Q
   // buffer (read only by this warp, at kt == 0), then 16-byte coalesced stores.
+  AffineRow<D, kAffine> aff[kMT][2];
+  TC_UNROLL
+  for (int mt = 0; mt < kMT; ++mt)
+    TC_UNROLL
+    for (int hh = 0; hh < 2; ++hh)
+      aff[mt][hh] = load_affine_row<D, kAffine>(p, prefix, blk, mrow[mt] + qrow + 8 * hh, qcol);
   TC_UNROLL
   for (int mt = 0; mt < kMT; ++mt) {
     TC_UNROLL
     for (int hh = 0; hh < 2; ++hh)
-      forward_epilogue_row<D, kAffine, Swz>(p, prefix, acc[mt], hh, blk, mrow[mt] + qrow + 8 * hh, qcol, m[mt][hh],
-                                            l[mt][hh], sQ);
+      forward_epilogue_row<D, kAffine, Swz>(p, aff[mt][hh], acc[mt], hh, blk, mrow[mt] + qrow + 8 * hh, qcol,
+                                            m[mt][hh], l[mt][hh], sQ);
   }
   tc::sync_warp();
   TC_UNROLL

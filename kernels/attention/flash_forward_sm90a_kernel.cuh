@@ -172,10 +172,14 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
 
   // Epilogue: normalise, affine term, stage the bf16 rows in this warp's rows of the Q
   // tile (read by this warpgroup's wgmma only, all retired), then 16-byte stores.
+  AffineRow<D, kAffine> aff[2];
   TC_UNROLL
   for (int hh = 0; hh < 2; ++hh)
-    forward_epilogue_row<D, kAffine, QT>(p, prefix, o, hh, blk, wg_row0 + 16 * warp + qrow + 8 * hh, qcol, m[hh], l[hh],
-                                         sQ);
+    aff[hh] = load_affine_row<D, kAffine>(p, prefix, blk, wg_row0 + 16 * warp + qrow + 8 * hh, qcol);
+  TC_UNROLL
+  for (int hh = 0; hh < 2; ++hh)
+    forward_epilogue_row<D, kAffine, QT>(p, aff[hh], o, hh, blk, wg_row0 + 16 * warp + qrow + 8 * hh, qcol, m[hh],
+                                         l[hh], sQ);
   tc::sync_warp();
   store_warp_rows<D, QT>(p, blk, wg_row0 + 16 * warp, lane, sQ);
 }

@@ -154,41 +154,65 @@ TC_DEVICE void online_softmax_rows(S& s, O& o, bool diag, int j0, int row_top, i
   }
 }
 
+// Affine term of one epilogue row: alpha_i, beta_i and the prefix-sum pairs this lane
+// adds. The caller loads every row's before it stages any: a store between two rows'
+// loads would order the second row's loads after it, one memory round trip per row.
+template <int D, bool kAffine>
+struct AffineRow {
+  float alpha = 1.f, beta = 0.f;
+  float pre[kAffine ? D / 8 : 1][2];
+  bool valid = false;  // affine and a row below T
+};
+
+template <int D, bool kAffine>
+TC_DEVICE AffineRow<D, kAffine> load_affine_row(const AttentionParams& p, const float* prefix,
+                                                const ForwardBlock& blk, int local, int qcol) {
+  AffineRow<D, kAffine> t;
+  if constexpr (kAffine) {
+    const int row = blk.i0 + local;
+    if (row < static_cast<int>(p.T)) {
+      const float* pre = prefix + (blk.b * p.T + row) * (p.Hkv * D) + blk.g * D;
+      const int64_t at = blk.b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + blk.h;
+      const float alpha = tc::bf16_to_float(p.alpha[at]);
+      TC_UNROLL
+      for (int d = 0; d < D / 8; ++d) {
+        t.pre[d][0] = pre[d * 8 + 2 * qcol];
+        t.pre[d][1] = pre[d * 8 + 2 * qcol + 1];
+      }
+      t.alpha = alpha;
+      t.beta = (p.alpha_ma[blk.h] - alpha) / affine_bias_count(p, row);
+      t.valid = true;
+    }
+  }
+  return t;
+}
+
 // Epilogue of row i0 + local (half hh of the fragment): out = o / l, affine
-// alpha_i (o / l) + beta_i prefix_i, staged as bf16 pairs at Tile::offset(local, col) of
-// sQ; lse = ln2 (m + log2 l) written by the quad's first lane. Rows past T stage
-// whatever they hold and are never stored.
+// alpha_i (o / l) + beta_i prefix_i (`aff`, from load_affine_row), staged as bf16 pairs at
+// Tile::offset(local, col) of sQ; lse = ln2 (m + log2 l) written by the quad's first lane.
+// Rows past T stage whatever they hold and are never stored.
 template <int D, bool kAffine, typename Tile, typename O>
-TC_DEVICE void forward_epilogue_row(const AttentionParams& p, const float* prefix, O& o, int hh,
+TC_DEVICE void forward_epilogue_row(const AttentionParams& p, const AffineRow<D, kAffine>& aff, O& o, int hh,
                                     const ForwardBlock& blk, int local, int qcol, float m, float l,
                                     uint16_t* sQ) {
   constexpr int kDT = D / 8;
   const int T = static_cast<int>(p.T), row = blk.i0 + local;
-  const int64_t b = blk.b, h = blk.h;
   const float l_row = tc::quad_sum(l);
   const float inv = 1.f / l_row;
-  float alpha_i = 1.f, beta = 0.f;
-  const float* pre = nullptr;
-  if constexpr (kAffine) {
-    if (row < T) {
-      alpha_i = tc::bf16_to_float(p.alpha[b * p.alpha_batch + static_cast<int64_t>(row) * p.alpha_token + h]);
-      beta = (p.alpha_ma[h] - alpha_i) / affine_bias_count(p, row);
-      pre = prefix + (b * p.T + row) * (p.Hkv * D) + blk.g * D;
-    }
-  }
   TC_UNROLL
   for (int d = 0; d < kDT; ++d) {
     const int col = d * 8 + 2 * qcol;
     float o0 = frag(o, d, 2 * hh) * inv, o1 = frag(o, d, 2 * hh + 1) * inv;
     if constexpr (kAffine) {
-      if (pre != nullptr) {
-        o0 = alpha_i * o0 + beta * pre[col];
-        o1 = alpha_i * o1 + beta * pre[col + 1];
+      if (aff.valid) {
+        o0 = aff.alpha * o0 + aff.beta * aff.pre[d][0];
+        o1 = aff.alpha * o1 + aff.beta * aff.pre[d][1];
       }
     }
     *reinterpret_cast<uint32_t*>(sQ + Tile::offset(local, col)) = tc::pack_bf16x2(o0, o1);
   }
-  if (qcol == 0 && row < T) p.lse[b * p.lse_batch + h * p.lse_head + row] = kFwdLn2 * (m + tc::log2_approx(l_row));
+  if (qcol == 0 && row < T)
+    p.lse[blk.b * p.lse_batch + blk.h * p.lse_head + row] = kFwdLn2 * (m + tc::log2_approx(l_row));
 }
 
 // The warp's 16 staged rows [local0, local0 + 16) to out, 16-byte coalesced stores
