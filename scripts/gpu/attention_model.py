@@ -90,6 +90,8 @@ BUILDS = {  # name: (source, arch flags, defines)
     "bwd_sm90a_atomic": ("kernels/attention/flash_backward_sm90a.cu", ["-gencode", "arch=compute_90a,code=sm_90a"],
                          ["-DKDTRAIN_ATTN_ATOMIC_DQ=1"]),
 }
+# Compiled beside them for load_order_check.py (the SASS checks of the side kernels), not modelled.
+SIDE_BUILDS = {"scan": ("kernels/attention/prefix_scan.cu", ["-arch=sm_90"], [])}
 
 
 def compile_all(out):
@@ -97,7 +99,7 @@ def compile_all(out):
     cuobjdump = find_tool("cuobjdump", run(["which", nvcc]).stdout.strip())
     if cuobjdump is None:
         sys.exit("attention_model: no cuobjdump (CUDA toolkit, or pip install nvidia-cuda-cuobjdump)")
-    for name, (src, arch, defs) in BUILDS.items():
+    for name, (src, arch, defs) in {**BUILDS, **SIDE_BUILDS}.items():
         cubin = os.path.join(out, name + ".cubin")
         r = run([nvcc, "-std=c++17", *arch, "--expt-relaxed-constexpr", "-Isrc", "-I.", *defs, "-cubin",
                  "-Xptxas", "-v", src, "-o", cubin], cwd=ROOT)

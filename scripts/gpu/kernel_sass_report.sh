@@ -13,6 +13,10 @@
 #       semaphore poll feeds the first dQ HMMA / HGMMA, a gpu-scope MEMBAR precedes the next
 #       step's prefetch, or the atomics build adds without red.global.add.v4.f32
 #       (docs/flash_attention.md).
+#   scripts/gpu/kernel_sass_report.sh --load-order-check   builds the attention kernels as
+#       scripts/gpu/attention_model.py does and runs load_order_check.py (same folder), which
+#       fails when the prefix scan, the backward's prep or a forward's epilogue loads from
+#       global memory after a store (one more round trip; docs/attention_model.md).
 #
 # cuobjdump comes from the CUDA toolkit or, where the toolkit lacks it, from the
 # PyPI package nvidia-cuda-cuobjdump (pip install nvidia-cuda-cuobjdump).
@@ -50,6 +54,16 @@ if [[ ${1:-} == --bwd-dq-check ]]; then
     python3 "$(dirname "${BASH_SOURCE[0]}")/bwd_sass_check.py" "$work/$arch.det.sass" "$work/$arch.atomic.sass" \
       || status=1
   done
+  exit $status
+fi
+if [[ ${1:-} == --load-order-check ]]; then
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  gpu="$(dirname "${BASH_SOURCE[0]}")"
+  NVCC="$NVCC" python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import attention_model
+attention_model.compile_all(sys.argv[2])" "$gpu" "$work"
+  status=0
+  python3 "$gpu/load_order_check.py" "$work"/{scan,bwd,fwd,fwd_sm90a}.sass || status=1
   exit $status
 fi
 files=("$@")

@@ -8,8 +8,10 @@
   backward builds (dq off the MMA warps, the atomics builds' vector reductions:
   docs/flash_attention.md) and fail on the wgmma build's SASS with a global load spliced
   in; scripts/gpu/attention_model.py must read the same SASS and write a JSON with a
-  prediction per kernel and per head dim. These skip, saying why, where nvcc or
-  cuobjdump is absent."""
+  prediction per kernel and per head dim; scripts/gpu/load_order_check.py must pass on the
+  prefix scan, the backward's prep and both forwards (their global loads before their
+  stores) and fail on hand-written listings that load after a store. These skip, saying
+  why, where nvcc or cuobjdump is absent."""
 import json
 import os
 import shutil
@@ -24,6 +26,7 @@ from repo_paths import REPO
 GPU_SCRIPTS = REPO / "scripts" / "gpu"
 sys.path.insert(0, str(GPU_SCRIPTS))
 import bwd_sass_check  # noqa: E402
+import load_order_check  # noqa: E402
 
 MMA_KERNEL = "_ZN7kdtrain4cuda12_GLOBAL__N_115bwd_main_kernelILi64ELb0ELb0EEEvNS_5flash7BwdArgsE"
 WGMMA_KERNEL = "_ZN7kdtrain4cuda12_GLOBAL__N_121bwd_main_sm90a_kernelILi64ELb0EEEvNS_5flash7BwdArgsE"
@@ -270,3 +273,48 @@ def test_model_counts_one_softmax_per_forward_tile(built, d):
     assert mufu == [16 * bc // 32 + 2] * 2
     c = attention_model.tile_counts(ins, masked_fraction=attention_model.masked_fraction(2048, 128, bc, True))
     assert c["mufu"] == pytest.approx(16 * bc // 32 + 2)
+
+
+def test_load_order_checks_pass_on_the_real_kernels(built):
+    """Every prefix scan kernel (totals, apply; bf16 and fp32 input), backward prep
+    (6 instantiations) and forward (mma.sync and wgmma, 6 each) issues its global loads
+    before its stores, in the windows load_order_check.py names."""
+    r = subprocess.run([sys.executable, str(GPU_SCRIPTS / "load_order_check.py")] +
+                       [str(built / f"{b}.sass") for b in ("scan", "bwd", "fwd", "fwd_sm90a")],
+                       capture_output=True, text=True)
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ok = [line.split(":")[0] for line in r.stdout.splitlines() if line.endswith(": OK")]
+    assert sorted(set(ok)) == ["backward prep", "forward epilogue", "prefix scan apply", "prefix scan totals"]
+    assert len(ok) == 2 + 2 + 6 + 12
+
+
+LOAD = "LDG.E R4, desc[UR4][R2.64]"
+STORE = "STG.E desc[UR4][R6.64], R4"
+BAR = "BAR.SYNC.DEFER_BLOCKING 0x0"
+
+
+@pytest.mark.parametrize("kernel, body, failed", [
+    ("scan_apply_kernelIfEEv", [LOAD, LOAD, "FADD R5, R4, R5", STORE, STORE, "EXIT"], False),
+    ("scan_apply_kernelIfEEv", [LOAD, STORE, LOAD, STORE, "EXIT"], True),  # one round trip per row
+    ("bwd_prep_kernelILi64ELb1ELb0EEEv", [LOAD, LOAD, STORE, "STS [R1], R4", BAR, LOAD, STORE, "EXIT"], False),
+    ("bwd_prep_kernelILi64ELb1ELb0EEEv", [LOAD, STORE, LOAD, STORE, BAR, "EXIT"], True),
+    ("flash_forward_sm90a_kernelILi64ELb0ELb1EEEv", [LOAD, "STS [R1], R4", BAR, LOAD, LOAD, "STS [R1], R4", STORE,
+                                                     "EXIT"], False),
+    ("flash_forward_sm90a_kernelILi64ELb0ELb1EEEv", [BAR, LOAD, "STS [R1], R4", LOAD, "STS [R1], R4", "EXIT"], True),
+    ("flash_forward_kernelILi64ELi128ELi64ELi4ELb0ELb1EEEv", [BAR, LOAD, STORE, LOAD, "EXIT"], True),
+])
+def test_load_order_check_on_listings(tmp_path, capsys, kernel, body, failed):
+    path = tmp_path / "k.sass"
+    path.write_text(listing("_ZN7kdtrain4cuda12_GLOBAL__N_1" + kernel, body))
+    rc = load_order_check.main(["load_order_check.py", str(path)])
+    out = capsys.readouterr().out
+    assert rc == int(failed), out
+    assert ("FAIL: LDG.E at" in out) == failed, out
+
+
+def test_load_order_check_refuses_a_listing_without_its_kernels(tmp_path, capsys):
+    path = tmp_path / "other.sass"
+    path.write_text(listing("_ZN7kdtrain4cuda12_GLOBAL__N_115bwd_main_kernelILi64ELb0ELb0EEEv", [LOAD, STORE, LOAD]))
+    assert load_order_check.main(["load_order_check.py", str(path)]) == 1
+    assert "no kernel the rules cover" in capsys.readouterr().out
