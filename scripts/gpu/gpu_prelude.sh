@@ -44,10 +44,18 @@ for name in ("torch", "triton", "transformers"):
 PY
   gpu_report_line "$file" compute-sanitizer "$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo 'not found')"
   gpu_report_line "$file" mpirun "$(command -v mpirun || echo 'not found')"
-  local tool
-  for tool in nsys ncu; do
-    gpu_report_line "$file" "$tool" "$(command -v "$tool" || ls /usr/local/cuda/bin/"$tool" 2>/dev/null || echo 'not found')"
+  gpu_report_line "$file" nsys "$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || echo 'not found')"
+  gpu_report_line "$file" ncu "$(gpu_find_ncu || echo 'not found')"
+}
+
+# gpu_find_ncu: the path of Nsight Compute's ncu (PATH, the CUDA toolkit, or the image's
+# /opt/nvidia/nsight-compute/VERSION/), else nothing and status 1.
+gpu_find_ncu() {
+  local p
+  for p in "$(command -v ncu)" /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+    [[ -n "$p" && -x "$p" ]] && { echo "$p"; return 0; }
   done
+  return 1
 }
 
 # gpu_missing_libraries BIN...: "BIN: LIBRARY" for each library the loader cannot find.

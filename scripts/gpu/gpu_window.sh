@@ -42,7 +42,8 @@
 #      forward-only tokens/s (`kdtrain eval`), a random-weight llama3.2-1b at the step's shape.
 #   e  compute-sanitizer racecheck and synccheck on [sanitize]; skipped at once where the GPU
 #      runtime answers "Device not supported".
-#   then, only where the whole cap still fits: the other variants, and the step with TEACHER.
+#   then, only where the whole cap still fits: the attention kernels under Nsight Compute (b
+#   profile: PROFILES, ncu_summary.py), the other variants, and the step with TEACHER.
 #
 #   scripts/gpu/gpu_window.sh [--update-docs] [--build]    run the window
 #   scripts/gpu/gpu_window.sh --plan | --import DIR | --help
@@ -52,7 +53,7 @@
 # SANITIZE=0, the test filters PRIMITIVES FLASH ATTENTION REALISTIC KERNELS SANITIZE_FILTER
 # ("" skips a suite), the step shape PRESET SEQ MICRO_BATCH STEPS WARMUP, the caps
 # ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 70; the baseline's 10 less),
-# ATTN_ARGS (more bench_attention.py arguments), ATTN_BUILDS (more --kdtrain-build specs,
+# ATTN_ARGS (more bench_attention.py arguments), PROFILES ("D VARIANT" lines; PROFILE_PRESET), ATTN_BUILDS (more --kdtrain-build specs,
 # one a line: the hook for a build or kernel the binary does not announce),
 # GPU_PACK_DIR, GPU_SITE_PACKAGES, GPU_DOCS_ROOT (the scripts' own tests set these).
 # DEVICE=cpu runs the same sequence on the CPU at tiny shapes: a smoke test of the script (CI).

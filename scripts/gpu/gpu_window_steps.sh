@@ -57,6 +57,7 @@ plan() {
   echo "c cached teacher|15|10|first|step_teacher_cache"
   echo "c cache write|35|25|first|cache_write_c"
   echo "e sanitizers|40|20|first|sanitize_e"
+  [[ "$DEVICE" == cuda ]] && echo "b profile|30|12|tail|profile_b"
   [[ -n "${REST_VARIANTS// /}" ]] && echo "c kdtrain step ${REST_VARIANTS% }|40|30|tail|step_kdtrain $REST_VARIANTS"
   for V in $REST_VARIANTS; do
     torch_wanted "$V" && echo "c torch $TORCH_MODE $V|$(torch_cap "$V")|50|tail|step_torch $V"
@@ -196,6 +197,47 @@ attention_b() {
   [[ $TORCH_MODE == compile ]] && compile=--compile
   python3 scripts/peers/bench_attention.py --device "$DEVICE" $compile --cases strong --kdtrain "$KDTRAIN" \
     "${builds[@]}" $ATTN_ARGS --jsonl "$RAW/attention.jsonl" --json > "$RAW/attention.json"
+}
+
+# (b, tail) the attention kernels under Nsight Compute, for tuning between windows
+# (docs/cuda.md, "The GPU window"): every kernel of one forward and backward (no warm-up)
+# of PROFILES ("D VARIANT" pairs, by default baseline at 64 and 128, affine at 64) at the
+# benchmark's shape, the sections below, the clocks left as found (--clock-control none).
+# RAW/profile_dD_VARIANT.{ncu-rep,csv,raw.csv}: the report, its details page and its raw
+# metrics; ncu_summary.py reads the CSVs. A runtime whose counters ncu cannot read
+# (gVisor: "Failed to initialize the profiler") stops the step at once, not as a failure.
+profile_b() {
+  local ncu d v base rc
+  ncu="$(gpu_find_ncu)" || { echo "profile: no ncu on this machine"; return 0; }
+  while read -r d v; do
+    [[ -n "$d" ]] || continue
+    (( $(step_left) >= 8 )) || { echo "profile: out of time before D $d $v"; return 0; }
+    base="$RAW/profile_d${d}_$v"
+    # ncu with the machine's libraries (as Python: the pack's libstdc++ must not come first),
+    # kdtrain under it with the pack's.
+    LD_LIBRARY_PATH="${GPU_PYTHON_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" timeout -k 2 $(( $(step_left) - 4 )) \
+      "$ncu" --clock-control none --target-processes all \
+      --kernel-name regex:'flash_forward|bwd_|scan_' --launch-count 12 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+      -f -o "$base" env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "$KDTRAIN" bench --attention-only \
+      --preset "${PROFILE_PRESET:-llama3.2-1b}" --attention "$v" --device cuda --micro-batch 8 --seq-len 2048 \
+      --head-dim "$d" --steps 1 --warmup 0 --json > "$base.log" 2>&1
+    rc=$?
+    (( rc == 124 || rc == 137 )) && { echo "profile: cut at the step's end during D $d $v"; return 0; }
+    if grep -qs "Failed to initialize the profiler" "$base.log"; then
+      echo "profile: ncu cannot read the counters here: $(grep -m1 'Failed to initialize' "$base.log")"
+      return 0
+    fi
+    [[ -f "$base.ncu-rep" ]] || { echo "profile: D $d $v wrote no report (rc $rc): $(tail -c 300 "$base.log")"; return 1; }
+    LD_LIBRARY_PATH="${GPU_PYTHON_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$ncu" --import "$base.ncu-rep" --csv \
+      --page details > "$base.csv" 2>> "$base.log"
+    LD_LIBRARY_PATH="${GPU_PYTHON_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$ncu" --import "$base.ncu-rep" --csv \
+      --page raw > "$base.raw.csv" 2>> "$base.log"
+  done < <(printf '%s\n' "${PROFILES:-64 baseline
+128 baseline
+64 affine}")
+  python3 scripts/gpu/ncu_summary.py "$RAW"
 }
 
 # (c) the step: kdtrain for the given variants, torch for one.

@@ -1,8 +1,9 @@
 """The summary and table of a scripts/gpu/gpu_window.sh run (scripts/gpu/gpu_report.py window):
 its tests (gpu_report.check_summary's suites), the attention timings streamed by
 scripts/peers/bench_attention.py --jsonl with the predictions the pack carries, the step
-benchmarks (gpu_report.bench_summary), NCCL, the sanitizers, the environment and each
-phase's status and seconds."""
+benchmarks (gpu_report.bench_summary), NCCL, the sanitizers, the attention kernels'
+Nsight Compute profiles (ncu_summary.py), the environment and each phase's status and
+seconds."""
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import sys
 
 import gpu_docs
 import gpu_report as g
+import ncu_summary
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peers"))
 import bench_attention  # noqa: E402
@@ -214,6 +216,7 @@ def window_summary(outdir, commit, gpu, gpu_run=True):
     s["variant_attn_slowdown_vs_model"] = variant_slowdown_vs_model(rows, predictions)
     s["attention_ms"] = attention_times(rows)
     s["attention_kernel_ms"] = attention_kernel_ms(rows)
+    s["attention_profile"] = ncu_summary.summarize(outdir)
     s["attention_errors"] = [{k: r.get(k) for k in ("kind", "case", "attention", "variant", "build", "D", "error")}
                              for r in rows if "error" in r]
     s.update(cache_write(outdir))
@@ -251,6 +254,9 @@ def window_table(s):
         for variant, t in per.items():
             rows.append((f"variant_attn_slowdown D={D} {variant} ({t['kernels']}): measured / model",
                          f"{g.fmt(t['measured'])} / {g.fmt(t['predicted'])}"))
+    for k in s.get("attention_profile") or []:
+        rows.append((f"profile {k['profile']} #{k['id']} {ncu_summary.short_kernel(k['kernel'])}",
+                     ncu_summary.describe(k)))
     for e in s.get("attention_errors") or []:
         name = e.get("case") or kdtrain_name({"build": e.get("build"), "attention": e.get("variant")})
         rows.append((f"attention D={e['D']} {name}", f"error: {str(e['error'])[-120:]}"))
