@@ -53,8 +53,9 @@
 # SANITIZE=0, the test filters PRIMITIVES FLASH ATTENTION REALISTIC KERNELS SANITIZE_FILTER
 # ("" skips a suite), the step shape PRESET SEQ MICRO_BATCH STEPS WARMUP, the caps
 # ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 70; the baseline's 10 less),
-# ATTN_ARGS (more bench_attention.py arguments), PROFILES ("D VARIANT" lines; PROFILE_PRESET), ATTN_BUILDS (more --kdtrain-build specs,
-# one a line: the hook for a build or kernel the binary does not announce),
+# ATTN_ARGS (more bench_attention.py arguments), PROFILES ("D VARIANT" lines, the profile's;
+# PROFILE_PRESET), ATTN_BUILDS (more --kdtrain-build specs, one a line: the hook for a build
+# or kernel the binary does not announce),
 # GPU_PACK_DIR, GPU_SITE_PACKAGES, GPU_DOCS_ROOT (the scripts' own tests set these).
 # DEVICE=cpu runs the same sequence on the CPU at tiny shapes: a smoke test of the script (CI).
 START=$(date +%s)
