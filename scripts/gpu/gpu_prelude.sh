@@ -58,6 +58,10 @@ gpu_find_ncu() {
   return 1
 }
 
+# gpu_machine_libraries CMD...: CMD with the machine's library path, not the pack's (the
+# rule gpu_env.sh's python3 follows, for a tool such as ncu that is not Python).
+gpu_machine_libraries() { LD_LIBRARY_PATH="${GPU_PYTHON_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$@"; }
+
 # gpu_missing_libraries BIN...: "BIN: LIBRARY" for each library the loader cannot find.
 gpu_missing_libraries() {
   local bin

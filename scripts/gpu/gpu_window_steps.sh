@@ -215,9 +215,8 @@ profile_b() {
     base="$RAW/profile_d${d}_$v"
     # ncu with the machine's libraries (as Python: the pack's libstdc++ must not come first),
     # kdtrain under it with the pack's.
-    LD_LIBRARY_PATH="${GPU_PYTHON_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" timeout -k 2 $(( $(step_left) - 4 )) \
-      "$ncu" --clock-control none --target-processes all \
-      --kernel-name regex:'flash_forward|bwd_|scan_' --launch-count 12 \
+    gpu_machine_libraries timeout -k 2 $(( $(step_left) - 4 )) "$ncu" --clock-control none \
+      --target-processes all --kernel-name regex:'flash_forward|bwd_|scan_' --launch-count 12 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
       -f -o "$base" env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "$KDTRAIN" bench --attention-only \
@@ -230,10 +229,8 @@ profile_b() {
       return 0
     fi
     [[ -f "$base.ncu-rep" ]] || { echo "profile: D $d $v wrote no report (rc $rc): $(tail -c 300 "$base.log")"; return 1; }
-    LD_LIBRARY_PATH="${GPU_PYTHON_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$ncu" --import "$base.ncu-rep" --csv \
-      --page details > "$base.csv" 2>> "$base.log"
-    LD_LIBRARY_PATH="${GPU_PYTHON_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" "$ncu" --import "$base.ncu-rep" --csv \
-      --page raw > "$base.raw.csv" 2>> "$base.log"
+    gpu_machine_libraries "$ncu" --import "$base.ncu-rep" --csv --page details > "$base.csv" 2>> "$base.log"
+    gpu_machine_libraries "$ncu" --import "$base.ncu-rep" --csv --page raw > "$base.raw.csv" 2>> "$base.log"
   done < <(printf '%s\n' "${PROFILES:-64 baseline
 128 baseline
 64 affine}")

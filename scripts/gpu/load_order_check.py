@@ -22,20 +22,19 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bwd_sass_check import functions  # noqa: E402  (same folder)
 
-# kernel name part: (what is checked, window of the body, stores that count)
+# kernel name part: (what is checked, window of the body, stores that count); flash_forward_
+# covers both forwards (flash_forward_kernel, flash_forward_sm90a_kernel)
 RULES = {
     "scan_totals_kernel": ("prefix scan totals", "all", ("STG",)),
     "scan_apply_kernel": ("prefix scan apply", "all", ("STG",)),
     "bwd_prep_kernel": ("backward prep", "before_first_bar", ("STG",)),
-    "flash_forward_kernel": ("forward epilogue", "after_last_bar", ("STS", "STG")),
-    "flash_forward_sm90a_kernel": ("forward epilogue", "after_last_bar", ("STS", "STG")),
+    "flash_forward_": ("forward epilogue", "after_last_bar", ("STS", "STG")),
 }
 
 
 def rule_of(name):
-    """The rule whose kernel name part `name` holds (the longest such part), else None."""
-    hits = [k for k in RULES if k in name]
-    return RULES[max(hits, key=len)] if hits else None
+    """The rule whose kernel name part `name` holds, else None."""
+    return next((rule for part, rule in RULES.items() if part in name), None)
 
 
 def window(ins, where):
