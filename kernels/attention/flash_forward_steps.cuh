@@ -160,8 +160,7 @@ TC_DEVICE void online_softmax_rows(S& s, O& o, bool diag, int j0, int row_top, i
 template <int D, bool kAffine>
 struct AffineRow {
   float alpha = 1.f, beta = 0.f;
-  float pre[kAffine ? D / 8 : 1][2];
-  bool valid = false;  // affine and a row below T
+  float pre[kAffine ? D / 8 : 1][2];  // rows past T: not loaded, never read
 };
 
 template <int D, bool kAffine>
@@ -181,7 +180,6 @@ TC_DEVICE AffineRow<D, kAffine> load_affine_row(const AttentionParams& p, const 
       }
       t.alpha = alpha;
       t.beta = (p.alpha_ma[blk.h] - alpha) / affine_bias_count(p, row);
-      t.valid = true;
     }
   }
   return t;
@@ -204,7 +202,7 @@ TC_DEVICE void forward_epilogue_row(const AttentionParams& p, const AffineRow<D,
     const int col = d * 8 + 2 * qcol;
     float o0 = frag(o, d, 2 * hh) * inv, o1 = frag(o, d, 2 * hh + 1) * inv;
     if constexpr (kAffine) {
-      if (aff.valid) {
+      if (row < T) {
         o0 = aff.alpha * o0 + aff.beta * aff.pre[d][0];
         o1 = aff.alpha * o1 + aff.beta * aff.pre[d][1];
       }
