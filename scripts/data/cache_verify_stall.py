@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A model of the time a run waits for teacher-cache shard checksums
-(docs/distillation.md, "Reading during training"): an estimate, not a measurement.
+(docs/cache_checksums.md): an estimate, not a measurement.
 
 A shard's checksum (one pass over every byte, v seconds per shard on one core)
 is summed before the first read of a window of it returns. The sampler shuffles
@@ -18,9 +18,13 @@ is at. A shard is taken once: its finishing time is fixed when it is taken.
 The disk (optional, --disk-gbs): when the cache is not in the page cache, every
 sum also reads its shard, and the ranks of a node share the node's disk (each
 rank sums every shard it reads: nearly all of them, so R ranks read the cache R
-times over). A sum then takes the longer of v and the shard's bytes at the
-rank's share divided among the N threads summing at once (the reader alone when
-N = 0): sum_seconds.
+times over, unless they share one table: --node-shared). A sum then takes the
+longer of v and the shard's bytes at the rank's share divided among the N threads
+summing at once (the reader alone when N = 0): sum_seconds.
+
+--node-shared: the R ranks of a node share one table (data/shard_checks.h), so the
+node sums each shard once, on whichever rank's thread or reader takes it first; the
+ranks are simulated together, each with its own micro-batches, stepping together.
 
 Prints the total wait per run for each (S, c) and each N given.
 """
@@ -49,39 +53,51 @@ def sum_seconds(core_s, shard_gb, disk_gbs, ranks_per_node, threads):
     return max(core_s, shard_gb * max(threads, 1) * ranks_per_node / disk_gbs)
 
 
-def total_wait(shards, batch, compute_s, sum_s, threads, seed=1):
+def total_wait(shards, batch, compute_s, sum_s, threads, seed=1, ranks=1):
     """Seconds the steps wait for checksums over the run's first epoch-like stretch,
-    with `threads` verifier threads beside the reader."""
-    seq = micro_batches(shards, batch, seed)
-    order = list(dict.fromkeys(s for mb in seq for s in mb))  # first-read order
+    with `threads` verifier threads beside each rank's reader. ranks > 1: the ranks of
+    a node share one table of summed shards (kdtrain's node table): a shard any rank's
+    thread or reader took is taken for all. Each rank draws its own micro-batches and
+    its threads follow its own first-read order; the ranks step together (the gradient
+    reduction), so a micro-batch starts when every rank's is ready."""
+    seqs = [micro_batches(shards, batch, seed + r) for r in range(ranks)]
+    orders = [list(dict.fromkeys(s for mb in seq for s in mb)) for seq in seqs]  # first-read orders
     done = [INF] * shards  # when each taken shard's sum is (or will be) finished
-    free = [0.0] * threads  # when each verifier thread is next free (a heap)
-    nxt = 0  # the first of `order` no verifier has passed
+    free = [[0.0] * threads for _ in range(ranks)]  # when each rank's threads are next free (heaps)
+    nxt = [0] * ranks  # per rank, the first of its order no verifier of it has passed
 
-    def advance(until):
-        """The verifiers' takes up to time `until`."""
-        nonlocal nxt
-        while free and free[0] <= until:
-            while nxt < len(order) and done[order[nxt]] != INF:
-                nxt += 1
-            if nxt == len(order):
+    def advance(r, until):
+        """Rank r's verifiers' takes up to time `until`."""
+        order, heap = orders[r], free[r]
+        while heap and heap[0] <= until:
+            while nxt[r] < len(order) and done[order[nxt[r]]] != INF:
+                nxt[r] += 1
+            if nxt[r] == len(order):
                 return
-            end = heapq.heappop(free) + sum_s
-            done[order[nxt]] = end
-            heapq.heappush(free, end)
+            end = heapq.heappop(heap) + sum_s
+            done[order[nxt[r]]] = end
+            heapq.heappush(heap, end)
 
-    start_compute = reader_free = wait = 0.0
-    for m, mb in enumerate(seq):
-        t = max(reader_free, start_compute - compute_s if m else 0.0)
-        while True:  # the reader sums the shards no thread has taken
-            advance(t)
-            untaken = [s for s in dict.fromkeys(mb) if done[s] == INF]
+    start_compute = wait = 0.0
+    reader_free = [0.0] * ranks
+    for m in range(len(seqs[0])):
+        # The readers sum the shards of their micro-batch no thread has taken, in
+        # time order across the ranks (the earliest reader takes the next shard).
+        t = [max(reader_free[r], start_compute - compute_s if m else 0.0) for r in range(ranks)]
+        pending = set(range(ranks))
+        while pending:
+            r = min(pending, key=lambda q: (t[q], q))
+            for q in range(ranks):
+                advance(q, t[r])
+            untaken = [s for s in dict.fromkeys(seqs[r][m]) if done[s] == INF]
             if not untaken:
-                break
-            t += sum_s
-            done[untaken[0]] = t
-        ready = max([t] + [done[s] for s in mb])
-        reader_free = ready
+                pending.discard(r)
+                continue
+            t[r] += sum_s
+            done[untaken[0]] = t[r]
+        for r in range(ranks):
+            reader_free[r] = max([t[r]] + [done[s] for s in seqs[r][m]])
+        ready = max(reader_free)
         wait += max(0.0, ready - start_compute)
         start_compute = max(start_compute, ready) + compute_s
     return wait
@@ -97,18 +113,25 @@ def main():
     p.add_argument("--threads", type=int, nargs="+", default=[0, 1, 2, 4],
                    help="verifier threads beside the reader (0: the reader alone)")
     p.add_argument("--disk-gbs", type=float, help="the node's disk read rate, GB/s (default: the cache is in memory)")
-    p.add_argument("--ranks-per-node", type=int, default=8, help="ranks sharing that disk (with --disk-gbs)")
+    p.add_argument("--ranks-per-node", type=int, default=8,
+                   help="ranks sharing the node's disk (with --disk-gbs) and its table (with --node-shared)")
+    p.add_argument("--node-shared", action="store_true",
+                   help="the node's ranks share one table of summed shards (kdtrain since 2026-11-28): "
+                        "simulate them together")
     p.add_argument("--shard-gb", type=float, default=1.074, help="bytes per shard, GB (with --disk-gbs; 1 GiB)")
     a = p.parse_args()
     if a.disk_gbs:
         print(f"disk {a.disk_gbs} GB/s shared by {a.ranks_per_node} ranks, {a.shard_gb} GB shards")
+    if a.node_shared:
+        print(f"one table of summed shards for the node's {a.ranks_per_node} ranks")
+    ranks = a.ranks_per_node if a.node_shared else 1
     print("shards  compute_s  all_sums_s  " + "  ".join(f"wait_{n}_verifiers_s" for n in a.threads))
     for s in a.shards:
         for c in a.compute_s:
             waits = []
             for n in a.threads:
                 sum_s = sum_seconds(a.sum_s, a.shard_gb, a.disk_gbs, a.ranks_per_node, n)
-                waits.append(f"{total_wait(s, a.batch, c, sum_s, n):{len(f'wait_{n}_verifiers_s')}.0f}")
+                waits.append(f"{total_wait(s, a.batch, c, sum_s, n, ranks=ranks):{len(f'wait_{n}_verifiers_s')}.0f}")
             waits = "  ".join(waits)
             print(f"{s:6d}  {c:9.3f}  {s * a.sum_s:10.0f}  {waits}")
 

@@ -1,6 +1,7 @@
 """scripts/data/cache_verify_stall.py, the checksum-wait model of docs/distillation.md:
 cases whose answer is known by hand, verifier threads never adding to the wait while the
-cores set the pace, and the disk term (sum_seconds) once the disk does."""
+cores set the pace, the disk term (sum_seconds) once the disk does, and the ranks of a
+node sharing one table of summed shards (ranks > 1)."""
 import pytest
 
 from cache_verify_stall import micro_batches, sum_seconds, total_wait
@@ -60,3 +61,21 @@ def test_on_a_slow_disk_more_threads_finish_the_first_shards_later():
     assert wait(0) == pytest.approx(0.75)
     assert wait(2) == pytest.approx(0.5)
     assert wait(4) == pytest.approx(1.0)
+
+
+def test_ranks_sharing_a_table_split_the_first_shards_between_their_readers_and_threads():
+    # The three-shard case above on 2 ranks of a node sharing one table: the two readers
+    # take a shard each, then one takes the third (0.5 s, against 0.75 for one rank); with
+    # a thread per rank, the two threads and a reader take all three at once.
+    assert total_wait(3, 32, 100.0, 0.25, 0, ranks=2) == pytest.approx(0.5)
+    assert total_wait(3, 32, 100.0, 0.25, 1, ranks=2) == pytest.approx(0.25)
+    assert total_wait(3, 32, 100.0, 0.25, 0, ranks=3) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("threads", [0, 1, 4])
+def test_a_node_sharing_its_table_waits_no_longer_than_one_rank_summing_alone(threads):
+    # 8 ranks share the sums one rank would do by itself: the node, stepping with its
+    # slowest rank, still waits less than one rank that sums every shard it reads.
+    alone = total_wait(400, 8, 0.1, 0.22, threads)
+    shared = total_wait(400, 8, 0.1, 0.22, threads, ranks=8)
+    assert shared < alone

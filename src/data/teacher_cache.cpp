@@ -4,6 +4,7 @@
 #include "data/teacher_cache.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -130,8 +131,8 @@ void write_cache_manifest(const std::string& dir, const CacheManifest& m) {
 
 TeacherCache::TeacherCache(const std::string& dir) : dir_(dir), manifest_(read_cache_manifest(dir)) {
   const CacheHeader& h = manifest_.header;
-  checks_.assign(manifest_.shards.size(), ShardCheck::unsummed);
-  computed_.assign(manifest_.shards.size(), 0);
+  own_checks_.assign(ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())) / sizeof(uint64_t), 0);
+  use_checks(own_checks_.data());
   for (size_t s = 0; s < manifest_.shards.size(); ++s) {
     const CacheShardInfo& info = manifest_.shards[s];
     const std::string path = (fs::path(dir) / info.file).string();
@@ -184,46 +185,64 @@ int64_t TeacherCache::shard_of(int64_t window) const {
   return window / manifest_.shard_windows;
 }
 
-bool TeacherCache::claim(int64_t s) const {
-  if (checks_[s] != ShardCheck::unsummed) return false;
-  checks_[s] = ShardCheck::summing;
-  return true;
+void TeacherCache::use_checks(void* memory) {
+  checks_ = std::make_unique<ShardChecks>(static_cast<int64_t>(manifest_.shards.size()), memory);
 }
 
-// Sums a shard this thread claimed, outside the lock: two threads sum two shards at once.
+void TeacherCache::share_checks(void* memory) {
+  for (int64_t s = 0; s < checks_->shards(); ++s)
+    KD_CHECK(checks_->state(s) == ShardChecks::State::unsummed, "teacher cache ", dir_,
+             ": shard checks shared after a shard was summed (", describe(s), ")");
+  use_checks(memory);
+  checks_shared_ = true;
+}
+
+void TeacherCache::share_checks_on_node(dist::Communicator& comm) {
+  node_memory_ = std::make_unique<dist::NodeSharedMemory>(
+      comm, ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())), "cache-checks");
+  share_checks(node_memory_->data());
+  checks_shared_ = node_memory_->shared();
+}
+
+std::string TeacherCache::checks_private_reason() const {
+  if (checks_shared_) return "";
+  return node_memory_ ? node_memory_->why_private() : "not shared with other ranks";
+}
+
+// Sums a shard this thread claimed, outside any lock: threads and ranks sum
+// different shards at once.
 void TeacherCache::sum_claimed(int64_t s, bool ahead) const {
   const io::MappedFile& f = files_[s];
   CacheChecksum sum;
   sum.update(f.data(), f.size() - kCacheTrailerBytes);
-  std::lock_guard<std::mutex> lock(verify_mutex_);
-  computed_[s] = sum.value();
-  checks_[s] = computed_[s] == manifest_.shards[s].checksum ? ShardCheck::good : ShardCheck::bad;
+  checks_->finish(s, sum.value(), sum.value() == manifest_.shards[s].checksum);
+  std::lock_guard<std::mutex> lock(verify_mutex_);  // a waiter checked the state under it: no lost wake-up
   ++(ahead ? summed_ahead_ : summed_on_read_);
   verify_done_.notify_all();
 }
 
 bool TeacherCache::verify_if_free(int64_t s, bool ahead) const {
-  {
-    std::lock_guard<std::mutex> lock(verify_mutex_);
-    if (!claim(s)) return false;
-  }
+  if (!checks_->claim(s)) return false;
   sum_claimed(s, ahead);
   return true;
 }
 
+// How often a read waiting for a shard looks again: another rank's sum of it
+// (about 0.2 s per GiB) wakes no thread here.
+constexpr std::chrono::milliseconds kRemoteSumPoll{2};
+
 void TeacherCache::verify_shard(int64_t s, int64_t window) const {
   verify_if_free(s, false);
-  std::unique_lock<std::mutex> lock(verify_mutex_);
-  verify_done_.wait(lock, [&] { return checks_[s] != ShardCheck::summing; });
-  KD_CHECK(checks_[s] == ShardCheck::good, describe(s), ": checksum mismatch (stored ", manifest_.shards[s].checksum,
-           ", computed ", computed_[s], ") found when reading window ", window,
+  {
+    std::unique_lock<std::mutex> lock(verify_mutex_);
+    while (checks_->state(s) == ShardChecks::State::summing) verify_done_.wait_for(lock, kRemoteSumPoll);
+  }
+  KD_CHECK(checks_->state(s) == ShardChecks::State::good, describe(s), ": checksum mismatch (stored ",
+           manifest_.shards[s].checksum, ", computed ", checks_->computed(s), ") found when reading window ", window,
            ": the shard is corrupt; delete it and rerun `kdtrain teacher-cache` to rewrite it");
 }
 
-bool TeacherCache::shard_verified(int64_t s) const {
-  std::lock_guard<std::mutex> lock(verify_mutex_);
-  return checks_[s] == ShardCheck::good;
-}
+bool TeacherCache::shard_verified(int64_t s) const { return checks_->state(s) == ShardChecks::State::good; }
 
 int64_t TeacherCache::shards_summed_on_read() const {
   std::lock_guard<std::mutex> lock(verify_mutex_);

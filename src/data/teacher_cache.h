@@ -10,7 +10,8 @@
 // header, size and trailer: O(shards), never the records. A shard's checksum is
 // verified before the first read of a window of it returns (training reads in
 // its prefetch thread, and verifier threads sum the shards the next steps
-// read ahead of time, data/teacher_cache_prefetch.h); every decoded row's
+// read ahead of time, data/teacher_cache_prefetch.h), once per node where the
+// ranks share their checks (share_checks_on_node); every decoded row's
 // values are checked (io/teacher_cache_values.h). Every error names the shard
 // and the window.
 //
@@ -27,7 +28,9 @@
 
 #include "config/config.h"
 #include "data/dataset.h"
+#include "data/shard_checks.h"
 #include "data/teacher_cache_format.h"
+#include "dist/node_shared_memory.h"
 #include "io/file_util.h"
 #include "model/cached_teacher_loss.h"
 
@@ -89,6 +92,18 @@ class TeacherCache {
   void decode_window(int64_t window, int32_t* ids, float* logp, float* log_tail) const;
 
   int64_t shard_of(int64_t window) const;
+  // Collective over `comm`'s ranks, before any shard is summed: the ranks of a
+  // node keep one table of summed shards (data/shard_checks.h), so each shard
+  // is summed once per node, by whichever thread of whichever rank claims it
+  // first, and a mismatch any of them finds stops the read of every rank.
+  void share_checks_on_node(dist::Communicator& comm);
+  // The same over a table at `memory` (ShardChecks::bytes(shards) bytes, zeroed
+  // or another TeacherCache's of this cache, outliving this one): tests share
+  // one between two caches in a process.
+  void share_checks(void* memory);
+  // The table is shared (false: this rank's alone, checks_private_reason says why).
+  bool checks_shared() const { return checks_shared_; }
+  std::string checks_private_reason() const;
   // The shard's checksum over its header and records (every byte); throws naming
   // the shard and `window` on a mismatch. Summed once per shard: a shard another
   // thread is summing is waited for, and a mismatch found ahead is thrown here.
@@ -107,14 +122,17 @@ class TeacherCache {
   std::string dir_;
   CacheManifest manifest_;
   std::vector<io::MappedFile> files_;
-  enum class ShardCheck : uint8_t { unsummed, summing, good, bad };
-  bool claim(int64_t shard) const;  // unsummed -> summing, under verify_mutex_
   void sum_claimed(int64_t shard, bool ahead) const;
+  void use_checks(void* memory);
+  std::vector<uint64_t> own_checks_;                     // the table's memory until shared
+  std::unique_ptr<dist::NodeSharedMemory> node_memory_;  // the node's, once shared
+  bool checks_shared_ = false;
+  std::unique_ptr<ShardChecks> checks_;                  // summed shards; lock-free
+  // Wakes a thread waiting for a shard this process sums; another rank's sum
+  // is seen by polling (kRemoteSumPoll).
   mutable std::mutex verify_mutex_;
   mutable std::condition_variable verify_done_;
-  mutable std::vector<ShardCheck> checks_;  // per shard, under verify_mutex_
-  mutable std::vector<uint64_t> computed_;  // the summed checksums (for a mismatch's error)
-  mutable int64_t summed_on_read_ = 0, summed_ahead_ = 0;
+  mutable int64_t summed_on_read_ = 0, summed_ahead_ = 0;  // by this process, under verify_mutex_
 };
 
 // The teacher's fingerprint as a cache records it (CacheHeader::teacher_hash): a

@@ -1,8 +1,9 @@
 // Verifies a teacher cache's shards ahead of their first read, so that the
 // reader (data/teacher_cache_prefetch.h) finds them summed instead of summing
-// them while a step waits (docs/distillation.md, "Reading during training").
+// them while a step waits (docs/cache_checksums.md).
 // Threads of its own (kd.cache_verify_threads) each take the next shard no
-// thread has taken, in the order the run will first read them, among the
+// thread has taken (of any rank of the node when the cache shares its table,
+// TeacherCache::share_checks_on_node), in the order the run will first read them, among the
 // shards of the windows it is given: a shard's checksum is one chain of
 // dependent multiplies, summed on one core, so threads sum several shards at
 // once. A shard the reader is summing is skipped, and one a verifier is summing

@@ -39,12 +39,16 @@ void Reporter::log_setup(const dist::GradReducer& reducer) const {
     spdlog::info("teacher: {} ({:.2f}M params), kd.loss {}, tau {}, weight {}", c.kd.teacher,
                  count_params(parts_.teacher->layout()).total / 1e6, to_string(c.kd.loss), c.kd.temperature,
                  c.kd.weight);
-  if (parts_.cache)
-    spdlog::info("teacher cache: {} (top-{}, tail {}, {} shard verifier thread(s)), kd.loss {}, tau {}, weight {}; "
-                 "validation is CE only",
-                 parts_.cache->path(), parts_.cache->header().K, to_string(c.kd.cache_tail),
-                 parts_.cache_reader ? parts_.cache_reader->verify_threads() : 0, to_string(c.kd.loss),
-                 c.kd.temperature, c.kd.weight);
+  if (parts_.cache) {
+    const data::TeacherCache& cache = *parts_.cache;
+    spdlog::info("teacher cache: {} (top-{}, tail {}, {} shard verifier thread(s), checksums {}), kd.loss {}, tau {}, "
+                 "weight {}; validation is CE only",
+                 cache.path(), cache.header().K, to_string(c.kd.cache_tail),
+                 parts_.cache_reader ? parts_.cache_reader->verify_threads() : 0,
+                 cache.checks_shared() ? "shared by the node's " + std::to_string(parts_.comm.local_world()) + " ranks"
+                                       : "this rank's (" + cache.checks_private_reason() + ")",
+                 to_string(c.kd.loss), c.kd.temperature, c.kd.weight);
+  }
   spdlog::info("data: {} train windows of {} tokens; global batch {} = {} rank(s) x {} micro-batches of {}",
                parts_.train_data->num_windows(), c.train.seq_len, c.train.global_batch, parts_.comm.world(),
                parts_.accumulation_steps(), c.train.micro_batch);

@@ -96,6 +96,7 @@ void RunParts::load_teacher() {
   if (!kd.teacher_cache.empty()) {
     cache = std::make_unique<data::TeacherCache>(kd.teacher_cache);
     cache->require_match(*train_data, vocab, "kd.teacher_cache");
+    cache->share_checks_on_node(comm);  // collective: every rank opens the cache here
     start_cache_reader();
     const data::CacheHeader& h = cache->header();
     teacher_fingerprint = "cache:" + io::hex64(h.teacher_hash) + ",top_k=" + std::to_string(h.K) +

@@ -10,19 +10,16 @@
 // interleaving of the threads.
 #include <catch2/catch.hpp>
 
-#include <filesystem>
-#include <fstream>
-#include <numeric>
 #include <string>
 #include <vector>
 
 #include "cli/teacher_cache_builder.h"
 #include "data/teacher_cache.h"
 #include "data/teacher_cache_prefetch.h"
-#include "data/teacher_cache_synthetic.h"
 #include "dist/communicator.h"
 #include "model/init.h"
 #include "support/run_parts_fixture.h"
+#include "support/synthetic_cache_fixture.h"
 #include "support/teacher_cache_fixture.h"
 #include "support/temp_dir.h"
 #include "train/run_parts.h"
@@ -32,41 +29,13 @@ using namespace kdtrain;
 using Catch::Matchers::Contains;
 using kdtrain::testing::CacheFixture;
 using kdtrain::testing::TempDir;
+using kdtrain::testing::first_windows;
+using kdtrain::testing::synthetic_cache;
+using kdtrain::testing::tamper_record;
 
 namespace {
 
-// `windows` windows of T `seq_len`, K 4, V 64 in shards of `shard_windows` windows.
-std::string synthetic_cache(const TempDir& dir, int64_t windows, int64_t shard_windows, int64_t seq_len = 6) {
-  data::CacheHeader shape;
-  shape.K = 4;
-  shape.V = 64;
-  shape.seq_len = seq_len;
-  shape.windows = windows;
-  const std::string path = dir.file("cache");
-  std::filesystem::create_directories(path);
-  data::write_synthetic_cache(path, shape, shard_windows, 11);
-  return path;
-}
-
 std::string four_shard_cache(const TempDir& dir) { return synthetic_cache(dir, 8, 2); }
-
-std::vector<int64_t> first_windows(int64_t n) {
-  std::vector<int64_t> w(static_cast<size_t>(n));
-  std::iota(w.begin(), w.end(), int64_t{0});
-  return w;
-}
-
-// Flips one bit of a record of shard `shard` (its trailer and the manifest
-// keep the old checksum: the cache opens, the checksum fails).
-void tamper_record(const std::string& dir, int64_t shard) {
-  std::fstream f(dir + "/" + data::cache_shard_file(shard), std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(256 + 40);
-  char c = 0;
-  f.read(&c, 1);
-  c ^= 0x10;
-  f.seekp(256 + 40);
-  f.write(&c, 1);
-}
 
 }  // namespace
 

@@ -133,18 +133,8 @@ TEST_CASE("dist worker: MPI collectives against rank-ordered sums", "[.dist-work
 TEST_CASE("dist: MPI collectives are rank-ordered sums on 2, 3 and 4 ranks", "[dist][mpi]") {
   REQUIRE_MPIRUN();
   TempDir tmp("collectives");
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
-  for (int ranks : {2, 3, 4}) {
-    std::string out;
-    const int code = run_logged(under_mpi(ranks, {self, "[.dist-worker]", "--use-colour", "no"}),
-                                tmp.path / ("worker" + std::to_string(ranks) + ".log"), &out);
-    INFO(out);
-    CHECK(code == 0);
-    CHECK(out.find("All tests passed") != std::string::npos);  // the worker case ran on every rank
-    CHECK(out.find("No tests ran") == std::string::npos);
-  }
+  require_worker_passes("[.dist-worker]", {2, 3, 4}, tmp.path);
 }
-
 
 TEST_CASE("dist: kdtrain info shows per-rank optimizer memory under ZeRO-1", "[dist][info]") {
   TempDir tmp("info");

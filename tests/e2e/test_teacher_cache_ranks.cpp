@@ -4,7 +4,9 @@
 // SIGKILL in the middle of a shard, rerun with the same command (on another
 // rank count), skips the complete shards, rewrites the rest and ends
 // byte-identical too. SIGINT or SIGTERM to mpirun, which passes the job's end to
-// every rank, leaves no rank's staging files and no manifest behind.
+// every rank, leaves no rank's staging files and no manifest behind. Training
+// from a cache on 2 ranks sums its checksums once for the node's ranks, and a
+// corrupt shard stops every rank before the step that would read it.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -16,6 +18,8 @@
 
 #include "support/mpi_util.h"
 #include "support/process_util.h"
+#include "support/reliability_util.h"
+#include "support/synthetic_cache_fixture.h"
 #include "support/teacher_cache_fixture.h"
 
 using namespace kdtrain;
@@ -140,4 +144,28 @@ TEST_CASE("teacher-cache: SIGINT or SIGTERM to mpirun leaves no rank's temporari
     INFO(log);
     CHECK(cache_files(out) == whole);  // no temporaries left, every byte the same
   }
+}
+
+TEST_CASE("teacher cache: 2 ranks training from a cache share its checksums, and a corrupt shard stops both",
+          "[teacher_cache][mpi]") {
+  REQUIRE_MPIRUN();
+  RankFixture r(8, 2);  // 4 shards of 2 windows of 64 tokens: 2 steps of 4 windows read them all
+  const std::string cache = r.out("cache");
+  std::string log;
+  REQUIRE(run(r.command(cache), &log, cache + ".log") == 0);
+  auto train = [&](const std::string& name) {
+    const std::string run_dir = r.out(name);
+    const int code = run(under_mpi(2, plus(tiny_train_args(r.f.shard, run_dir, 2, 2),
+                                           {"--set", "train.seq_len=64", "--set", "model.vocab_size=61", "--set",
+                                            "kd.teacher_cache=" + cache})),
+                         &log, run_dir + ".log");
+    return code;
+  };
+  REQUIRE(train("good") == 0);
+  INFO(log);
+  CHECK(log.find("checksums shared by the node's 2 ranks") != std::string::npos);
+  tamper_record(cache, 1);
+  CHECK(train("bad") != 0);
+  require_all(log, {cache, "shard_00001.bin (windows 2..3)", "checksum mismatch"});
+  CHECK_FALSE(fs::exists(r.out("bad") + "/checkpoints/latest"));
 }
