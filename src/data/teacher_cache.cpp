@@ -3,7 +3,11 @@
 // teacher hash a cache records. The byte layout is data/teacher_cache_format.cpp.
 #include "data/teacher_cache.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -197,10 +201,20 @@ void TeacherCache::share_checks(void* memory) {
   checks_shared_ = true;
 }
 
+// What a node's table holds: this cache's shards, by their manifest entries.
+uint64_t TeacherCache::checks_key() const {
+  CacheChecksum key;
+  const uint64_t head[3] = {header().teacher_hash, header().data_fingerprint, manifest_.shards.size()};
+  key.update(head, sizeof head);
+  for (const CacheShardInfo& info : manifest_.shards) key.update(&info.checksum, sizeof info.checksum);
+  return key.value() == 0 ? 1 : key.value();
+}
+
 void TeacherCache::share_checks_on_node(dist::Communicator& comm) {
-  node_memory_ = std::make_unique<dist::NodeSharedMemory>(
-      comm, ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())), "cache-checks");
-  share_checks(node_memory_->data());
+  auto memory = std::make_unique<dist::NodeSharedMemory>(
+      comm, ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())), "cache-checks", checks_key());
+  share_checks(memory->data());  // checks this table before the old memory goes
+  node_memory_ = std::move(memory);
   checks_shared_ = node_memory_->shared();
 }
 
@@ -222,7 +236,7 @@ void TeacherCache::sum_claimed(int64_t s, bool ahead) const {
 }
 
 bool TeacherCache::verify_if_free(int64_t s, bool ahead) const {
-  if (!checks_->claim(s)) return false;
+  if (!checks_->claim(s, static_cast<uint32_t>(getpid()))) return false;
   sum_claimed(s, ahead);
   return true;
 }
@@ -231,11 +245,25 @@ bool TeacherCache::verify_if_free(int64_t s, bool ahead) const {
 // (about 0.2 s per GiB) wakes no thread here.
 constexpr std::chrono::milliseconds kRemoteSumPoll{2};
 
+// Whether the process that claimed a shard has died (another rank's, killed
+// mid-sum where the launcher does not end the job). A process we may not
+// signal is alive. Ranks in pid namespaces of their own but one /dev/shm may
+// look dead while alive: the shard is then summed twice, to the same sum.
+static bool claimer_died(uint32_t claimer) {
+  return claimer != static_cast<uint32_t>(getpid()) && kill(static_cast<pid_t>(claimer), 0) != 0 && errno == ESRCH;
+}
+
 void TeacherCache::verify_shard(int64_t s, int64_t window) const {
-  verify_if_free(s, false);
-  {
-    std::unique_lock<std::mutex> lock(verify_mutex_);
-    while (checks_->state(s) == ShardChecks::State::summing) verify_done_.wait_for(lock, kRemoteSumPoll);
+  for (;;) {
+    verify_if_free(s, false);
+    uint32_t claimer = 0;
+    {
+      std::unique_lock<std::mutex> lock(verify_mutex_);
+      while (checks_->state(s) == ShardChecks::State::summing && !claimer_died(claimer = checks_->claimer(s)))
+        verify_done_.wait_for(lock, kRemoteSumPoll);
+    }
+    if (checks_->state(s) != ShardChecks::State::summing) break;
+    checks_->release(s, claimer);  // its claimer died: claim it again above
   }
   KD_CHECK(checks_->state(s) == ShardChecks::State::good, describe(s), ": checksum mismatch (stored ",
            manifest_.shards[s].checksum, ", computed ", checks_->computed(s), ") found when reading window ", window,

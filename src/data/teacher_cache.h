@@ -103,6 +103,8 @@ class TeacherCache {
   void share_checks(void* memory);
   // The table is shared (false: this rank's alone, checks_private_reason says why).
   bool checks_shared() const { return checks_shared_; }
+  // Ranks of this node sharing the table share_checks_on_node made (1: this rank's alone).
+  int checks_sharers() const { return node_memory_ ? node_memory_->sharers() : 1; }
   std::string checks_private_reason() const;
   // The shard's checksum over its header and records (every byte); throws naming
   // the shard and `window` on a mismatch. Summed once per shard: a shard another
@@ -124,6 +126,7 @@ class TeacherCache {
   std::vector<io::MappedFile> files_;
   void sum_claimed(int64_t shard, bool ahead) const;
   void use_checks(void* memory);
+  uint64_t checks_key() const;  // names this cache's table in the node's memory
   std::vector<uint64_t> own_checks_;                     // the table's memory until shared
   std::unique_ptr<dist::NodeSharedMemory> node_memory_;  // the node's, once shared
   bool checks_shared_ = false;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,10 +11,20 @@
 #include <cstring>
 #include <random>
 
+#include "core/error.h"
+
 namespace kdtrain::dist {
 namespace {
 
 constexpr const char* kShmDir = "/dev/shm/";
+
+// The file's first bytes: what the memory holds and how many ranks joined.
+struct Header {
+  uint64_t key;
+  uint64_t sharers;
+};
+constexpr size_t kHeaderBytes = 64;  // a cache line, keeping data_ aligned
+static_assert(sizeof(Header) <= kHeaderBytes, "header outgrew its line");
 
 // A name no other job draws: the process id, the clock and the random device.
 std::string fresh_token() {
@@ -25,54 +36,78 @@ std::string fresh_token() {
   return token;
 }
 
-std::string failed(const char* call, const std::string& path) {
-  return std::string(call) + " " + path + ": " + std::strerror(errno);
+// `call` failed on `path` with `error` (errno, saved at once).
+std::string failed(const char* call, const std::string& path, int error) {
+  return std::string(call) + " " + path + ": " + std::strerror(error);
 }
 
 }  // namespace
 
-NodeSharedMemory::NodeSharedMemory(Communicator& comm, size_t bytes, const std::string& purpose)
+NodeSharedMemory::NodeSharedMemory(Communicator& comm, size_t bytes, const std::string& purpose, uint64_t key)
     : bytes_(bytes == 0 ? 8 : bytes) {
-  if (comm.local_world() > 1) {
+  KD_CHECK(key != 0, "node shared memory: key 0 is reserved for a fresh file");
+  why_private_ = "one rank on this node";
+  if (comm.world() > 1) {  // every rank takes part, so the collectives pair up on any node layout
+    comm.barrier();        // all here: the name lives only until the barrier below
     const std::string token = broadcast_string(comm, comm.rank() == 0 ? fresh_token() : "", 0);
     const std::string path = kShmDir + ("kdtrain-" + purpose + "-" + token);
-    map_file(path);
-    comm.barrier();  // every rank of every node has mapped (or failed to map) the file
-    unlink(path.c_str());  // ENOENT on all but one rank per node: the name goes, the pages stay
-  } else {
-    why_private_ = "one rank on this node";
+    const bool mine = comm.local_world() > 1;
+    try {
+      if (mine) map_file(path, key);
+      comm.barrier();  // every rank of every node has mapped (or failed to map) the file
+    } catch (...) {
+      if (mine) unlink(path.c_str());
+      throw;
+    }
+    if (mine) unlink(path.c_str());  // ENOENT on all but one rank per node: the name goes, the pages stay
+    if (mapping_) {
+      sharers_ = static_cast<int>(__atomic_load_n(&static_cast<Header*>(mapping_)->sharers, __ATOMIC_ACQUIRE));
+      why_private_ = sharers_ > 1 ? "" : "no other rank of this node mapped it";
+    }
   }
-  if (!mapped_) {
+  if (!mapping_) {
     private_.assign((bytes_ + 7) / 8, 0);
     data_ = private_.data();
   }
 }
 
 NodeSharedMemory::~NodeSharedMemory() {
-  if (mapped_) munmap(data_, bytes_);
+  if (mapping_) munmap(mapping_, mapped_bytes_);
 }
 
-bool NodeSharedMemory::map_file(const std::string& path) {
+bool NodeSharedMemory::map_file(const std::string& path, uint64_t key) {
+  const size_t total = kHeaderBytes + bytes_;
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
-    why_private_ = failed("open", path);
+    why_private_ = failed("open", path, errno);
     return false;
   }
-  // Every rank sets the same size: a new file reads as zeros, and a second
-  // ftruncate to the same size changes nothing another rank wrote.
-  if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
-    why_private_ = failed("ftruncate", path);
+  // Grow only: a new file reads as zeros, and no rank shrinks what another maps.
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || (static_cast<size_t>(st.st_size) < total && ftruncate(fd, static_cast<off_t>(total)) != 0)) {
+    why_private_ = failed("fstat or ftruncate", path, errno);
     close(fd);
     return false;
   }
-  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_error = errno;
   close(fd);
   if (p == MAP_FAILED) {
-    why_private_ = failed("mmap", path);
+    why_private_ = failed("mmap", path, map_error);
     return false;
   }
-  data_ = p;
-  mapped_ = true;
+  auto* header = static_cast<Header*>(p);
+  uint64_t expected = 0;  // the first rank names the contents; the others must hold the same
+  if (!__atomic_compare_exchange_n(&header->key, &expected, key, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+      expected != key) {
+    munmap(p, total);
+    why_private_ = "another rank of this node shares different contents";
+    return false;
+  }
+  __atomic_add_fetch(&header->sharers, 1, __ATOMIC_ACQ_REL);
+  mapping_ = p;
+  mapped_bytes_ = total;
+  data_ = static_cast<char*>(p) + kHeaderBytes;
   return true;
 }
 

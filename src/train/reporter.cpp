@@ -45,7 +45,7 @@ void Reporter::log_setup(const dist::GradReducer& reducer) const {
                  "weight {}; validation is CE only",
                  cache.path(), cache.header().K, to_string(c.kd.cache_tail),
                  parts_.cache_reader ? parts_.cache_reader->verify_threads() : 0,
-                 cache.checks_shared() ? "shared by the node's " + std::to_string(parts_.comm.local_world()) + " ranks"
+                 cache.checks_shared() ? "shared by " + std::to_string(cache.checks_sharers()) + " ranks of this node"
                                        : "this rank's (" + cache.checks_private_reason() + ")",
                  to_string(c.kd.loss), c.kd.temperature, c.kd.weight);
   }

@@ -8,11 +8,17 @@
 // interleaving of the threads and ranks.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/shard_checks.h"
@@ -129,6 +135,31 @@ TEST_CASE("node checks: sharing is refused once a shard was summed; one rank kee
   CHECK(alone.shard_verified(3));
 }
 
+TEST_CASE("node checks: a shard whose claimer died mid-sum is claimed again by the read that waits for it",
+          "[teacher_cache]") {
+  TempDir dir("node_checks_dead");
+  const std::string path = synthetic_cache(dir, 8, 2);
+  const pid_t child = fork();  // a process that claims nothing and is gone: a rank killed mid-sum
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  // The table outlives a read that might wait for ever: the thread is left behind on failure.
+  auto table = std::make_shared<std::vector<uint64_t>>(fresh_table(4));
+  auto cache = std::make_shared<data::TeacherCache>(path);
+  cache->share_checks(table->data());
+  REQUIRE(data::ShardChecks(4, table->data()).claim(2, static_cast<uint32_t>(child)));
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([cache, table, done] {
+    cache->verify_shard(2, 4);
+    *done = true;
+  }).detach();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!*done && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(*done);  // before, the read waited for ever on the dead claimer
+  CHECK(cache->shard_verified(2));
+  CHECK(cache->shards_summed_on_read() == 1);
+}
+
 #if KDTRAIN_HAVE_MPI
 namespace {
 
@@ -145,6 +176,23 @@ std::string cache_for_ranks(dist::Communicator& comm, const TempDir* dir, const 
   return path;
 }
 
+// The job's communicator, but rank 0 on a node of its own and the others on
+// another: an uneven layout (`srun -n 3 -N 2`) on one machine.
+class UnevenNodes : public dist::SingleCommunicator {
+ public:
+  explicit UnevenNodes(dist::Communicator& comm) : comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int world() const override { return comm_.world(); }
+  int local_rank() const override { return comm_.rank() == 0 ? 0 : comm_.rank() - 1; }
+  int local_world() const override { return comm_.rank() == 0 ? 1 : comm_.world() - 1; }
+  bool distributed() const override { return true; }
+  void barrier() override { comm_.barrier(); }
+  void broadcast_host(void* data, size_t bytes, int root) override { comm_.broadcast_host(data, bytes, root); }
+
+ private:
+  dist::Communicator& comm_;
+};
+
 }  // namespace
 
 // Runs inside `mpirun -np W kdtrain_tests "[.cache-node-worker]"`: every rank
@@ -157,13 +205,27 @@ TEST_CASE("cache node worker: the ranks of a node sum each shard once", "[.cache
   std::unique_ptr<TempDir> dir = R == 0 ? std::make_unique<TempDir>("node_checks_mpi") : nullptr;
 
   {  // the memory itself: one rank's write is every rank's read
-    dist::NodeSharedMemory memory(comm, 64, "test");
+    dist::NodeSharedMemory memory(comm, 64, "test", 1);
     INFO(memory.why_private());
     REQUIRE(memory.shared());
+    CHECK(memory.sharers() == W);
     if (R == W - 1) std::memcpy(memory.data(), "from the last rank", 19);
     comm.barrier();
     CHECK(std::string(static_cast<const char*>(memory.data())) == "from the last rank");
     comm.barrier();
+  }
+
+  {  // different contents on every rank: the first rank to map keeps the file, no rank shares
+    dist::NodeSharedMemory memory(comm, 64, "test", static_cast<uint64_t>(R) + 1);
+    CHECK_FALSE(memory.shared());
+    CHECK(memory.why_private() != "");
+  }
+  {  // rank 0 alone on a node of its own: every rank still takes part in the same collectives
+    UnevenNodes uneven(comm);
+    dist::NodeSharedMemory memory(uneven, 64, "test", 1);
+    CHECK(memory.shared() == (R > 0 && W > 2));
+    if (R == 0) CHECK(memory.why_private() == "one rank on this node");
+    CHECK(dist::broadcast_string(comm, R == W - 1 ? "in step" : "", W - 1) == "in step");
   }
 
   const std::string path = cache_for_ranks(comm, dir.get(), "good", -1);
@@ -171,6 +233,7 @@ TEST_CASE("cache node worker: the ranks of a node sum each shard once", "[.cache
     data::TeacherCache cache(path);
     cache.share_checks_on_node(comm);
     REQUIRE(cache.checks_shared());
+    CHECK(cache.checks_sharers() == W);
     data::CachePrefetcher reader(cache, 2);
     std::vector<int64_t> order = first_windows(64);  // each rank starts elsewhere
     std::rotate(order.begin(), order.begin() + R * 64 / W, order.end());
