@@ -254,18 +254,21 @@ static bool claimer_died(uint32_t claimer) {
 }
 
 void TeacherCache::verify_shard(int64_t s, int64_t window) const {
+  ShardChecks::State state;  // good or bad (both final) once the loop ends
   for (;;) {
     verify_if_free(s, false);
     uint32_t claimer = 0;
     {
       std::unique_lock<std::mutex> lock(verify_mutex_);
-      while (checks_->state(s) == ShardChecks::State::summing && !claimer_died(claimer = checks_->claimer(s)))
+      while ((state = checks_->state(s)) == ShardChecks::State::summing && !claimer_died(claimer = checks_->claimer(s)))
         verify_done_.wait_for(lock, kRemoteSumPoll);
     }
-    if (checks_->state(s) != ShardChecks::State::summing) break;
-    checks_->release(s, claimer);  // its claimer died: claim it again above
+    if (state == ShardChecks::State::good || state == ShardChecks::State::bad) break;
+    // Summing by a process that died: release it and claim it again. Unsummed (another
+    // waiter released it first): claim it again.
+    if (state == ShardChecks::State::summing) checks_->release(s, claimer);
   }
-  KD_CHECK(checks_->state(s) == ShardChecks::State::good, describe(s), ": checksum mismatch (stored ",
+  KD_CHECK(state == ShardChecks::State::good, describe(s), ": checksum mismatch (stored ",
            manifest_.shards[s].checksum, ", computed ", checks_->computed(s), ") found when reading window ", window,
            ": the shard is corrupt; delete it and rerun `kdtrain teacher-cache` to rewrite it");
 }

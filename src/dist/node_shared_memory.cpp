@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -55,7 +54,8 @@ NodeSharedMemory::NodeSharedMemory(Communicator& comm, size_t bytes, const std::
     try {
       if (mine) map_file(path, key);
       comm.barrier();  // every rank of every node has mapped (or failed to map) the file
-    } catch (...) {
+    } catch (...) {  // the destructor will not run: undo what this rank made
+      if (mapping_) munmap(mapping_, mapped_bytes_);
       if (mine) unlink(path.c_str());
       throw;
     }
@@ -82,10 +82,10 @@ bool NodeSharedMemory::map_file(const std::string& path, uint64_t key) {
     why_private_ = failed("open", path, errno);
     return false;
   }
-  // Grow only: a new file reads as zeros, and no rank shrinks what another maps.
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || (static_cast<size_t>(st.st_size) < total && ftruncate(fd, static_cast<off_t>(total)) != 0)) {
-    why_private_ = failed("fstat or ftruncate", path, errno);
+  // fallocate only ever extends, atomically: a new file reads as zeros, and a
+  // rank asking for less never shrinks what another maps (ftruncate could).
+  if (fallocate(fd, 0, 0, static_cast<off_t>(total)) != 0) {
+    why_private_ = failed("fallocate", path, errno);
     close(fd);
     return false;
   }

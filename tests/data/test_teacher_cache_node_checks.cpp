@@ -135,7 +135,7 @@ TEST_CASE("node checks: sharing is refused once a shard was summed; one rank kee
   CHECK(alone.shard_verified(3));
 }
 
-TEST_CASE("node checks: a shard whose claimer died mid-sum is claimed again by the read that waits for it",
+TEST_CASE("node checks: shards whose claimer died mid-sum are claimed again by the reads that wait for them",
           "[teacher_cache]") {
   TempDir dir("node_checks_dead");
   const std::string path = synthetic_cache(dir, 8, 2);
@@ -143,21 +143,32 @@ TEST_CASE("node checks: a shard whose claimer died mid-sum is claimed again by t
   if (child == 0) _exit(0);
   REQUIRE(child > 0);
   REQUIRE(waitpid(child, nullptr, 0) == child);
-  // The table outlives a read that might wait for ever: the thread is left behind on failure.
+  // The table and cache outlive reads that might wait for ever: the threads are left behind on failure.
   auto table = std::make_shared<std::vector<uint64_t>>(fresh_table(4));
   auto cache = std::make_shared<data::TeacherCache>(path);
   cache->share_checks(table->data());
-  REQUIRE(data::ShardChecks(4, table->data()).claim(2, static_cast<uint32_t>(child)));
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread([cache, table, done] {
-    cache->verify_shard(2, 4);
-    *done = true;
-  }).detach();
+  data::ShardChecks view(4, table->data());
+  for (int64_t s = 0; s < 4; ++s) REQUIRE(view.claim(s, static_cast<uint32_t>(child)));
+  // Two reads wait on each shard: whichever releases the dead claim, both must find the shard good.
+  auto finished = std::make_shared<std::atomic<int>>(0);
+  auto errors = std::make_shared<std::atomic<int>>(0);
+  for (int reader = 0; reader < 8; ++reader) {
+    std::thread([cache, table, finished, errors, reader] {
+      try {
+        cache->verify_shard(reader % 4, 2 * (reader % 4));
+      } catch (const std::exception&) {
+        ++*errors;
+      }
+      ++*finished;
+    }).detach();
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!*done && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(*done);  // before, the read waited for ever on the dead claimer
-  CHECK(cache->shard_verified(2));
-  CHECK(cache->shards_summed_on_read() == 1);
+  while (*finished < 8 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(*finished == 8);  // before, the reads waited for ever on the dead claimer
+  CHECK(*errors == 0);
+  for (int64_t s = 0; s < 4; ++s) CHECK(cache->shard_verified(s));
+  CHECK(cache->shards_summed_on_read() == 4);  // each shard once more, by one of its two reads
 }
 
 #if KDTRAIN_HAVE_MPI
