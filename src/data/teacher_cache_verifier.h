@@ -3,8 +3,8 @@
 // them while a step waits (docs/cache_checksums.md).
 // Threads of its own (kd.cache_verify_threads) each take the next shard no
 // thread has taken (of any rank of the node when the cache shares its table,
-// TeacherCache::share_checks_on_node), in the order the run will first read them, among the
-// shards of the windows it is given: a shard's checksum is one chain of
+// TeacherCache::share_checks_on_node), in the order the run will first read
+// them, among the shards of the windows it is given: a shard's checksum is one chain of
 // dependent multiplies, summed on one core, so threads sum several shards at
 // once. A shard the reader is summing is skipped, and one a verifier is summing
 // the reader waits for, so no shard is summed twice. A mismatch found here is

@@ -48,7 +48,9 @@ NodeSharedMemory::NodeSharedMemory(Communicator& comm, size_t bytes, const std::
   why_private_ = "one rank on this node";
   if (comm.world() > 1) {  // every rank takes part, so the collectives pair up on any node layout
     comm.barrier();        // all here: the name lives only until the barrier below
-    const std::string token = broadcast_string(comm, comm.rank() == 0 ? fresh_token() : "", 0);
+    char token[64] = {};  // a fixed size: one broadcast, and only the Communicator interface to link
+    if (comm.rank() == 0) std::snprintf(token, sizeof token, "%s", fresh_token().c_str());
+    comm.broadcast_host(token, sizeof token, 0);
     const std::string path = kShmDir + ("kdtrain-" + purpose + "-" + token);
     const bool mine = comm.local_world() > 1;
     try {
