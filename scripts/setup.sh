@@ -67,6 +67,11 @@ if ((WITH_PYTHON)); then
   # Compare installed versions with the pins without starting pip (pip's resolver takes
   # seconds even when nothing changes).
   REQUIREMENTS=("$ROOT/requirements.txt" "$ROOT/requirements-eval.txt")
+  # Where nvcc is, the SASS checks must run (CI fails them when they cannot): their
+  # cuobjdump and nvdisasm come from PyPI when the toolkit lacks them.
+  if [[ "$CUDA_MODE" != OFF ]] && { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
+    REQUIREMENTS+=("$ROOT/requirements-cuda-tools.txt")
+  fi
   if python3 - "${REQUIREMENTS[@]}" <<'EOF'
 import sys
 from importlib import metadata
@@ -90,7 +95,7 @@ EOF
     log "python requirements satisfied"
   else
     log "installing python requirements"
-    python3 -m pip install --no-input -r "$ROOT/requirements.txt" -r "$ROOT/requirements-eval.txt"
+    python3 -m pip install --no-input "${REQUIREMENTS[@]/#/--requirement=}"
   fi
 fi
 

@@ -98,7 +98,7 @@ def compile_all(out):
     nvcc = os.environ.get("NVCC") or "nvcc"
     cuobjdump = find_tool("cuobjdump", run(["which", nvcc]).stdout.strip())
     if cuobjdump is None:
-        sys.exit("attention_model: no cuobjdump (CUDA toolkit, or pip install nvidia-cuda-cuobjdump)")
+        sys.exit("attention_model: no cuobjdump (CUDA toolkit, or pip install -r requirements-cuda-tools.txt)")
     for name, (src, arch, defs) in {**BUILDS, **SIDE_BUILDS}.items():
         cubin = os.path.join(out, name + ".cubin")
         r = run([nvcc, "-std=c++17", *arch, "--expt-relaxed-constexpr", "-Isrc", "-I.", *defs, "-cubin",

@@ -10,7 +10,7 @@
 # usage: scripts/gpu/kernel_report.sh [kernels/attention/flash_forward.cu ...]   (default: the
 #        forward, backward and prefix-scan files). Needs nvcc (CUDA 13) and, for the
 #        SASS part, cuobjdump + nvdisasm (the CUDA toolkit's, or
-#        `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`).
+#        `pip install -r requirements-cuda-tools.txt`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ARCH=${ARCH:-sm_90}

@@ -18,8 +18,8 @@
 #       fails when the prefix scan, the backward's prep or a forward's epilogue loads from
 #       global memory after a store (one more round trip; docs/attention_model.md).
 #
-# cuobjdump comes from the CUDA toolkit or, where the toolkit lacks it, from the
-# PyPI package nvidia-cuda-cuobjdump (pip install nvidia-cuda-cuobjdump).
+# cuobjdump and its nvdisasm come from the CUDA toolkit or, where the toolkit lacks
+# them, from PyPI (pip install -r requirements-cuda-tools.txt; scripts/setup.sh does).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -35,7 +35,7 @@ for d in site.getsitepackages() + [site.getusersitepackages()]:
 PY
 )"
 fi
-[[ -n "$CUOBJDUMP" ]] || { echo "kernel_sass_report: no cuobjdump (pip install nvidia-cuda-cuobjdump)" >&2; exit 1; }
+[[ -n "$CUOBJDUMP" ]] || { echo "kernel_sass_report: no cuobjdump (pip install -r requirements-cuda-tools.txt)" >&2; exit 1; }
 
 if [[ ${1:-} == --bwd-dq-check ]]; then
   work="$(mktemp -d)"
