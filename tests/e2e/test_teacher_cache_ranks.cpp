@@ -108,7 +108,10 @@ TEST_CASE("teacher-cache: killed mid-shard, the same command resumes and ends by
 TEST_CASE("teacher-cache: SIGINT or SIGTERM to mpirun leaves no rank's temporaries, and the rerun ends byte-identical",
           "[teacher_cache][mpi][signals]") {
   REQUIRE_MPIRUN();
-  RankFixture r(2400, 600);  // 4 shards of 600 windows: about a second each, long enough to interrupt
+  // 4 shards of 4800 windows, about 3 s each on the 2-core CI machine (0.35 s at 600
+  // windows there): Open MPI's mpirun passes its signal on as SIGTERM a second after it
+  // gets it, and a rank that finished within that second would commit the whole cache.
+  RankFixture r(19200, 4800);
   std::string log;
   REQUIRE(run(r.command(r.out("whole")), &log, r.out("whole.log")) == 0);
   const std::map<std::string, std::string> whole = cache_files(r.out("whole"));
