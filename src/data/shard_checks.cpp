@@ -24,6 +24,7 @@ ShardChecks::Slot& ShardChecks::slot(int64_t shard) const {
 uint64_t ShardChecks::load(int64_t shard) const { return __atomic_load_n(&slot(shard).word, __ATOMIC_ACQUIRE); }
 
 bool ShardChecks::claim(int64_t shard, uint32_t claimer) {
+  KD_CHECK(claimer != 0, "shard checks: claimer 0 means none");
   uint64_t expected = word(State::unsummed, 0);
   return __atomic_compare_exchange_n(&slot(shard).word, &expected, word(State::summing, claimer), false,
                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);

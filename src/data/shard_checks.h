@@ -5,12 +5,13 @@
 // all, so a node reads each shard once for its checksum instead of once per
 // rank (docs/cache_checksums.md).
 //
-// Each shard is a 16-byte slot: a word holding its state and the process that
+// Each shard is a 16-byte slot: a word holding its state and the member
+// (a rank's number in the node's memory, dist::NodeSharedMemory::member) that
 // claimed it, then the computed checksum. Lock-free atomics on memory the
 // processes map together: a claim is one compare-exchange (unsummed ->
-// summing by this process), so exactly one thread of the node sums each
+// summing by this member), so exactly one thread of the node sums each
 // shard; the sum is stored before the state that publishes it
-// (release/acquire). A claim whose process has died can be released, so that
+// (release/acquire). A claim whose member has died can be released, so that
 // a rank killed mid-sum leaves no shard the others wait for for ever.
 #pragma once
 #include <cstddef>
@@ -27,14 +28,14 @@ class ShardChecks {
   // of the same cache) bytes, 8-byte aligned, that outlive this object.
   ShardChecks(int64_t shards, void* memory);
 
-  // unsummed -> summing by process `claimer`; false when another thread or rank has it.
+  // unsummed -> summing by member `claimer` (not 0); false when another thread or rank has it.
   bool claim(int64_t shard, uint32_t claimer);
   void finish(int64_t shard, uint64_t computed, bool good);  // summing -> good or bad
-  // summing by `claimer` -> unsummed (its process died mid-sum); false when the
+  // summing by `claimer` -> unsummed (its member died mid-sum); false when the
   // shard has moved on meanwhile.
   bool release(int64_t shard, uint32_t claimer);
   State state(int64_t shard) const;
-  uint32_t claimer(int64_t shard) const;   // the process that claimed it (0: none)
+  uint32_t claimer(int64_t shard) const;   // the member that claimed it (0: none)
   uint64_t computed(int64_t shard) const;  // the sum, once state() is good or bad
   int64_t shards() const { return shards_; }
 

@@ -3,11 +3,7 @@
 // teacher hash a cache records. The byte layout is data/teacher_cache_format.cpp.
 #include "data/teacher_cache.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -193,12 +189,17 @@ void TeacherCache::use_checks(void* memory) {
   checks_ = std::make_unique<ShardChecks>(static_cast<int64_t>(manifest_.shards.size()), memory);
 }
 
-void TeacherCache::share_checks(void* memory) {
+void TeacherCache::share_checks(std::unique_ptr<dist::NodeSharedMemory> memory) {
   for (int64_t s = 0; s < checks_->shards(); ++s)
     KD_CHECK(checks_->state(s) == ShardChecks::State::unsummed, "teacher cache ", dir_,
              ": shard checks shared after a shard was summed (", describe(s), ")");
-  use_checks(memory);
-  checks_shared_ = true;
+  use_checks(memory->data());
+  node_memory_ = std::move(memory);
+}
+
+void TeacherCache::share_checks_in_file(const std::string& file) {
+  share_checks(std::make_unique<dist::NodeSharedMemory>(
+      file, ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())), checks_key()));
 }
 
 // What a node's table holds: this cache's shards, by their manifest entries.
@@ -211,15 +212,11 @@ uint64_t TeacherCache::checks_key() const {
 }
 
 void TeacherCache::share_checks_on_node(dist::Communicator& comm) {
-  auto memory = std::make_unique<dist::NodeSharedMemory>(
-      comm, ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())), "cache-checks", checks_key());
-  share_checks(memory->data());  // checks this table before the old memory goes
-  node_memory_ = std::move(memory);
-  checks_shared_ = node_memory_->shared();
+  share_checks(std::make_unique<dist::NodeSharedMemory>(
+      comm, ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())), "cache-checks", checks_key()));
 }
 
 std::string TeacherCache::checks_private_reason() const {
-  if (checks_shared_) return "";
   return node_memory_ ? node_memory_->why_private() : "not shared with other ranks";
 }
 
@@ -236,7 +233,7 @@ void TeacherCache::sum_claimed(int64_t s, bool ahead) const {
 }
 
 bool TeacherCache::verify_if_free(int64_t s, bool ahead) const {
-  if (!checks_->claim(s, static_cast<uint32_t>(getpid()))) return false;
+  if (!checks_->claim(s, checks_member())) return false;
   sum_claimed(s, ahead);
   return true;
 }
@@ -245,12 +242,11 @@ bool TeacherCache::verify_if_free(int64_t s, bool ahead) const {
 // (about 0.2 s per GiB) wakes no thread here.
 constexpr std::chrono::milliseconds kRemoteSumPoll{2};
 
-// Whether the process that claimed a shard has died (another rank's, killed
-// mid-sum where the launcher does not end the job). A process we may not
-// signal is alive. Ranks in pid namespaces of their own but one /dev/shm may
-// look dead while alive: the shard is then summed twice, to the same sum.
-static bool claimer_died(uint32_t claimer) {
-  return claimer != static_cast<uint32_t>(getpid()) && kill(static_cast<pid_t>(claimer), 0) != 0 && errno == ESRCH;
+// Whether the member that claimed a shard has died (another rank, killed
+// mid-sum where the launcher does not end the job): its lock on the node's
+// memory is gone (dist/node_shared_memory.h), whatever its pid now names.
+bool TeacherCache::claimer_died(uint32_t claimer) const {
+  return claimer != checks_member() && node_memory_ && !node_memory_->member_alive(claimer);
 }
 
 void TeacherCache::verify_shard(int64_t s, int64_t window) const {

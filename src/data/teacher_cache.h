@@ -97,12 +97,15 @@ class TeacherCache {
   // is summed once per node, by whichever thread of whichever rank claims it
   // first, and a mismatch any of them finds stops the read of every rank.
   void share_checks_on_node(dist::Communicator& comm);
-  // The same over a table at `memory` (ShardChecks::bytes(shards) bytes, zeroed
-  // or another TeacherCache's of this cache, outliving this one): tests share
-  // one between two caches in a process.
-  void share_checks(void* memory);
+  // The same over the table in `memory` (from `checks_key()`, for this cache's
+  // ShardChecks::bytes), before any shard is summed: share_checks_in_file
+  // gives it the table in a file the caller names (tests: two caches of one
+  // process, or a forked process, each a member of the file).
+  void share_checks(std::unique_ptr<dist::NodeSharedMemory> memory);
+  void share_checks_in_file(const std::string& file);
+  uint64_t checks_key() const;  // names this cache's table in a node's memory
   // The table is shared (false: this rank's alone, checks_private_reason says why).
-  bool checks_shared() const { return checks_shared_; }
+  bool checks_shared() const { return node_memory_ && node_memory_->shared(); }
   // Ranks of this node sharing the table share_checks_on_node made (1: this rank's alone).
   int checks_sharers() const { return node_memory_ ? node_memory_->sharers() : 1; }
   std::string checks_private_reason() const;
@@ -126,10 +129,10 @@ class TeacherCache {
   std::vector<io::MappedFile> files_;
   void sum_claimed(int64_t shard, bool ahead) const;
   void use_checks(void* memory);
-  uint64_t checks_key() const;  // names this cache's table in the node's memory
+  uint32_t checks_member() const { return node_memory_ ? node_memory_->member() : 1; }
+  bool claimer_died(uint32_t claimer) const;
   std::vector<uint64_t> own_checks_;                     // the table's memory until shared
   std::unique_ptr<dist::NodeSharedMemory> node_memory_;  // the node's, once shared
-  bool checks_shared_ = false;
   std::unique_ptr<ShardChecks> checks_;                  // summed shards; lock-free
   // Wakes a thread waiting for a shard this process sums; another rank's sum
   // is seen by polling (kRemoteSumPoll).

@@ -40,10 +40,8 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// A zeroed table for a cache of `shards` shards, as the node's memory starts.
-std::vector<uint64_t> fresh_table(int64_t shards) {
-  return std::vector<uint64_t>(data::ShardChecks::bytes(shards) / sizeof(uint64_t), 0);
-}
+// Where the caches of a test keep their shared table: each joins the file as a member.
+std::string table_file(const TempDir& dir) { return dir.file("checks_table"); }
 
 int64_t sums(const data::TeacherCache& cache) { return cache.shards_summed_ahead() + cache.shards_summed_on_read(); }
 
@@ -53,10 +51,9 @@ TEST_CASE("node checks: a shard summed through one cache is summed for another s
           "[teacher_cache]") {
   TempDir dir("node_checks");
   const std::string path = synthetic_cache(dir, 8, 2);  // 4 shards
-  std::vector<uint64_t> table = fresh_table(4);
   data::TeacherCache a(path), b(path);
-  a.share_checks(table.data());
-  b.share_checks(table.data());
+  a.share_checks_in_file(table_file(dir));
+  b.share_checks_in_file(table_file(dir));
   CHECK(a.checks_shared());
   data::CachePrefetcher reader_a(a);
   reader_a.verify_ahead(first_windows(8));
@@ -75,10 +72,9 @@ TEST_CASE("node checks: two caches' threads and reads racing over one table sum 
   // the two caches to meet on a shard often.
   const int64_t shards = 64;
   const std::string path = synthetic_cache(dir, shards, 1, 65536);
-  std::vector<uint64_t> table = fresh_table(shards);
   data::TeacherCache a(path), b(path);
-  a.share_checks(table.data());
-  b.share_checks(table.data());
+  a.share_checks_in_file(table_file(dir));
+  b.share_checks_in_file(table_file(dir));
   data::CachePrefetcher reader_a(a, 2), reader_b(b, 2);
   std::vector<int64_t> forward = first_windows(shards), backward = forward;
   std::reverse(backward.begin(), backward.end());
@@ -102,10 +98,9 @@ TEST_CASE("node checks: a mismatch found through one cache stops the other's rea
   TempDir dir("node_checks_bad");
   const std::string path = synthetic_cache(dir, 8, 2);
   tamper_record(path, 2);
-  std::vector<uint64_t> table = fresh_table(4);
   data::TeacherCache a(path), b(path);
-  a.share_checks(table.data());
-  b.share_checks(table.data());
+  a.share_checks_in_file(table_file(dir));
+  b.share_checks_in_file(table_file(dir));
   data::CachePrefetcher reader_a(a);
   reader_a.verify_ahead({5});
   reader_a.wait_verified_ahead();  // found, not thrown: a read nothing of it
@@ -121,11 +116,10 @@ TEST_CASE("node checks: sharing is refused once a shard was summed; one rank kee
   TempDir dir("node_checks_late");
   const std::string path = synthetic_cache(dir, 8, 2);
   data::TeacherCache cache(path);
-  std::vector<uint64_t> table = fresh_table(4);
   CHECK_FALSE(cache.checks_shared());
   CHECK(cache.checks_private_reason() == "not shared with other ranks");
   cache.verify_shard(0, 0);
-  CHECK_THROWS_WITH(cache.share_checks(table.data()), Contains("shared after a shard was summed"));
+  CHECK_THROWS_WITH(cache.share_checks_in_file(table_file(dir)), Contains("shared after a shard was summed"));
   auto single = dist::make_single_communicator();
   data::TeacherCache alone(path);
   alone.share_checks_on_node(*single);
@@ -135,25 +129,58 @@ TEST_CASE("node checks: sharing is refused once a shard was summed; one rank kee
   CHECK(alone.shard_verified(3));
 }
 
-TEST_CASE("node checks: shards whose claimer died mid-sum are claimed again by the reads that wait for them",
-          "[teacher_cache]") {
-  TempDir dir("node_checks_dead");
-  const std::string path = synthetic_cache(dir, 8, 2);
-  const pid_t child = fork();  // a process that claims nothing and is gone: a rank killed mid-sum
-  if (child == 0) _exit(0);
-  REQUIRE(child > 0);
-  REQUIRE(waitpid(child, nullptr, 0) == child);
-  // The table and cache outlive reads that might wait for ever: the threads are left behind on failure.
-  auto table = std::make_shared<std::vector<uint64_t>>(fresh_table(4));
-  auto cache = std::make_shared<data::TeacherCache>(path);
-  cache->share_checks(table->data());
-  data::ShardChecks view(4, table->data());
-  for (int64_t s = 0; s < 4; ++s) REQUIRE(view.claim(s, static_cast<uint32_t>(child)));
-  // Two reads wait on each shard: whichever releases the dead claim, both must find the shard good.
-  auto finished = std::make_shared<std::atomic<int>>(0);
-  auto errors = std::make_shared<std::atomic<int>>(0);
+namespace {
+
+// A process that joins `table` as a member for `cache`'s table, claims shards
+// 0..3 and holds them, mid-sum, until end(); then it exits without summing
+// anything, as a rank killed mid-sum would.
+struct ClaimingChild {
+  pid_t pid = -1;
+  int release_fd = -1;
+  ClaimingChild(const data::TeacherCache& cache, const std::string& table) {
+    int ready[2], release[2];
+    REQUIRE(pipe(ready) == 0);
+    REQUIRE(pipe(release) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      close(ready[0]);
+      close(release[1]);  // or its read of release[0] never sees the end
+      dist::NodeSharedMemory memory(table, data::ShardChecks::bytes(4), cache.checks_key());
+      data::ShardChecks checks(4, memory.data());
+      bool claimed = memory.shared();
+      for (int64_t s = 0; s < 4; ++s) claimed = checks.claim(s, memory.member()) && claimed;
+      const char status = claimed ? 'y' : 'n';
+      char unused;
+      if (write(ready[1], &status, 1) != 1 || read(release[0], &unused, 1) < 0) _exit(2);
+      _exit(0);  // its claims stay in the table
+    }
+    close(ready[1]);
+    close(release[0]);
+    release_fd = release[1];
+    char status = 0;
+    const bool told = read(ready[0], &status, 1) == 1;
+    close(ready[0]);
+    REQUIRE((told && status == 'y'));
+  }
+  ~ClaimingChild() { end(); }
+  void end() {
+    if (pid < 0) return;
+    close(release_fd);  // the child's read returns: it exits
+    int status = 0;
+    const bool reaped = waitpid(pid, &status, 0) == pid;
+    pid = -1;
+    CHECK((reaped && WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+};
+
+// Two reads of each of shards 0..3 of `cache`, on threads of their own;
+// `finished` counts those done and `errors` those that threw. The cache
+// outlives reads that might wait for ever: they are left behind on failure.
+void read_twice_each(const std::shared_ptr<data::TeacherCache>& cache, const std::shared_ptr<std::atomic<int>>& finished,
+                     const std::shared_ptr<std::atomic<int>>& errors) {
   for (int reader = 0; reader < 8; ++reader) {
-    std::thread([cache, table, finished, errors, reader] {
+    std::thread([cache, finished, errors, reader] {
       try {
         cache->verify_shard(reader % 4, 2 * (reader % 4));
       } catch (const std::exception&) {
@@ -162,10 +189,34 @@ TEST_CASE("node checks: shards whose claimer died mid-sum are claimed again by t
       ++*finished;
     }).detach();
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (*finished < 8 && std::chrono::steady_clock::now() < deadline)
+}
+
+bool wait_for(const std::atomic<int>& count, int target, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (count < target && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(*finished == 8);  // before, the reads waited for ever on the dead claimer
+  return count >= target;
+}
+
+}  // namespace
+
+TEST_CASE("node checks: reads wait for a live member's claims, then claim again those it left by dying",
+          "[teacher_cache]") {
+  TempDir dir("node_checks_dead");
+  const std::string path = synthetic_cache(dir, 8, 2);
+  auto cache = std::make_shared<data::TeacherCache>(path);
+  cache->share_checks_in_file(table_file(dir));
+  ClaimingChild child(*cache, table_file(dir));
+  REQUIRE(cache->checks_sharers() == 2);
+  auto finished = std::make_shared<std::atomic<int>>(0);
+  auto errors = std::make_shared<std::atomic<int>>(0);
+  read_twice_each(cache, finished, errors);
+  // The child lives and holds every shard: no read may take its claims.
+  CHECK_FALSE(wait_for(*finished, 1, std::chrono::milliseconds(300)));
+  CHECK(cache->shards_summed_on_read() == 0);
+  child.end();
+  // Whichever of a shard's two reads releases the dead claim, both must find the shard good.
+  REQUIRE(wait_for(*finished, 8, std::chrono::seconds(30)));  // a claim held for ever would hang them
   CHECK(*errors == 0);
   for (int64_t s = 0; s < 4; ++s) CHECK(cache->shard_verified(s));
   CHECK(cache->shards_summed_on_read() == 4);  // each shard once more, by one of its two reads
