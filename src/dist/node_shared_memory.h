@@ -21,8 +21,9 @@
 // memory. The kernel drops the lock when the process ends, however it ends,
 // so member_alive() tells a member that died from one still at work, whatever
 // pid namespace each is in and whatever process later gets its pid. A child
-// forked without exec shares the lock, and keeps a dead member alive while it
-// runs (the descriptor is closed on exec).
+// forked without exec shares the lock (through its copies of the descriptor
+// and of the mapping), and keeps a dead member alive while it runs; exec drops
+// both.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -48,8 +49,9 @@ class NodeSharedMemory {
   void* data() { return data_; }
   size_t bytes() const { return bytes_; }
   bool shared() const { return sharers() > 1; }
-  // Ranks of this node that have mapped this memory (1: private). Once the
-  // collective constructor returns, no other rank can join.
+  // Ranks of this node that have joined this memory, counting those that have
+  // left it since (1: private). Once the collective constructor returns, no
+  // other rank can join.
   int sharers() const;
   // Why the memory is private: "one rank on this node", or what failed; "" when shared.
   std::string why_private() const;

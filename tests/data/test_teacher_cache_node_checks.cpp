@@ -8,9 +8,6 @@
 // interleaving of the threads and ranks.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -27,6 +24,7 @@
 #include "dist/communicator.h"
 #include "dist/node_shared_memory.h"
 #include "support/dist_test_util.h"
+#include "support/held_child.h"
 #include "support/mpi_util.h"
 #include "support/synthetic_cache_fixture.h"
 #include "support/temp_dir.h"
@@ -40,8 +38,12 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// Where the caches of a test keep their shared table: each joins the file as a member.
-std::string table_file(const TempDir& dir) { return dir.file("checks_table"); }
+// Where the caches of a test keep their shared table (each joins the file as a
+// member): /dev/shm, as in a run.
+struct TableFile {
+  TempDir dir{"node_checks_table", shared_memory_base()};
+  std::string path() const { return dir.file("table"); }
+};
 
 int64_t sums(const data::TeacherCache& cache) { return cache.shards_summed_ahead() + cache.shards_summed_on_read(); }
 
@@ -52,8 +54,9 @@ TEST_CASE("node checks: a shard summed through one cache is summed for another s
   TempDir dir("node_checks");
   const std::string path = synthetic_cache(dir, 8, 2);  // 4 shards
   data::TeacherCache a(path), b(path);
-  a.share_checks_in_file(table_file(dir));
-  b.share_checks_in_file(table_file(dir));
+  const TableFile table;
+  a.share_checks_in_file(table.path());
+  b.share_checks_in_file(table.path());
   CHECK(a.checks_shared());
   data::CachePrefetcher reader_a(a);
   reader_a.verify_ahead(first_windows(8));
@@ -73,8 +76,9 @@ TEST_CASE("node checks: two caches' threads and reads racing over one table sum 
   const int64_t shards = 64;
   const std::string path = synthetic_cache(dir, shards, 1, 65536);
   data::TeacherCache a(path), b(path);
-  a.share_checks_in_file(table_file(dir));
-  b.share_checks_in_file(table_file(dir));
+  const TableFile table;
+  a.share_checks_in_file(table.path());
+  b.share_checks_in_file(table.path());
   data::CachePrefetcher reader_a(a, 2), reader_b(b, 2);
   std::vector<int64_t> forward = first_windows(shards), backward = forward;
   std::reverse(backward.begin(), backward.end());
@@ -99,8 +103,9 @@ TEST_CASE("node checks: a mismatch found through one cache stops the other's rea
   const std::string path = synthetic_cache(dir, 8, 2);
   tamper_record(path, 2);
   data::TeacherCache a(path), b(path);
-  a.share_checks_in_file(table_file(dir));
-  b.share_checks_in_file(table_file(dir));
+  const TableFile table;
+  a.share_checks_in_file(table.path());
+  b.share_checks_in_file(table.path());
   data::CachePrefetcher reader_a(a);
   reader_a.verify_ahead({5});
   reader_a.wait_verified_ahead();  // found, not thrown: a read nothing of it
@@ -119,7 +124,7 @@ TEST_CASE("node checks: sharing is refused once a shard was summed; one rank kee
   CHECK_FALSE(cache.checks_shared());
   CHECK(cache.checks_private_reason() == "not shared with other ranks");
   cache.verify_shard(0, 0);
-  CHECK_THROWS_WITH(cache.share_checks_in_file(table_file(dir)), Contains("shared after a shard was summed"));
+  CHECK_THROWS_WITH(cache.share_checks_in_file(TableFile().path()), Contains("shared after a shard was summed"));
   auto single = dist::make_single_communicator();
   data::TeacherCache alone(path);
   alone.share_checks_on_node(*single);
@@ -132,47 +137,18 @@ TEST_CASE("node checks: sharing is refused once a shard was summed; one rank kee
 namespace {
 
 // A process that joins `table` as a member for `cache`'s table, claims shards
-// 0..3 and holds them, mid-sum, until end(); then it exits without summing
+// 0..3 and holds them, mid-sum, until finish(); then it exits without summing
 // anything, as a rank killed mid-sum would.
-struct ClaimingChild {
-  pid_t pid = -1;
-  int release_fd = -1;
-  ClaimingChild(const data::TeacherCache& cache, const std::string& table) {
-    int ready[2], release[2];
-    REQUIRE(pipe(ready) == 0);
-    REQUIRE(pipe(release) == 0);
-    pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      close(ready[0]);
-      close(release[1]);  // or its read of release[0] never sees the end
-      dist::NodeSharedMemory memory(table, data::ShardChecks::bytes(4), cache.checks_key());
-      data::ShardChecks checks(4, memory.data());
-      bool claimed = memory.shared();
-      for (int64_t s = 0; s < 4; ++s) claimed = checks.claim(s, memory.member()) && claimed;
-      const char status = claimed ? 'y' : 'n';
-      char unused;
-      if (write(ready[1], &status, 1) != 1 || read(release[0], &unused, 1) < 0) _exit(2);
-      _exit(0);  // its claims stay in the table
-    }
-    close(ready[1]);
-    close(release[0]);
-    release_fd = release[1];
-    char status = 0;
-    const bool told = read(ready[0], &status, 1) == 1;
-    close(ready[0]);
-    REQUIRE((told && status == 'y'));
-  }
-  ~ClaimingChild() { end(); }
-  void end() {
-    if (pid < 0) return;
-    close(release_fd);  // the child's read returns: it exits
-    int status = 0;
-    const bool reaped = waitpid(pid, &status, 0) == pid;
-    pid = -1;
-    CHECK((reaped && WIFEXITED(status) && WEXITSTATUS(status) == 0));
-  }
-};
+HeldChild::Body claim_four(const data::TeacherCache& cache, const std::string& table) {
+  const uint64_t key = cache.checks_key();
+  return [key, table](const std::function<void(uint32_t)>& hold) {
+    dist::NodeSharedMemory memory(table, data::ShardChecks::bytes(4), key);
+    data::ShardChecks checks(4, memory.data());
+    bool claimed = memory.shared();
+    for (int64_t s = 0; s < 4; ++s) claimed = checks.claim(s, memory.member()) && claimed;
+    hold(claimed ? memory.member() : 0);
+  };
+}
 
 // Two reads of each of shards 0..3 of `cache`, on threads of their own;
 // `finished` counts those done and `errors` those that threw. The cache
@@ -204,9 +180,10 @@ TEST_CASE("node checks: reads wait for a live member's claims, then claim again 
           "[teacher_cache]") {
   TempDir dir("node_checks_dead");
   const std::string path = synthetic_cache(dir, 8, 2);
+  TempDir memory_dir("node_checks_dead_table", shared_memory_base());
   auto cache = std::make_shared<data::TeacherCache>(path);
-  cache->share_checks_in_file(table_file(dir));
-  ClaimingChild child(*cache, table_file(dir));
+  cache->share_checks_in_file(memory_dir.file("table"));
+  HeldChild child(claim_four(*cache, memory_dir.file("table")));
   REQUIRE(cache->checks_sharers() == 2);
   auto finished = std::make_shared<std::atomic<int>>(0);
   auto errors = std::make_shared<std::atomic<int>>(0);
@@ -214,7 +191,7 @@ TEST_CASE("node checks: reads wait for a live member's claims, then claim again 
   // The child lives and holds every shard: no read may take its claims.
   CHECK_FALSE(wait_for(*finished, 1, std::chrono::milliseconds(300)));
   CHECK(cache->shards_summed_on_read() == 0);
-  child.end();
+  child.finish();
   // Whichever of a shard's two reads releases the dead claim, both must find the shard good.
   REQUIRE(wait_for(*finished, 8, std::chrono::seconds(30)));  // a claim held for ever would hang them
   CHECK(*errors == 0);
@@ -274,6 +251,12 @@ TEST_CASE("cache node worker: the ranks of a node sum each shard once", "[.cache
     if (R == W - 1) std::memcpy(memory.data(), "from the last rank", 19);
     comm.barrier();
     CHECK(std::string(static_cast<const char*>(memory.data())) == "from the last rank");
+    // Members 1..W, one each, every one alive to every rank.
+    double members = memory.member();
+    comm.all_reduce_sum_host(&members, 1);
+    CHECK(members == W * (W + 1) / 2.0);
+    for (uint32_t m = 1; m <= static_cast<uint32_t>(W); ++m) CHECK(memory.member_alive(m));
+    CHECK_FALSE(memory.member_alive(W + 1));
     comm.barrier();
   }
 

@@ -5,7 +5,7 @@
 // collective constructor, under mpirun, is in test_teacher_cache_node_checks).
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -13,62 +13,34 @@
 #include <string>
 
 #include "dist/node_shared_memory.h"
+#include "support/held_child.h"
 #include "support/temp_dir.h"
 
 using namespace kdtrain;
 using namespace kdtrain::testing;
+using Catch::Matchers::Contains;
 
 namespace {
 
-// A process that joins `file` and stays a member until finish(); it reports its
-// member number through a pipe.
-struct MemberProcess {
-  pid_t pid = -1;
-  int release_fd = -1;
-  uint32_t member = 0;
-  explicit MemberProcess(const std::string& file) {
-    int ready[2], release[2];
-    REQUIRE(pipe(ready) == 0);
-    REQUIRE(pipe(release) == 0);
-    pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      close(ready[0]);
-      close(release[1]);  // or its read of release[0] never sees the end
-      dist::NodeSharedMemory memory(file, 64, 7);
-      const uint32_t number = memory.shared() ? memory.member() : 0;
-      char unused;
-      if (write(ready[1], &number, sizeof number) != sizeof number || read(release[0], &unused, 1) < 0) _exit(2);
-      _exit(0);
-    }
-    close(ready[1]);
-    close(release[0]);
-    release_fd = release[1];
-    const bool told = read(ready[0], &member, sizeof member) == sizeof member;
-    close(ready[0]);
-    REQUIRE((told && member != 0));
-  }
-  ~MemberProcess() { finish(); }
-  void finish() {
-    if (pid < 0) return;
-    close(release_fd);
-    int status = 0;
-    const bool reaped = waitpid(pid, &status, 0) == pid;
-    pid = -1;
-    CHECK((reaped && WIFEXITED(status) && WEXITSTATUS(status) == 0));
-  }
-};
+// A process that joins `file` and holds on as a member; its number() is the member's.
+HeldChild::Body join(const std::string& file) {
+  return [file](const std::function<void(uint32_t)>& hold) {
+    dist::NodeSharedMemory memory(file, 64, 7);
+    hold(memory.shared() ? memory.member() : 0);
+  };
+}
 
 }  // namespace
 
 TEST_CASE("node shared memory: joins of one file share its bytes and are members of their own", "[dist]") {
-  TempDir dir("node_memory");
+  TempDir dir("node_memory", shared_memory_base());
   const std::string file = dir.file("memory");
   dist::NodeSharedMemory a(file, 64, 7);
   CHECK_FALSE(a.shared());
   CHECK(a.why_private() == "no other rank of this node mapped it");
   auto b = std::make_unique<dist::NodeSharedMemory>(file, 64, 7);
-  CHECK((a.shared() && b->shared() && a.sharers() == 2 && a.why_private().empty()));
+  INFO(b->why_private());
+  REQUIRE((a.shared() && b->shared() && a.sharers() == 2 && a.why_private().empty()));
   std::memcpy(b->data(), "written by b", 13);
   CHECK(std::string(static_cast<const char*>(a.data())) == "written by b");
   CHECK((a.member() == 1 && b->member() == 2));
@@ -80,31 +52,46 @@ TEST_CASE("node shared memory: joins of one file share its bytes and are members
   CHECK(c.member() == 3);  // a number is never drawn twice
 }
 
-TEST_CASE("node shared memory: other contents, or a file that cannot be made, stay private", "[dist]") {
-  TempDir dir("node_memory_private");
+TEST_CASE("node shared memory: other contents, a lock it cannot take, or a file it cannot make stay private",
+          "[dist]") {
+  TempDir dir("node_memory_private", shared_memory_base());
   dist::NodeSharedMemory a(dir.file("memory"), 64, 7);
   dist::NodeSharedMemory other(dir.file("memory"), 64, 8);
   CHECK_FALSE(other.shared());
   CHECK(other.why_private() == "another rank of this node shares different contents");
   CHECK(other.member() == 1);
   CHECK(other.member_alive(5));  // private: the only member there is, is this one
+  // Someone else holds the lock of the next number: a member no one could see die must not share.
+  const int fd = open(dir.file("memory").c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = 2;
+  lock.l_len = 1;
+  REQUIRE(fcntl(fd, F_OFD_SETLK, &lock) == 0);
+  dist::NodeSharedMemory blocked(dir.file("memory"), 64, 7);
+  close(fd);
+  CHECK_FALSE(blocked.shared());
+  CHECK_THAT(blocked.why_private(), Contains("fcntl(F_OFD_SETLK)"));
+  CHECK(a.sharers() == 1);  // the refused join is not counted
   dist::NodeSharedMemory nowhere(dir.file("no/such/dir/memory"), 64, 7);
   CHECK_FALSE(nowhere.shared());
-  CHECK_THAT(nowhere.why_private(), Catch::Matchers::Contains("open ") && Catch::Matchers::Contains("no/such/dir"));
+  CHECK_THAT(nowhere.why_private(), Contains("open ") && Contains("no/such/dir"));
 }
 
 TEST_CASE("node shared memory: another process's member is alive while it runs and dead once it ends", "[dist]") {
-  TempDir dir("node_memory_process");
+  TempDir dir("node_memory_process", shared_memory_base());
   const std::string file = dir.file("memory");
   dist::NodeSharedMemory here(file, 64, 7);
-  MemberProcess child(file);
-  CHECK(child.member == 2);
+  HeldChild child(join(file));
+  CHECK(child.number() == 2);
   CHECK(here.sharers() == 2);
-  CHECK(here.member_alive(child.member));
+  CHECK(here.member_alive(2));
   child.finish();
   CHECK_FALSE(here.member_alive(2));
-  MemberProcess next(file);  // whatever pid it gets, its number is new
-  CHECK(next.member == 3);
+  HeldChild next(join(file));  // whatever pid it gets, its number is new
+  CHECK(next.number() == 3);
   CHECK(here.member_alive(3));
   CHECK_FALSE(here.member_alive(2));
 }
