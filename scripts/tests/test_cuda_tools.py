@@ -26,7 +26,7 @@ def test_missing_tools_skip_where_optional(fake_toolkit):
 @pytest.mark.parametrize("env", [("CI", "true"), ("KDTRAIN_REQUIRE_SASS", "1")])
 def test_missing_tools_fail_where_required(fake_toolkit, monkeypatch, env):
     monkeypatch.setenv(*env)
-    with pytest.raises(pytest.fail.Exception, match="no nvdisasm.*requirements-cuda-tools.txt"):
+    with pytest.raises(pytest.fail.Exception, match="requires it.*no nvdisasm.*requirements-cuda-tools.txt"):
         cuda_tools.nvcc_and_cuobjdump()
     monkeypatch.setattr(cuda_tools.attention_model, "find_tool", lambda name, nvcc: None)
     with pytest.raises(pytest.fail.Exception, match="no cuobjdump"):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cuda_tools import cannot_run
 from repo_paths import REPO
 
 
@@ -35,16 +36,8 @@ def cccl_include():
     return None
 
 
-def cute_required():
-    return os.environ.get("KDTRAIN_REQUIRE_CUTE") == "1" or os.environ.get("CI", "").lower() == "true"
-
-
 def unavailable(why):
-    """Skip where the check is optional, fail where it must run."""
-    if cute_required():
-        pytest.fail(f"the CuTe cross-check cannot run on this machine, which requires it (CI or "
-                    f"KDTRAIN_REQUIRE_CUTE=1): {why}")
-    pytest.skip(why)
+    cannot_run("the CuTe cross-check", "KDTRAIN_REQUIRE_CUTE", why)
 
 
 def test_wgmma_descriptors_match_cute(tmp_path):
