@@ -131,7 +131,7 @@ void write_cache_manifest(const std::string& dir, const CacheManifest& m) {
 
 TeacherCache::TeacherCache(const std::string& dir) : dir_(dir), manifest_(read_cache_manifest(dir)) {
   const CacheHeader& h = manifest_.header;
-  own_checks_.assign(ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())) / sizeof(uint64_t), 0);
+  own_checks_.assign(checks_bytes() / sizeof(uint64_t), 0);
   use_checks(own_checks_.data());
   for (size_t s = 0; s < manifest_.shards.size(); ++s) {
     const CacheShardInfo& info = manifest_.shards[s];
@@ -185,6 +185,8 @@ int64_t TeacherCache::shard_of(int64_t window) const {
   return window / manifest_.shard_windows;
 }
 
+size_t TeacherCache::checks_bytes() const { return ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())); }
+
 void TeacherCache::use_checks(void* memory) {
   checks_ = std::make_unique<ShardChecks>(static_cast<int64_t>(manifest_.shards.size()), memory);
 }
@@ -198,8 +200,7 @@ void TeacherCache::share_checks(std::unique_ptr<dist::NodeSharedMemory> memory) 
 }
 
 void TeacherCache::share_checks_in_file(const std::string& file) {
-  share_checks(std::make_unique<dist::NodeSharedMemory>(
-      file, ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())), checks_key()));
+  share_checks(std::make_unique<dist::NodeSharedMemory>(file, checks_bytes(), checks_key()));
 }
 
 // What a node's table holds: this cache's shards, by their manifest entries.
@@ -212,8 +213,7 @@ uint64_t TeacherCache::checks_key() const {
 }
 
 void TeacherCache::share_checks_on_node(dist::Communicator& comm) {
-  share_checks(std::make_unique<dist::NodeSharedMemory>(
-      comm, ShardChecks::bytes(static_cast<int64_t>(manifest_.shards.size())), "cache-checks", checks_key()));
+  share_checks(std::make_unique<dist::NodeSharedMemory>(comm, checks_bytes(), "cache-checks", checks_key()));
 }
 
 std::string TeacherCache::checks_private_reason() const {
@@ -260,7 +260,7 @@ void TeacherCache::verify_shard(int64_t s, int64_t window) const {
         verify_done_.wait_for(lock, kRemoteSumPoll);
     }
     if (state == ShardChecks::State::good || state == ShardChecks::State::bad) break;
-    // Summing by a process that died: release it and claim it again. Unsummed (another
+    // Summing by a member that died: release it and claim it again. Unsummed (another
     // waiter released it first): claim it again.
     if (state == ShardChecks::State::summing) checks_->release(s, claimer);
   }

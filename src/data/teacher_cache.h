@@ -128,6 +128,7 @@ class TeacherCache {
   CacheManifest manifest_;
   std::vector<io::MappedFile> files_;
   void sum_claimed(int64_t shard, bool ahead) const;
+  size_t checks_bytes() const;  // the table's, for this cache's shards
   void use_checks(void* memory);
   uint32_t checks_member() const { return node_memory_ ? node_memory_->member() : 1; }
   bool claimer_died(uint32_t claimer) const;

@@ -47,7 +47,6 @@ class NodeSharedMemory {
   NodeSharedMemory& operator=(const NodeSharedMemory&) = delete;
 
   void* data() { return data_; }
-  size_t bytes() const { return bytes_; }
   bool shared() const { return sharers() > 1; }
   // Ranks of this node that have joined this memory, counting those that have
   // left it since (1: private). Once the collective constructor returns, no
