@@ -48,9 +48,11 @@
 #   scripts/gpu/gpu_window.sh [--update-docs] [--build]    run the window
 #   scripts/gpu/gpu_window.sh --plan | --import DIR | --help
 #
-# Environment: WINDOW_SECONDS, DEVICE (cuda), FIRST_VARIANTS, TORCH_VARIANTS (all), TEACHER
+# Environment: WINDOW_SECONDS, DEVICE (cuda), ONLY (a regex: the steps whose names it
+# starts, the rest skipped, for a second window that runs what a first one left out),
+# FIRST_VARIANTS, TORCH_VARIANTS (all), TEACHER
 # (llama3.2-3b; "" skips), CACHE_TEACHER (PRESET) and CACHE_BATCHES (24) of the cache write,
-# SANITIZE=0, the test filters PRIMITIVES FLASH ATTENTION REALISTIC KERNELS SANITIZE_FILTER
+# SANITIZE=0, the test filters PRIMITIVES WGMMA FLASH ATTENTION REALISTIC KERNELS SANITIZE_FILTER
 # ("" skips a suite), the step shape PRESET SEQ MICRO_BATCH STEPS WARMUP, the caps
 # ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 70; the baseline's 10 less),
 # ATTN_ARGS (more bench_attention.py arguments), PROFILES ("D VARIANT" lines, the profile's;
@@ -85,8 +87,7 @@ SCRATCH="$(mktemp -d)"  # a step's large files (the cache write's checkpoint), n
 trap 'rm -rf "$RAW" "$SCRATCH"' EXIT
 [[ -n "$PACK" && -f "$PACK/predictions.json" ]] && cp "$PACK/predictions.json" "$RAW/"
 cp "$ENV_FILE" "$RAW/"
-export ROOT RAW SCRATCH START BUDGET DEVICE PRESET SEQ MB KDTRAIN TESTS KDTRAIN_ATOMIC_DQ TORCH_MODE TEACHER ATTN_ARGS ATTN_BUILDS \
-  PRIMITIVES FLASH ATTENTION REALISTIC KERNELS SANITIZE_FILTER
+export ROOT RAW SCRATCH START BUDGET DEVICE PRESET SEQ MB KDTRAIN TESTS KDTRAIN_ATOMIC_DQ TORCH_MODE TEACHER ATTN_ARGS ATTN_BUILDS
 
 mapfile -t PLAN < <(plan)
 for entry in "${PLAN[@]}"; do

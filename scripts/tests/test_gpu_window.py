@@ -158,6 +158,9 @@ def test_no_cuda_stops_after_the_first_tests_and_skips_are_no_passes(tmp_path):
     assert s["gpu"] == FAKE_GPU
     assert s["tests_status"] == "skipped" and s["tests_passed"] == 0 and s["tests_skipped"] > 0
     assert all(t["status"] == "skipped" for t in s["suites"].values()), s["suites"]
+    # every suite with a filter ran in the step's own bash (one not exported was lost there)
+    assert set(s["suites"]) == {line[len("suite "):].partition("|")[0] for line in plan()
+                                if line.startswith("suite ") and not line.startswith("suite sanitize")} - {"kernels"}
     assert s["phases"][-1]["phase"] == "stop" and "CUDA cannot start" in s["phases"][-1]["status"]
     assert [x["phase"] for x in s["phases"]] == ["a tests", "stop"]  # no GPU time spent on the rest
     latest = json.loads((out / "latest.json").read_text())
@@ -171,7 +174,7 @@ def test_a_cut_suite_is_cut_not_failed_and_docs_hold_only_measurements(tmp_path)
     shutil.copy(ROOT / "docs" / "performance.md", docs / "performance.md")
     # The emulator's flash cases take minutes each on a CPU: the suite is cut by the window's timer.
     env = gpu_mode(tmp_path, pack, site, PRIMITIVES="[flash][sim]", FLASH="", ATTENTION="", REALISTIC="",
-                   KERNELS="", WINDOW_SECONDS="50", GPU_DOCS_ROOT=str(docs))
+                   KERNELS="", WGMMA="", WINDOW_SECONDS="50", GPU_DOCS_ROOT=str(docs), ONLY="a tests|d nccl")
     p = window("--update-docs", env=env, timeout=300)
     assert p.returncode == 1, p.stdout + p.stderr
     out = tmp_path / "out" / "window"
@@ -183,6 +186,8 @@ def test_a_cut_suite_is_cut_not_failed_and_docs_hold_only_measurements(tmp_path)
     assert (s["tests_status"], s["tests_failed"]) == ("cut", 0)
     assert f"cut at {t['cut_at']} s" in (out / "table.txt").read_text()
     assert all(x["status"].startswith(("skipped", "ok", "cut")) for x in s["phases"]), s["phases"]
+    unselected = [x for x in s["phases"] if not x["phase"].startswith(("a tests", "d nccl"))]
+    assert unselected and all(x["status"] == "skipped: not in ONLY" for x in unselected), s["phases"]
     doc = json.loads((docs / "gpu" / "latest.json").read_text())
     assert set(doc) == {"commit", "gpu", *gpu_docs.WINDOW_KEYS}
     assert doc["tests_cut"] == t["test_cases_cut"] and doc["gpu"] == FAKE_GPU
