@@ -20,7 +20,13 @@ gpu_environment_report() {
   local file="$1" nvcc
   gpu_report_line "$file" date "$(date -u +%FT%TZ)"
   gpu_report_line "$file" build_commit "$COMMIT"
-  gpu_report_line "$file" checkout_commit "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo 'unknown (no git here)')"
+  # The device tool copies the working tree under a git folder that can be older (the H200
+  # windows of 6c903e5 said a9db2df): a checkout that differs from its HEAD says so.
+  local head changed
+  head="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo 'unknown (no git here)')"
+  changed="$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+  (( changed > 0 )) && head+=" with $changed tracked files changed (the scripts that ran are the tree's, not this commit's)"
+  gpu_report_line "$file" checkout_commit "$head"
   gpu_report_line "$file" gpu "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
   gpu_report_line "$file" gpu_clocks "$(nvidia-smi --query-gpu=clocks.max.sm,clocks.applications.graphics,power.limit \
     --format=csv 2>&1 | tr '\n' ' ' | head -c 300)"
