@@ -315,24 +315,29 @@ TEST_CASE("teacher cache: a version-1 cache is refused naming --convert, and con
   const std::string v1 = dir.file("v1"), v2 = dir.file("v2");
   write_v1(v1, h, windows);
   CHECK_THROWS_WITH(data::TeacherCache(v1), Contains("version-1") && Contains("kdtrain teacher-cache --convert " + v1));
-  cli::TeacherCacheOptions o;
-  o.out = v2;
-  o.shard_windows = 2;
-  o.progress = false;
-  cli::convert_teacher_cache(v1, o);
-  const data::TeacherCache cache(v2);
-  CHECK(cache.header().data_fingerprint == 77);
-  CHECK(cache.header().teacher_hash == 88);
-  CHECK(cache.manifest().shards.size() == 3);
-  for (int64_t w = 0; w < h.windows; ++w) {
-    CachedRows rows;
-    cache.append_window(w, rows);
-    CHECK(rows.ids == windows[w].ids);
-    for (size_t i = 0; i < rows.logp.size(); ++i)
-      CHECK(rows.logp[i] == bf16_bits_to_float(float_to_bf16_bits(windows[w].logp[i])));
-    CHECK(std::memcmp(rows.log_tail.data(), windows[w].tail.data(), rows.log_tail.size() * 4) == 0);
+  // Two shards of 2 and one of 1; then one shard of all 5 windows, a window a batch, so
+  // the writer's two row buffers are each filled again while the other is written.
+  for (const auto& [shard_windows, shards] : {std::pair<int64_t, size_t>{2, 3}, {5, 1}}) {
+    INFO("shard_windows " << shard_windows);
+    cli::TeacherCacheOptions o;
+    o.out = v2 + "_" + std::to_string(shard_windows);
+    o.shard_windows = shard_windows;
+    o.progress = false;
+    cli::convert_teacher_cache(v1, o);
+    const data::TeacherCache cache(o.out);
+    CHECK(cache.header().data_fingerprint == 77);
+    CHECK(cache.header().teacher_hash == 88);
+    CHECK(cache.manifest().shards.size() == shards);
+    for (int64_t w = 0; w < h.windows; ++w) {
+      CachedRows rows;
+      cache.append_window(w, rows);
+      CHECK(rows.ids == windows[w].ids);
+      for (size_t i = 0; i < rows.logp.size(); ++i)
+        CHECK(rows.logp[i] == bf16_bits_to_float(float_to_bf16_bits(windows[w].logp[i])));
+      CHECK(std::memcmp(rows.log_tail.data(), windows[w].tail.data(), rows.log_tail.size() * 4) == 0);
+    }
+    CHECK_NOTHROW(cli::verify_teacher_cache(o.out));
   }
-  CHECK_NOTHROW(cli::verify_teacher_cache(v2));
 }
 
 // io::check_teacher_cache_rows, the one value check every reader and the writer
