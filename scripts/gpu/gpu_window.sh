@@ -26,8 +26,9 @@
 # and the time left, and is skipped when that is under the least time it can use:
 #   a  tests, each case once: the tensor-core and wgmma wrappers against the emulator
 #      ([cuda][tc], [cuda][wgmma]), the sm_90a flash kernels `auto` runs ([cuda][flash][sm90a]),
-#      the real shapes ([realistic]), the other attention cases, the mma.sync flash kernels,
-#      then the rest of [cuda]. A suite stopped by its time limit is "cut at N s".
+#      the rest of [cuda] (the step's other kernels), the real shapes ([realistic]), the other
+#      attention cases, then the mma.sync flash kernels. A suite stopped by its time limit
+#      is "cut at N s".
 #   b  attention forward and backward at D 64 and 128, each timing written as it is measured:
 #      kdtrain's baseline and SDPA, the atomics timing build (attn_determinism_cost; once more
 #      per backward kernel choice: attn_determinism_cost_by_choice), every

@@ -17,6 +17,9 @@
 // per variant and head dim, because under racecheck a case took about 2 s on an H200 and
 // the list with T = 7 too could not finish in the GPU window (2026-11-28). T = 7 (one
 // partial tile) runs in every other list.
+#include <chrono>
+#include <cstdio>
+
 #include "attention/cuda_attention_check.h"
 #include "support/model_fixtures.h"
 
@@ -39,8 +42,14 @@ void run_real_shape(Backend& be, const Heads& hd, int64_t T, AttentionVariant v)
   AttentionCase c{B, T, hd.H, hd.Hkv, hd.D, v};
   c.rerun_backward = T <= 2048;
   const std::vector<int64_t> groups = long_seq ? std::vector<int64_t>{0, hd.Hkv - 1} : std::vector<int64_t>{};
+  const auto start = std::chrono::steady_clock::now();
   const std::string path = run_attention_case(be, c, static_cast<uint32_t>(T * 7 + hd.D + static_cast<int>(v)), groups);
   if (cuda_available()) CHECK(path == "flash/flash");
+  // Each shape's seconds, into the GPU window's log: the list outran the window's test
+  // budget there (116 s on an H200, 2026-11-28), and its time is mostly on the host.
+  std::fprintf(stderr, "real shape %s T=%lld D=%lld: %.2f s\n", to_string(v), static_cast<long long>(T),
+               static_cast<long long>(hd.D),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 }  // namespace
