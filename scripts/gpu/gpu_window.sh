@@ -55,7 +55,7 @@
 # (llama3.2-3b; "" skips), CACHE_TEACHER (PRESET) and CACHE_BATCHES (24) of the cache write,
 # SANITIZE=0, the test filters PRIMITIVES WGMMA FLASH ATTENTION REALISTIC KERNELS SANITIZE_FILTER
 # ("" skips a suite), the step shape PRESET SEQ MICRO_BATCH STEPS WARMUP, the caps
-# ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 70; the baseline's 10 less),
+# ATTN_SECONDS (step b, 80) and TORCH_SECONDS (each torch step, 70; the baseline's 15 less),
 # ATTN_ARGS (more bench_attention.py arguments), PROFILES ("D VARIANT" lines, the profile's;
 # PROFILE_PRESET), ATTN_BUILDS (more --kdtrain-build specs, one a line: the hook for a build
 # or kernel the binary does not announce),

@@ -46,7 +46,7 @@ void run_real_shape(Backend& be, const Heads& hd, int64_t T, AttentionVariant v)
   const std::string path = run_attention_case(be, c, static_cast<uint32_t>(T * 7 + hd.D + static_cast<int>(v)), groups);
   if (cuda_available()) CHECK(path == "flash/flash");
   // Each shape's seconds, into the GPU window's log: the list outran the window's test
-  // budget there (116 s on an H200, 2026-11-28), and its time is mostly on the host.
+  // budget there (116 s on an H200, 2026-11-28), and the next window says which shapes.
   std::fprintf(stderr, "real shape %s T=%lld D=%lld: %.2f s\n", to_string(v), static_cast<long long>(T),
                static_cast<long long>(hd.D),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
