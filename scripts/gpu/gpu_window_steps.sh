@@ -286,6 +286,11 @@ cache_write_c() {
       2>> "$RAW/cache_write.log" || rc=1; }
   (( rc == 0 )) && { "$KDTRAIN" eval --device "$DEVICE" --checkpoint "$dir/teacher" --data "$dir/tokens.bin" \
       --seq-len "$SEQ" --batch-size "$MB" --out "$RAW/cache_write_forward.json" >> "$RAW/cache_write.log" 2>&1 || rc=1; }
+  # Last, so a cut loses only it: the same pass with --kernel-times, where the writer's time
+  # goes (GEMMs, top K, attention; the rest is other kernels, copies and idle).
+  (( rc == 0 )) && { "$KDTRAIN" teacher-cache --device "$DEVICE" --teacher "$dir/teacher" --data "$dir/tokens.bin" \
+      --seq-len "$SEQ" --batch-size "$MB" --top-k 64 --out "$dir/cache_timed" --json --kernel-times \
+      > "$RAW/cache_write_timed.json" 2>> "$RAW/cache_write.log" || rc=1; }
   rm -rf "$dir"
   (( rc == 0 )) || echo "cache write failed: $(tail -c 300 "$RAW/cache_write.log")"
   return $rc

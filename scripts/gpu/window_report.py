@@ -191,13 +191,20 @@ def cache_write(outdir):
     """cache_write_vs_teacher_forward: the tokens/s of `kdtrain teacher-cache --json`
     (cache_write.json, its last line) over the same teacher's forward-only tokens/s, `kdtrain
     eval` on the same windows, batch and T (cache_write_forward.json: tokens / seconds), with
-    both rates in cache_write_tokens_per_s; null where either is missing."""
+    both rates in cache_write_tokens_per_s; null where either is missing. Then where a
+    third pass with --kernel-times (cache_write_timed.json) went: its GPU ms per kernel name
+    and its wall seconds, in cache_write_kernel_ms."""
     write = g.last_json(os.path.join(outdir, "cache_write.json")) or {}
     forward = g.read_json(os.path.join(outdir, "cache_write_forward.json")) or {}
+    timed = g.last_json(os.path.join(outdir, "cache_write_timed.json")) or {}
     rates = {"cache_write": write.get("tokens_per_s") if write.get("tokens_written") else None,
              "teacher_forward": g.ratio(forward.get("tokens"), forward.get("seconds"))}
+    kernels = None
+    if timed.get("kernel_ms") is not None:
+        kernels = {"seconds": timed.get("seconds"),
+                   "ms": {name: t.get("ms") for name, t in sorted(timed["kernel_ms"].items())}}
     return {"cache_write_vs_teacher_forward": g.ratio(rates["cache_write"], rates["teacher_forward"]),
-            "cache_write_tokens_per_s": rates}
+            "cache_write_tokens_per_s": rates, "cache_write_kernel_ms": kernels}
 
 
 def window_summary(outdir, commit, gpu, gpu_run=True):
@@ -267,6 +274,11 @@ def window_table(s):
         for choice, x in sorted(per.items()):
             rows.append((f"attn_determinism_cost D={d} {choice}", g.fmt(x, "{:+.1%}")))
     rows.append(("cache write / teacher forward (teacher-cache / eval tokens/s)", gpu_docs.cache_write_text(s)))
+    timed = s.get("cache_write_kernel_ms")
+    if timed:
+        rows.append(("cache write, --kernel-times pass: GPU ms per kernel, of its wall ms",
+                     ", ".join(f"{n} {g.fmt(ms, '{:.1f}')}" for n, ms in timed["ms"].items()) +
+                     f" of {g.fmt((timed['seconds'] or 0) * 1000, '{:.1f}')}"))
     identical = s["nccl_world1_identical"]
     rows.append(("NCCL at world size 1", (s["nccl"] or "not run") +
                  ("" if identical is None else f" (training bit-identical to single: {identical})")))

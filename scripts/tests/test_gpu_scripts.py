@@ -336,6 +336,14 @@ def test_cache_write_over_the_teacher_forward(tmp_path):
     assert s["cache_write_vs_teacher_forward"] is None and s["cache_write_tokens_per_s"]["cache_write"] is None
     (tmp_path / "cache_write_forward.json").unlink()
     assert window_report.cache_write(str(tmp_path))["cache_write_tokens_per_s"]["teacher_forward"] is None
+    # The --kernel-times pass: its per-kernel GPU ms beside its wall time, in the table.
+    assert s["cache_write_kernel_ms"] is None
+    write(tmp_path / "cache_write_timed.json", json.dumps({"tokens_written": 393216, "seconds": 3.5, "kernel_ms": {
+        "topk": {"ms": 900.0, "calls": 1536}, "matmul fwd": {"ms": 1800.5, "calls": 4000}}}) + "\n")
+    s = window_report.cache_write(str(tmp_path))
+    assert s["cache_write_kernel_ms"] == {"seconds": 3.5, "ms": {"matmul fwd": 1800.5, "topk": 900.0}}
+    table = window_report.window_table(dict(window_report.window_summary(str(tmp_path), "abc", "H100"), **s))
+    assert "matmul fwd 1800.5, topk 900.0 of 3500.0" in table
 
 
 def test_nccl_identical_verdicts():
@@ -402,5 +410,7 @@ def test_gpu_window_cpu_smoke(tmp_path):
     assert s["tokens_per_s"]["affine"] > 0
     assert "c cache write" in [p_["phase"] for p_ in s["phases"]]
     assert s["cache_write_vs_teacher_forward"] > 0 and s["cache_write_tokens_per_s"]["teacher_forward"] > 0
+    assert s["cache_write_kernel_ms"] == {"seconds": pytest.approx(s["cache_write_kernel_ms"]["seconds"]), "ms": {}}
+    assert s["cache_write_kernel_ms"]["seconds"] > 0  # the --kernel-times pass ran (the CPU times no kernel)
     assert p.stdout.strip().splitlines()[-1].startswith("overall")  # the table comes last
     assert (latest.read_bytes() if latest.exists() else None) == before  # no GPU: docs untouched

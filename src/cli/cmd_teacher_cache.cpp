@@ -39,6 +39,9 @@ void register_teacher_cache(CLI::App& app) {
   command->add_option("--device", o->device, "cpu or cuda")->check(one_of<Device>());
   command->add_option("--threads", o->threads, "CPU threads, 0 = all cores")
       ->check(in_range<int64_t>(0, SizeLimits::threads));
+  command->add_flag("--kernel-times", o->kernel_times,
+                    "time the head and trunk GEMMs, the top K and attention on the GPU (kernel_ms in the report; "
+                    "events around each launch, so tokens/s is not the untimed rate)");
   command->add_flag("--json", o->json,
                     "print the final report (shape, bytes, tokens written, seconds, tokens/s) as one JSON line");
   command->add_option("--convert", *convert, "rewrite this version-1 cache directory as a sharded cache in --out")

@@ -10,11 +10,13 @@
 #include <functional>
 #include <future>
 #include <numeric>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/kernel_timer.h"
 #include "data/shard_manifest.h"
 #include "data/teacher_cache_v1.h"
 #include "data/teacher_cache_writer.h"
@@ -61,6 +63,13 @@ struct WriteTiming {
   int ranks = 1;
   double tokens_written = 0, seconds = 0;
 };
+
+// --kernel-times: rank 0's GPU milliseconds per timed kernel name, collected batch by batch.
+nlohmann::json kernel_ms() {
+  nlohmann::json ms = nlohmann::json::object();
+  for (const auto& [name, t] : kernel_timer().totals()) ms[name] = {{"ms", t.total_ms}, {"calls", t.calls}};
+  return ms;
+}
 
 // Two batches of host rows: the teacher fills one while a second thread checks,
 // packs, checksums and writes the other, in window order, so the bytes are those
@@ -121,6 +130,9 @@ void print_written(const nlohmann::json& r, bool json) {
               r["out"].get<std::string>().c_str(), r["windows"].get<long long>(), r["seq_len"].get<long long>(),
               r["shards"].get<size_t>(), r["top_k"].get<long long>(), r["vocab_size"].get<long long>(),
               r["id_bits"].get<int>(), r["value_type"].get<std::string>().c_str(), r["bytes"].get<double>() / (1 << 20));
+  if (r.contains("kernel_ms"))
+    for (const auto& [name, t] : r["kernel_ms"].items())
+      std::printf("  %-12s %10.1f ms in %lld calls\n", name.c_str(), t["ms"].get<double>(), t["calls"].get<long long>());
 }
 
 // Writes this rank's missing shards (shard s belongs to rank s % world), then,
@@ -156,8 +168,11 @@ void write_cache(dist::Communicator& comm, const std::string& out, CacheManifest
     KD_CHECK(data::shard_complete(out, plan, s, &plan.shards[s].checksum), "teacher cache ", out, ": shard ",
              plan.shards[s].file, " is missing or incomplete after every rank finished");
   data::write_cache_manifest(out, plan);
-  if (o.progress || o.json)
-    print_written(written_report(out, plan, {comm.world(), written_tokens, elapsed()}), o.json);
+  if (o.progress || o.json) {
+    nlohmann::json report = written_report(out, plan, {comm.world(), written_tokens, elapsed()});
+    if (o.kernel_times) report["kernel_ms"] = kernel_ms();
+    print_written(report, o.json);
+  }
 }
 
 // Checks --out on every rank (the same answer everywhere), then removes an
@@ -222,6 +237,7 @@ class TeacherRows {
     backend_->to_host(ids, ids_, b * T * K * sizeof(int32_t));
     backend_->to_host(logp, logp_, b * T * K * sizeof(float));
     backend_->to_host(tail, tail_, b * T * sizeof(float));
+    if (KernelTimer::on()) kernel_timer().collect();  // this batch's marks are reached
     const int64_t bad = std::count_if(tail, tail + b * T, [](float x) { return std::isnan(x); });
     KD_CHECK(bad == 0, o_.teacher, ": the teacher produced NaN, +inf or all -inf logits on ", bad,
              " positions of windows ", w0, "..", w0 + b - 1);
@@ -282,6 +298,8 @@ CacheManifest build_on_rank(dist::Communicator& comm, const TeacherCacheOptions&
   plan.made_from = {{"teacher", o.teacher}, {"data", o.data}};
   prepare_out(comm, o.out, plan, o.force);
   TeacherRows rows(o, teacher, dataset);
+  std::optional<KernelTiming> timing;
+  if (o.kernel_times) timing.emplace();
   write_cache(comm, o.out, plan, o.batch_size, o,
               [&](int64_t w0, int64_t b, int32_t* ids, float* logp, float* tail) { rows.fill(w0, b, ids, logp, tail); });
   return plan;

@@ -26,6 +26,7 @@ struct TeacherCacheOptions {
   int64_t threads = 0;
   bool progress = true;
   bool json = false;                   // the final report as one JSON line (tokens/s for scripts)
+  bool kernel_times = false;           // the report adds kernel_ms: GPU ms per timed kernel name
   bool force = false;                  // write into a non-empty --out (io/output_dir.h)
 };
 

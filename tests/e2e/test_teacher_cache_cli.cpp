@@ -192,4 +192,13 @@ TEST_CASE("teacher-cache --json: the last line reports the cache and the tokens/
   REQUIRE(seconds > 0);
   CHECK(r["tokens_per_s"].get<double>() == Approx(2 * 32 / seconds).epsilon(1e-12));
   CHECK(out.find("wrote " + cache) == std::string::npos);  // the JSON replaces the line
+  CHECK_FALSE(r.contains("kernel_ms"));
+  // --kernel-times adds the GPU's per-kernel milliseconds; the CPU backend times none.
+  fs::remove(fs::path(cache) / data::cache_shard_file(1));
+  REQUIRE(run(plus(command, {"--json", "--kernel-times"}), &out, f.dir.file("timed.log")) == 0);
+  const nlohmann::json timed = last_line_json(out);
+  INFO(timed.dump());
+  REQUIRE(timed.contains("kernel_ms"));
+  CHECK(timed["kernel_ms"].is_object());
+  CHECK(timed["kernel_ms"].empty());
 }

@@ -239,7 +239,8 @@ void CudaBackend::rmsnorm_backward(void* dinp, float* dweight, const void* dout,
 void CudaBackend::matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
                                  int64_t N, int64_t IC, int64_t OC) {
   op_checks::matmul_forward(out, inp, weight, N, IC, OC);
-  cuda::matmul_forward(blas_, BF(out), BF(inp), BF(weight), BF(bias), N, IC, OC, stream_);
+  cuda::timed_launch("matmul fwd", stream_,
+                     [&] { cuda::matmul_forward(blas_, BF(out), BF(inp), BF(weight), BF(bias), N, IC, OC, stream_); });
 }
 void CudaBackend::matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                   const void* inp, const void* weight, int64_t N, int64_t IC,
@@ -387,7 +388,7 @@ void CudaBackend::topk_log_probs(const TopkArgs& a) {
   p.ids = a.ids;
   p.logp = a.logp;
   p.log_tail = a.log_tail;
-  cuda::topk_log_probs(p, stream_);
+  cuda::timed_launch("topk", stream_, [&] { cuda::topk_log_probs(p, stream_); });
 }
 
 double CudaBackend::sum_squares(const float* x, int64_t n) {
