@@ -177,9 +177,10 @@ def torch_cases(args):
 def measure(args, emit):
     """Every row, in order of value, each handed to emit() as soon as it is measured (a
     run cut short keeps what it measured): kdtrain's baseline and SDPA at each head dim
-    first (attn_fwdbwd_vs_sdpa), then the baseline of each --kdtrain-build (the atomics
-    build: attn_determinism_cost; the kernel choices), kdtrain's other variants
-    (variant_attn_slowdown), and last the PyTorch formulations of the variants."""
+    first (attn_fwdbwd_vs_sdpa), then kdtrain's other variants (variant_attn_slowdown,
+    a target of its own), the baseline of each --kdtrain-build (the atomics build:
+    attn_determinism_cost; the kernel choices), and last the PyTorch formulations of the
+    variants. The H200 window of 6c903e5 cut this list in the variants, after 14 build rows."""
     variants = args.variants or VARIANTS
     builds = [parse_build(spec) for spec in args.kdtrain_build]
     torch_side = None
@@ -207,14 +208,14 @@ def measure(args, emit):
             emit(kdtrain_row(args.kdtrain, "baseline", D))
         emit(torch_row("sdpa", "baseline", False, False, D))
         emit(torch_row(SDPA_DISPATCH, "baseline", False, False, D, dispatch=True))
-    for label, binary, env, extra in builds:
-        for D in args.head_dims:
-            emit(kdtrain_row(binary, "baseline", D, (label, env, extra)))
     if args.kdtrain:
         for D in args.head_dims:
             for v in variants:
                 if v != "baseline":
                     emit(kdtrain_row(args.kdtrain, v, D))
+    for label, binary, env, extra in builds:
+        for D in args.head_dims:
+            emit(kdtrain_row(binary, "baseline", D, (label, env, extra)))
     for D in args.head_dims:
         for case in torch_cases(args):
             emit(torch_row(*case, D))

@@ -129,13 +129,13 @@ def test_rows_are_written_as_measured_in_order_of_value(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     order = [(r["kind"], r.get("case") or r.get("build") or r["attention"], r["D"]) for r in rows]
-    assert order[:10] == [("kdtrain", "baseline", 16), ("torch", "sdpa", 16), ("torch", "sdpa-dispatch", 16),
+    assert order[:12] == [("kdtrain", "baseline", 16), ("torch", "sdpa", 16), ("torch", "sdpa-dispatch", 16),
                           ("kdtrain", "baseline", 32), ("torch", "sdpa", 32), ("torch", "sdpa-dispatch", 32),
+                          ("kdtrain", "gated", 16), ("kdtrain", "gated", 32),
                           ("kdtrain", "atomic-dq", 16), ("kdtrain", "atomic-dq", 32),
                           ("kdtrain", "choice:x", 16), ("kdtrain", "choice:x", 32)]
-    assert order[10:12] == [("kdtrain", "gated", 16), ("kdtrain", "gated", 32)]
     assert {o[0] for o in order[12:]} == {"torch"}
-    assert rows[8]["args"][-2:] == ["--set", "a.b=x"]
+    assert rows[10]["args"][-2:] == ["--set", "a.b=x"]
     # Every kdtrain row asks for the per-kernel times and keeps them.
     for r in (r for r in rows if r["kind"] == "kdtrain"):
         assert "--kernel-times" in r["args"]
