@@ -278,7 +278,7 @@ def window_table(s):
     if timed:
         rows.append(("cache write, --kernel-times pass: GPU ms per kernel, of its wall ms",
                      ", ".join(f"{n} {g.fmt(ms, '{:.1f}')}" for n, ms in timed["ms"].items()) +
-                     f" of {g.fmt((timed['seconds'] or 0) * 1000, '{:.1f}')}"))
+                     f" of {g.fmt(None if timed['seconds'] is None else timed['seconds'] * 1000, '{:.1f}')}"))
     identical = s["nccl_world1_identical"]
     rows.append(("NCCL at world size 1", (s["nccl"] or "not run") +
                  ("" if identical is None else f" (training bit-identical to single: {identical})")))

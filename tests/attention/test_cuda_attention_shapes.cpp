@@ -68,15 +68,16 @@ TEST_CASE("cuda attention at the models' real shapes", "[cuda][attention][realis
 // and the gate is an op of its own, so of two variants with the same pair the gated one
 // covers both (sink, gated and affine-gated today). Under racecheck a case took 4 to 5 s
 // on the H200 (2026-11-28) and all ten could not finish in the window.
+bool same_kernel_set(AttentionVariant a, AttentionVariant b) {
+  return features_of(a).sink == features_of(b).sink && features_of(a).affine == features_of(b).affine;
+}
+
 std::vector<AttentionVariant> one_variant_per_kernel_set() {
   std::vector<AttentionVariant> kept;
   for (AttentionVariant v : kAllVariants) {
-    const AttentionFeatures f = features_of(v);
-    auto same = std::find_if(kept.begin(), kept.end(), [&](AttentionVariant k) {
-      return features_of(k).sink == f.sink && features_of(k).affine == f.affine;
-    });
+    auto same = std::find_if(kept.begin(), kept.end(), [&](AttentionVariant k) { return same_kernel_set(k, v); });
     if (same == kept.end()) kept.push_back(v);
-    else if (f.gate) *same = v;
+    else if (features_of(v).gate) *same = v;
   }
   return kept;
 }
@@ -92,11 +93,8 @@ TEST_CASE("cuda attention at the real head counts, short (for the sanitizers)",
 TEST_CASE("the sanitizers' variants cover every attention kernel set and the gate", "[attention]") {
   const std::vector<AttentionVariant> kept = one_variant_per_kernel_set();
   for (AttentionVariant v : kAllVariants) {
-    const AttentionFeatures f = features_of(v);
     INFO(to_string(v));
-    CHECK(std::any_of(kept.begin(), kept.end(), [&](AttentionVariant k) {
-      return features_of(k).sink == f.sink && features_of(k).affine == f.affine;
-    }));
+    CHECK(std::any_of(kept.begin(), kept.end(), [&](AttentionVariant k) { return same_kernel_set(k, v); }));
   }
   CHECK(std::any_of(kept.begin(), kept.end(), [](AttentionVariant k) { return features_of(k).gate; }));
   CHECK(kept.size() < kAllVariants.size());
