@@ -1,7 +1,8 @@
 // The emulator's named barriers (kernels/tc/sim/simt_barrier.cpp, kernels/tc/named_barrier.cuh):
 // two warpgroups taking turns through a pair of barriers (the sm_90a forward's schedule)
-// alternate in every fiber order; a barrier that never completes is a stall, and
-// different thread counts in one phase, or arrivals left at block exit, an error.
+// alternate in every fiber order; an arrival that completes a barrier lets the threads it
+// released run before it goes on (reverse order); a barrier that never completes is a
+// stall, and different thread counts in one phase, or arrivals left at block exit, an error.
 #include <catch2/catch.hpp>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,28 @@ TEST_CASE("sim named barriers: two warpgroups take turns in every schedule", "[s
     INFO("schedule " << static_cast<int>(s));
     REQUIRE(order.size() == 2 * kTurns);
     for (size_t k = 0; k < order.size(); ++k) CHECK(order[k] == static_cast<int>(k % 2));
+  }
+}
+
+TEST_CASE("sim named barriers: an arrival that completes a barrier is a switch point", "[sim][barrier]") {
+  // Warpgroup 1 waits at barrier 3; warpgroup 0 arrives, then writes. In the reverse order
+  // the released (higher) threads run at the arrival that completes the barrier, so they
+  // read before warpgroup 0's write: a consumer releasing a buffer before it is done with
+  // it shows. In the forward order the arriving (lower) threads go on first.
+  for (sim::Schedule s : {sim::Schedule::forward, sim::Schedule::reverse}) {
+    int value = 0, seen = -1;
+    sim::launch(two_groups(s), [&](unsigned char*) {
+      const int t = static_cast<int>(tc::thread_idx().x);
+      if (t >= 128) {
+        tc::named_barrier_sync(3, 256);
+        if (t == 128) seen = value;
+      } else {
+        tc::named_barrier_arrive(3, 256);
+        if (t == 0) value = 1;
+      }
+    });
+    INFO("schedule " << static_cast<int>(s));
+    CHECK(seen == (s == sim::Schedule::reverse ? 0 : 1));
   }
 }
 

@@ -60,10 +60,16 @@ void named_barrier_sync(int id, int threads) {
   wait_as(FiberState::at_warp_collective);
 }
 
+// An arrival that completes the barrier is a switch point: the scheduler may run a thread
+// it released before the arriving one goes on (in the reverse order it does, when the
+// released threads are higher), so what the arriving thread does after its arrive, e.g.
+// an operand still in flight that a released producer overwrites, shows.
 void named_barrier_arrive(int id, int threads) {
   BlockRun& r = current_run();
   BlockRun::NamedBarrier& b = arrive_at(r, id, threads);
-  if (b.arrived == b.expected) complete(r, b, id);
+  if (b.arrived != b.expected) return;
+  complete(r, b, id);
+  wait_as(FiberState::ready);
 }
 
 }  // namespace kdtrain::sim
