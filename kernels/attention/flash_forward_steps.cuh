@@ -99,11 +99,12 @@ TC_DEVICE void issue_next_kv(const AttentionParams& p, const ForwardRows& r, int
 // Online softmax of row `row` (half hh of the fragment) over key tile j0 of kNT n-blocks,
 // in the exp2 domain: masks keys after the row (kMask: the tile crosses the diagonal; an
 // instantiation of its own, so tiles below the diagonal run no mask instructions), turns
-// s into P (unnormalised, relative to the new max), updates m and l and rescales the
-// row's output accumulator o (kDT n-blocks).
-template <bool kMask, int kNT, int kDT, typename S, typename O>
-TC_DEVICE void online_softmax_row(S& s, O& o, int hh, int j0, int row, int qcol, float scale_log2, float& m,
-                                  float& l) {
+// s into P (unnormalised, relative to the new max) and updates m and l. Returns the
+// factor the row's output accumulator must be multiplied by before this tile's P V is
+// added (online_softmax_row applies it at once; the pipelined wgmma forward once the
+// previous tile's P V has retired).
+template <bool kMask, int kNT, typename S>
+TC_DEVICE float softmax_row_scores(S& s, int hh, int j0, int row, int qcol, float scale_log2, float& m, float& l) {
   float mx = -INFINITY;
   TC_UNROLL
   for (int n = 0; n < kNT; ++n) {
@@ -130,6 +131,12 @@ TC_DEVICE void online_softmax_row(S& s, O& o, int hh, int j0, int row, int qcol,
     }
   }
   l = l * corr + sum;
+  return corr;
+}
+
+// Row hh's output accumulator (kDT n-blocks) times the factor softmax_row_scores returned.
+template <int kDT, typename O>
+TC_DEVICE void rescale_output_row(O& o, int hh, float corr) {
   TC_UNROLL
   for (int d = 0; d < kDT; ++d) {
     frag(o, d, 2 * hh) *= corr;
@@ -137,21 +144,31 @@ TC_DEVICE void online_softmax_row(S& s, O& o, int hh, int j0, int row, int qcol,
   }
 }
 
-// Both rows of a warp's 16-row fragment (rows row_top + qrow and + 8) through
-// online_softmax_row: the masked instantiation only where the tile crosses the diagonal
-// of those rows (`diag`, warp-uniform), the unmasked one on every tile below it.
-template <int kNT, int kDT, typename S, typename O>
-TC_DEVICE void online_softmax_rows(S& s, O& o, bool diag, int j0, int row_top, int qrow, int qcol, float scale_log2,
-                                   float (&m)[2], float (&l)[2]) {
+// softmax_row_scores of both rows of a warp's 16-row fragment (rows row_top + qrow and
+// + 8): the masked instantiation only where the tile crosses the diagonal of those rows
+// (`diag`, warp-uniform), the unmasked one on every tile below it. corr: each row's factor.
+template <int kNT, typename S>
+TC_DEVICE void softmax_rows_scores(S& s, bool diag, int j0, int row_top, int qrow, int qcol, float scale_log2,
+                                   float (&m)[2], float (&l)[2], float (&corr)[2]) {
   if (diag) {
     TC_UNROLL
     for (int hh = 0; hh < 2; ++hh)
-      online_softmax_row<true, kNT, kDT>(s, o, hh, j0, row_top + qrow + 8 * hh, qcol, scale_log2, m[hh], l[hh]);
+      corr[hh] = softmax_row_scores<true, kNT>(s, hh, j0, row_top + qrow + 8 * hh, qcol, scale_log2, m[hh], l[hh]);
   } else {
     TC_UNROLL
     for (int hh = 0; hh < 2; ++hh)
-      online_softmax_row<false, kNT, kDT>(s, o, hh, j0, row_top + qrow + 8 * hh, qcol, scale_log2, m[hh], l[hh]);
+      corr[hh] = softmax_row_scores<false, kNT>(s, hh, j0, row_top + qrow + 8 * hh, qcol, scale_log2, m[hh], l[hh]);
   }
+}
+
+// The same, with the output accumulator (kDT n-blocks) rescaled at once.
+template <int kNT, int kDT, typename S, typename O>
+TC_DEVICE void online_softmax_rows(S& s, O& o, bool diag, int j0, int row_top, int qrow, int qcol, float scale_log2,
+                                   float (&m)[2], float (&l)[2]) {
+  float corr[2];
+  softmax_rows_scores<kNT>(s, diag, j0, row_top, qrow, qcol, scale_log2, m, l, corr);
+  TC_UNROLL
+  for (int hh = 0; hh < 2; ++hh) rescale_output_row<kDT>(o, hh, corr[hh]);
 }
 
 // Affine term of one epilogue row: alpha_i, beta_i and the prefix-sum pairs this lane

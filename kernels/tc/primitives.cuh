@@ -29,6 +29,7 @@
 #define TC_DEVICE __device__ __forceinline__
 #define TC_HOST_DEVICE __host__ __device__ __forceinline__
 #define TC_UNROLL _Pragma("unroll")
+#define TC_ROLLED _Pragma("unroll 1")  // a loop kept rolled: few registers, e.g. after setmaxnreg.dec
 #else
 #include <cmath>
 #include <cstring>
@@ -37,6 +38,7 @@
 #define TC_DEVICE inline
 #define TC_HOST_DEVICE inline
 #define TC_UNROLL
+#define TC_ROLLED
 #endif
 
 namespace kdtrain::tc {
