@@ -47,7 +47,8 @@
 //   another thread than the writer).
 // - Named barriers (simt_barrier.cpp; kernels/tc/named_barrier.cuh): bar.sync / bar.arrive
 //   on ids 1..15 with a thread count; sync waits until that many threads have arrived
-//   (arrive counts without waiting), then the barrier starts over. Different counts in
+//   (arrive counts without waiting; an arrive that completes the barrier is a switch
+//   point, so the released threads may run first), then the barrier starts over. Different counts in
 //   one phase of a barrier are an error; a barrier that never completes is a stall, and
 //   one left with arrivals of an unfinished phase when the block exits is an error.
 // - Bulk copies and reductions from shared to global memory (cp.async.bulk, bulk groups):
