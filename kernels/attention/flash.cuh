@@ -30,6 +30,7 @@
 
 #include <cstddef>
 
+#include "kernels/attention/flash_forward_kernels.h"
 #include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/params.h"
 #include "core/error.h"
@@ -42,12 +43,12 @@ size_t flash_attention_backward_workspace_bytes(const flash::AttentionParams& p)
 
 // out (B,T,H,D) bf16 and lse (B,H,T) fp32 written. `workspace` holds at least
 // flash_attention_forward_workspace_bytes(p) bytes (the fp32 prefix sums of v and
-// their scan's chunk totals for affine; may be null when that is 0). `wgmma_sm90a`:
-// run the Hopper wgmma kernel (flash_forward_sm90a_kernel.cuh; head dim 64 or 128, a device of
-// compute capability 9.0, a build with KDTRAIN_CUDA_SM90A) instead of the mma.sync one;
+// their scan's chunk totals for affine; may be null when that is 0). `kernel`: which
+// kernel runs it (flash_forward_kernels.h; the wgmma ones need head dim 64 or 128, a device
+// of compute capability 9.0 and a build with KDTRAIN_CUDA_SM90A);
 // backend/cuda/attention_path.h's choose_flash_forward_kernel decides.
 void flash_attention_forward(const flash::AttentionParams& p, void* workspace, size_t workspace_bytes,
-                             cudaStream_t stream, bool wgmma_sm90a = false);
+                             cudaStream_t stream, FlashForwardKernel kernel = FlashForwardKernel::mma_sync);
 
 // dqkv and dalpha written, dsinks accumulated. `workspace` holds at least
 // flash_attention_backward_workspace_bytes(p) bytes (flash_backward_workspace.h: the fp32 dq

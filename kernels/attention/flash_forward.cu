@@ -67,7 +67,7 @@ size_t flash_attention_forward_workspace_bytes(const flash::AttentionParams& p) 
 }
 
 void flash_attention_forward(const flash::AttentionParams& s, void* workspace, size_t workspace_bytes,
-                             cudaStream_t stream, bool wgmma_sm90a) {
+                             cudaStream_t stream, FlashForwardKernel kernel) {
   check_flash_params(s, "flash attention forward");
   if (s.B == 0 || s.T == 0 || s.H == 0) return;
   const ForwardWorkspace ws = forward_workspace(s);
@@ -85,9 +85,11 @@ void flash_attention_forward(const flash::AttentionParams& s, void* workspace, s
     prefix = scan.out;
   }
   // The kernel timer's names: "fwd " and the kernel as scripts/gpu/attention_model.py labels it.
-  if (wgmma_sm90a) {
+  if (kernel != FlashForwardKernel::mma_sync) {
 #if KDTRAIN_HAVE_SM90A
-    timed_launch("fwd wgmma", stream, [&] { launch_flash_forward_sm90a(s, prefix, stream); });
+    const bool lockstep = kernel == FlashForwardKernel::wgmma_sm90a_lockstep;
+    timed_launch(lockstep ? "fwd wgmma" : "fwd wgmma ws", stream,
+                 [&] { launch_flash_forward_sm90a(s, prefix, stream, lockstep); });
     return;
 #else
     fail("flash attention forward: the sm_90a (wgmma) kernel is not in this build (CMake KDTRAIN_CUDA_SM90A=OFF)");

@@ -9,8 +9,10 @@
 
 namespace kdtrain::cuda {
 
-// Launches the wgmma forward (head dims 64 and 128) on the call's params and, for
-// affine, the prefix sums of v (flash_forward.cu's workspace).
-void launch_flash_forward_sm90a(const flash::AttentionParams& p, const float* prefix, cudaStream_t stream);
+// Launches a wgmma forward (head dims 64 and 128) on the call's params and, for affine,
+// the prefix sums of v (flash_forward.cu's workspace): the warp-specialised kernel, or
+// with `lockstep` the first one (flash_forward_kernels.h).
+void launch_flash_forward_sm90a(const flash::AttentionParams& p, const float* prefix, cudaStream_t stream,
+                                bool lockstep);
 
 }  // namespace kdtrain::cuda

@@ -32,26 +32,37 @@
 
 namespace kdtrain::flash {
 
-// Shared-memory layout and counts of one instantiation.
-template <int D, int Bc_, int kWarpgroups_>
-struct ForwardSm90aLayout {
-  static constexpr int Bc = Bc_, kWarpgroups = kWarpgroups_;
-  static constexpr int kBr = 64 * kWarpgroups;  // query rows: one wgmma M of 64 per warpgroup
-  static constexpr int kThreads = kWarpgroups * tc::kWarpgroupThreads;
-  static constexpr int kStages = 2;
-  using QTile = tc::WgmmaTile<kBr, D>;
+// Shared memory of the wgmma forwards: the Q tile (then the output staging), then kStages
+// K/V stages (stage s: K at +2s*KV, V at +(2s+1)*KV), 128-byte-swizzled WgmmaTiles.
+template <int D, int Br, int Bc_, int kStages_>
+struct ForwardSm90aSmem {
+  static constexpr int Bc = Bc_, kBr = Br, kStages = kStages_;
+  using QTile = tc::WgmmaTile<Br, D>;
   using KVTile = tc::WgmmaTile<Bc, D>;
-  static constexpr int kQOffset = 0;  // Q, then the output staging
-  static constexpr int kKVOffset = QTile::kBytes;  // stage s: K at +2s*KV, V at +(2s+1)*KV
+  static constexpr int kQOffset = 0;
+  static constexpr int kKVOffset = QTile::kBytes;
   static constexpr int kSmemBytes = QTile::kBytes + kStages * 2 * KVTile::kBytes;
+  static TC_DEVICE uint16_t* k_stage(unsigned char* smem, int s) {
+    return reinterpret_cast<uint16_t*>(smem + kKVOffset + 2 * s * KVTile::kBytes);
+  }
+  static TC_DEVICE uint16_t* v_stage(unsigned char* smem, int s) {
+    return reinterpret_cast<uint16_t*>(smem + kKVOffset + (2 * s + 1) * KVTile::kBytes);
+  }
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
   static_assert(Bc == 64 || Bc == 128, "key tiles are one wgmma N (64 or 128)");
+  static_assert(QTile::kBytes % 1024 == 0 && KVTile::kBytes % 1024 == 0, "tiles keep 1024-byte alignment");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block (sm_90: 227 KB)");
+};
+
+// Layout and counts of one instantiation of the lockstep kernel: two K/V stages.
+template <int D, int Bc_, int kWarpgroups_>
+struct ForwardSm90aLayout : ForwardSm90aSmem<D, 64 * kWarpgroups_, Bc_, 2> {
+  static constexpr int kWarpgroups = kWarpgroups_;  // query rows: one wgmma M of 64 per warpgroup
+  static constexpr int kThreads = kWarpgroups * tc::kWarpgroupThreads;
   // Key tiles as tall as query tiles start at or before the tile's first row, so every
   // key tile a block visits has visible keys for every warpgroup: they all take every
   // turn of the ping-pong (no per-warpgroup skipping to keep in step).
-  static_assert(Bc == kBr && kWarpgroups == 2, "two warpgroups, Bc = Br: the ping-pong's shape");
-  static_assert(QTile::kBytes % 1024 == 0 && KVTile::kBytes % 1024 == 0, "tiles keep 1024-byte alignment");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block (sm_90: 227 KB)");
+  static_assert(Bc_ == 64 * kWarpgroups && kWarpgroups == 2, "two warpgroups, Bc = Br: the ping-pong's shape");
 };
 
 // The instantiation the launcher (flash_forward_sm90a.cu) and the emulator tests run:
@@ -78,6 +89,53 @@ struct WgmmaTileLoad {
   }
 };
 
+// A warpgroup's running state at the start: O = 0, and the row max and sum seeded by the
+// sink where there is one (a key of logit s_h and value 0; its sum once per quad).
+template <int D, bool kSink>
+TC_DEVICE void init_rows(const AttentionParams& p, const ForwardBlock& blk, int qcol, float (&o)[D / 2],
+                         float (&m)[2], float (&l)[2]) {
+  const float m_init = kSink ? p.sinks[blk.h] * kFwdLog2e : -INFINITY;
+  TC_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    m[hh] = m_init;
+    l[hh] = (kSink && qcol == 0) ? 1.f : 0.f;
+  }
+  TC_UNROLL
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+}
+
+// P as the bf16 A fragments of P V: k-step k is the accumulators of n-blocks 2k, 2k + 1.
+template <int kKP>
+TC_DEVICE void pack_p(const float (&s)[8 * kKP], uint32_t (&pf)[kKP][4]) {
+  TC_UNROLL
+  for (int kb = 0; kb < kKP; ++kb) {
+    pf[kb][0] = tc::pack_bf16x2(s[8 * kb + 0], s[8 * kb + 1]);
+    pf[kb][1] = tc::pack_bf16x2(s[8 * kb + 2], s[8 * kb + 3]);
+    pf[kb][2] = tc::pack_bf16x2(s[8 * kb + 4], s[8 * kb + 5]);
+    pf[kb][3] = tc::pack_bf16x2(s[8 * kb + 6], s[8 * kb + 7]);
+  }
+}
+
+// Epilogue of a warp whose warpgroup's products have all retired: normalise, affine term,
+// stage the bf16 rows in the warp's rows of the Q tile (read by its warpgroup's wgmma
+// only), then 16-byte stores.
+template <int D, bool kAffine, typename QT>
+TC_DEVICE void store_rows(const AttentionParams& p, const float* prefix, const ForwardBlock& blk, float (&o)[D / 2],
+                          const float (&m)[2], const float (&l)[2], int wg_row0, int warp, int lane,
+                          uint16_t* sQ) {
+  const int qrow = lane / 4, qcol = lane % 4;
+  AffineRow<D, kAffine> aff[2];
+  TC_UNROLL
+  for (int hh = 0; hh < 2; ++hh)
+    aff[hh] = load_affine_row<D, kAffine>(p, prefix, blk, wg_row0 + 16 * warp + qrow + 8 * hh, qcol);
+  TC_UNROLL
+  for (int hh = 0; hh < 2; ++hh)
+    forward_epilogue_row<D, kAffine, QT>(p, aff[hh], o, hh, blk, wg_row0 + 16 * warp + qrow + 8 * hh, qcol, m[hh],
+                                         l[hh], sQ);
+  tc::sync_warp();
+  store_warp_rows<D, QT>(p, blk, wg_row0 + 16 * warp, lane, sQ);
+}
+
 }  // namespace sm90a_detail
 
 template <int D, int Bc, int kWarpgroups, bool kSink, bool kAffine>
@@ -96,22 +154,14 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
   const int wg_row0 = 64 * wg;  // first tile row of this warpgroup
 
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::kQOffset);
-  auto sK = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + 2 * s * KVT::kBytes); };
-  auto sV = [&](int s) { return reinterpret_cast<uint16_t*>(smem + L::kKVOffset + (2 * s + 1) * KVT::kBytes); };
+  auto sK = [&](int s) { return L::k_stage(smem, s); };
+  auto sV = [&](int s) { return L::v_stage(smem, s); };
   const ForwardRows rows = forward_rows<D, Br, Bc>(p, blk);
   load_first_tiles<Load, D, Br, Bc, L::kThreads>(p, rows, T, i0, sQ, sK(0), sV(0), tid);
 
   float o[D / 2];
   float m[2], l[2];
-  // The sink is a key of logit s_h and value 0: it seeds the max and (once per quad) the sum.
-  const float m_init = kSink ? p.sinks[blk.h] * kFwdLog2e : -INFINITY;
-  TC_UNROLL
-  for (int hh = 0; hh < 2; ++hh) {
-    m[hh] = m_init;
-    l[hh] = (kSink && qcol == 0) ? 1.f : 0.f;
-  }
-  TC_UNROLL
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  sm90a_detail::init_rows<D, kSink>(p, blk, qcol, o, m, l);
   const float scale_log2 = p.scale * kFwdLog2e;
   const uint32_t q_base = tc::shared_address(sQ);
   const int row_top = i0 + wg_row0 + 16 * warp;  // first query row of this warp
@@ -150,15 +200,9 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
       const bool diag = kt + 1 == rows.n_kt;
       online_softmax_rows<kNT, kDT>(s, o, diag, j0, row_top, qrow, qcol, scale_log2, m, l);
 
-      // O += P V: P's A fragment of k-step k is the accumulators of n-blocks 2k, 2k+1.
+      // O += P V.
       uint32_t pf[kKP][4];
-      TC_UNROLL
-      for (int kb = 0; kb < kKP; ++kb) {
-        pf[kb][0] = tc::pack_bf16x2(s[8 * kb + 0], s[8 * kb + 1]);
-        pf[kb][1] = tc::pack_bf16x2(s[8 * kb + 2], s[8 * kb + 3]);
-        pf[kb][2] = tc::pack_bf16x2(s[8 * kb + 4], s[8 * kb + 5]);
-        pf[kb][3] = tc::pack_bf16x2(s[8 * kb + 6], s[8 * kb + 7]);
-      }
+      sm90a_detail::pack_p<kKP>(s, pf);
       tc::wgmma_fence_operand(o);
       tc::wgmma_fence();
       TC_UNROLL
@@ -170,18 +214,8 @@ TC_DEVICE void flash_forward_sm90a_block(const AttentionParams& p, const float* 
     tc::sync_block();  // stage kt & 1 is refilled by the next iteration's loads
   }
 
-  // Epilogue: normalise, affine term, stage the bf16 rows in this warp's rows of the Q
-  // tile (read by this warpgroup's wgmma only, all retired), then 16-byte stores.
-  AffineRow<D, kAffine> aff[2];
-  TC_UNROLL
-  for (int hh = 0; hh < 2; ++hh)
-    aff[hh] = load_affine_row<D, kAffine>(p, prefix, blk, wg_row0 + 16 * warp + qrow + 8 * hh, qcol);
-  TC_UNROLL
-  for (int hh = 0; hh < 2; ++hh)
-    forward_epilogue_row<D, kAffine, QT>(p, aff[hh], o, hh, blk, wg_row0 + 16 * warp + qrow + 8 * hh, qcol, m[hh],
-                                         l[hh], sQ);
-  tc::sync_warp();
-  store_warp_rows<D, QT>(p, blk, wg_row0 + 16 * warp, lane, sQ);
+  // Every wgmma of this warpgroup retired (the block barrier above).
+  sm90a_detail::store_rows<D, kAffine, QT>(p, prefix, blk, o, m, l, wg_row0, warp, lane, sQ);
 }
 
 }  // namespace kdtrain::flash

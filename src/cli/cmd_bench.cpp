@@ -129,8 +129,8 @@ void register_bench(CLI::App& app) {
                 "under mpirun -np W: time MPI's gradient reduction and all-gather against the "
                 "scaling model's prediction from the measured link (--steps repetitions)");
   cmd->add_option("--attention-forward", o->attention_forward,
-                  "the CUDA attention forward's kernel, auto, mma_sync or wgmma (train.attention_forward), "
-                  "e.g. to time both kernels")
+                  "the CUDA attention forward's kernel, auto, mma_sync, wgmma or wgmma_lockstep "
+                  "(train.attention_forward), e.g. to time the kernels against each other")
       ->check(one_of<AttentionForward>());
   cmd->add_option("--teacher-load", o->teacher_load,
                   "DIR: time the host part of loading this teacher checkpoint (map, check, scan, "

@@ -28,7 +28,7 @@ enum class ReduceDtype { fp32, bf16 };             // gradient all-reduce precis
 enum class Recompute { none, swiglu, norms, mlp };
 // The fused attention forward's kernel on CUDA, resolved once when the backend is built
 // (backend/cuda/attention_path.h): the rule, or one kernel forced.
-enum class AttentionForward { auto_select, mma_sync, wgmma };
+enum class AttentionForward { auto_select, mma_sync, wgmma, wgmma_lockstep };
 // The fused attention backward's main kernel on CUDA, likewise.
 enum class AttentionBackward { auto_select, mma_sync, wgmma };
 
@@ -82,7 +82,7 @@ KDTRAIN_CHOICES(Recompute, "train.recompute",
     {Recompute::none, "none"}, {Recompute::swiglu, "swiglu"}, {Recompute::norms, "norms"}, {Recompute::mlp, "mlp"});
 KDTRAIN_CHOICES(AttentionForward, "train.attention_forward",
     {AttentionForward::auto_select, "auto"}, {AttentionForward::mma_sync, "mma_sync"},
-    {AttentionForward::wgmma, "wgmma"});
+    {AttentionForward::wgmma, "wgmma"}, {AttentionForward::wgmma_lockstep, "wgmma_lockstep"});
 KDTRAIN_CHOICES(AttentionBackward, "train.attention_backward",
     {AttentionBackward::auto_select, "auto"}, {AttentionBackward::mma_sync, "mma_sync"},
     {AttentionBackward::wgmma, "wgmma"});

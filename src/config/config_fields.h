@@ -149,7 +149,8 @@ void visit(V& v, TrainConfig& t) {
             "layers 0..K-1 keep only their input and rerun their whole forward in the backward");
   v.choice("attention_forward", t.attention_forward,
            "the CUDA attention forward's kernel: auto (wgmma where built, on compute capability 9.0), "
-           "mma_sync, or wgmma (an error where it cannot run)");
+           "mma_sync, wgmma (warp-specialised) or wgmma_lockstep (the first wgmma kernel, to time "
+           "against it; a wgmma choice is an error where it cannot run)");
   v.choice("attention_backward", t.attention_backward,
            "the CUDA attention backward's main kernel: auto (wgmma where built, on compute capability 9.0), "
            "mma_sync, or wgmma (an error where it cannot run)");

@@ -115,14 +115,15 @@ Outputs reference(const Host& in, AttentionShape dims, AttentionFeatures v, bool
   return r;
 }
 
-// wgmma_forward / wgmma_backward: the forward runs the Hopper wgmma kernel
-// (flash_forward_sm90a_kernel.cuh), the backward its main kernel's sm_90a build
-// (flash_backward_wgmma.cuh), instead of the mma.sync ones.
+// forward: the forward's kernel (flash_forward_kernels.h); wgmma_backward: the backward
+// runs its main kernel's sm_90a build (flash_backward_wgmma.cuh), not the mma.sync one.
+using cuda::FlashForwardKernel;
 void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, AttentionVariant variant,
-              bool wgmma_forward = false, AffineBiasDivisor divisor = AffineBiasDivisor::sequence,
-              bool wgmma_backward = false) {
+              FlashForwardKernel forward = FlashForwardKernel::mma_sync,
+              AffineBiasDivisor divisor = AffineBiasDivisor::sequence, bool wgmma_backward = false) {
   INFO("variant " << static_cast<int>(variant) << " divisor " << divisor << " B=" << B << " T=" << T << " H=" << H
-                  << " Hkv=" << Hkv << " D=" << D << " wgmma fwd/bwd " << wgmma_forward << "/" << wgmma_backward);
+                  << " Hkv=" << Hkv << " D=" << D << " forward " << cuda::to_string(forward) << " wgmma bwd "
+                  << wgmma_backward);
   const AttentionShape dims{B, T, H, Hkv, D};
   std::mt19937 rng(static_cast<uint32_t>(T * 131 + D * 7 + Hkv * 3 + static_cast<int>(variant)));
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -192,7 +193,7 @@ void run_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, Attention
     dqkv.put(std::vector<uint16_t>(n_qkv, kGuardHalf), kGuardHalf);
     dalpha.put(std::vector<uint16_t>(n_alpha, features_of(variant).affine ? kGuardHalf : uint16_t{0}), kGuardHalf);
     dsinks.put(std::vector<float>(static_cast<size_t>(H), 0.f), guard_float());
-    cuda::flash_attention_forward(fp, fws.ptr, fws_bytes, stream, wgmma_forward);
+    cuda::flash_attention_forward(fp, fws.ptr, fws_bytes, stream, forward);
     cuda::flash_attention_backward(bp, ws.ptr, ws_bytes, stream, wgmma_backward);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     out_h[run] = out.get();
@@ -243,7 +244,8 @@ TEST_CASE("cuda flash attention matches the fp32 reference", "[cuda][flash][atte
         }
   // The other affine bias divisor (the cases above use the default, `sequence`).
   for (int64_t T : {7, 1000})
-    for (int64_t D : {64, 128}) run_case(T >= 1000 ? 1 : 2, T, 4, 1, D, AttentionVariant::affine, false, AffineBiasDivisor::visible);
+    for (int64_t D : {64, 128}) run_case(T >= 1000 ? 1 : 2, T, 4, 1, D, AttentionVariant::affine, FlashForwardKernel::mma_sync,
+                                      AffineBiasDivisor::visible);
 }
 
 // Whether the sm_90a (wgmma) kernels run here; says why not when they do not.
@@ -261,10 +263,15 @@ static bool wgmma_kernels_run_here(const char* which) {
 
 TEST_CASE("cuda wgmma forward (sm_90a) matches the fp32 reference", "[cuda][flash][attention][sm90a]") {
   if (!wgmma_kernels_run_here("forward")) return;
+  const FlashForwardKernel ws = FlashForwardKernel::wgmma_sm90a;  // auto's: the warp-specialised kernel
   for (AttentionVariant v : all_attention_variants())
-    for (int64_t D : {128, 64})
-      for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, true);  // GQA, group 2
-  for (int64_t T : {7, 1000}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, 128, AttentionVariant::affine, true, AffineBiasDivisor::visible);
+    for (int64_t D : {128, 64}) {
+      for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, ws);  // GQA, group 2
+      // The lockstep kernel, which an H200 passed at every T (2026-11-28): one T, multiple tiles.
+      run_case(1, 1000, 4, 2, D, v, FlashForwardKernel::wgmma_sm90a_lockstep);
+    }
+  for (int64_t T : {7, 1000})
+    run_case(T >= 1000 ? 1 : 2, T, 4, 2, 128, AttentionVariant::affine, ws, AffineBiasDivisor::visible);
 }
 
 TEST_CASE("cuda wgmma backward (sm_90a) matches the fp32 reference", "[cuda][flash][attention][sm90a]") {
@@ -272,9 +279,11 @@ TEST_CASE("cuda wgmma backward (sm_90a) matches the fp32 reference", "[cuda][fla
   const auto sequence = AffineBiasDivisor::sequence;
   for (AttentionVariant v : all_attention_variants())
     for (int64_t D : {128, 64})
-      for (int64_t T : {1, 7, 1000, 2048}) run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, true, sequence, true);
+      for (int64_t T : {1, 7, 1000, 2048})
+        run_case(T >= 1000 ? 1 : 2, T, 4, 2, D, v, FlashForwardKernel::wgmma_sm90a, sequence, true);
   for (int64_t T : {7, 1000})
-    run_case(T >= 1000 ? 1 : 2, T, 4, 2, 64, AttentionVariant::affine, true, AffineBiasDivisor::visible, true);
+    run_case(T >= 1000 ? 1 : 2, T, 4, 2, 64, AttentionVariant::affine, FlashForwardKernel::wgmma_sm90a,
+             AffineBiasDivisor::visible, true);
 }
 
 #endif  // KDTRAIN_HAVE_CUDA

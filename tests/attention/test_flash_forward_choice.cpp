@@ -1,7 +1,8 @@
 // choose_flash_forward_kernel (backend/cuda/attention_path.h), run once when the CUDA
-// backend is built from train.attention_forward: `auto` takes the wgmma forward wherever
-// it runs (a build with KDTRAIN_CUDA_SM90A on compute capability 9.0), `mma_sync` never,
-// and `wgmma` where it cannot run is an error naming what is missing. The same rule for
+// backend is built from train.attention_forward: `auto` takes the warp-specialised wgmma
+// forward wherever it runs (a build with KDTRAIN_CUDA_SM90A on compute capability 9.0),
+// `mma_sync` never, and `wgmma` or `wgmma_lockstep` where it cannot run is an error naming
+// what is missing. The same rule for
 // choose_flash_backward_kernel (train.attention_backward).
 #include <catch2/catch.hpp>
 
@@ -19,6 +20,11 @@ TEST_CASE("forward kernel choice: wgmma where it runs, mma.sync elsewhere or on 
   CHECK(choose_flash_forward_kernel(automatic, 10, 0, true) == FlashForwardKernel::mma_sync);  // sm_90a code: 9.0 only
   CHECK(choose_flash_forward_kernel(AttentionForward::mma_sync, 9, 0, true) == FlashForwardKernel::mma_sync);
   CHECK(choose_flash_forward_kernel(AttentionForward::wgmma, 9, 0, true) == FlashForwardKernel::wgmma_sm90a);
+  CHECK(choose_flash_forward_kernel(AttentionForward::wgmma_lockstep, 9, 0, true) ==
+        FlashForwardKernel::wgmma_sm90a_lockstep);
+  CHECK_THROWS_WITH(choose_flash_forward_kernel(AttentionForward::wgmma_lockstep, 9, 0, false),
+                    Catch::Contains("train.attention_forward=wgmma_lockstep:") &&
+                        Catch::Contains("KDTRAIN_CUDA_SM90A (no)"));
   CHECK_THROWS_WITH(choose_flash_forward_kernel(AttentionForward::wgmma, 9, 0, false),
                     Catch::Contains("train.attention_forward=wgmma") && Catch::Contains("KDTRAIN_CUDA_SM90A (no)"));
   CHECK_THROWS_WITH(choose_flash_forward_kernel(AttentionForward::wgmma, 8, 9, true),

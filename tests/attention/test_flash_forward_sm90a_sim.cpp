@@ -1,17 +1,21 @@
-// The sm_90a (wgmma) forward kernel source (kernels/attention/flash_forward_sm90a_kernel.cuh)
-// executed by the host SIMT emulator, wgmma included (kernels/tc/sim/simt_wgmma.cpp),
+// The sm_90a (wgmma) forward kernels' source, the warp-specialised pipelined kernel
+// (kernels/attention/flash_forward_sm90a_ws_kernel.cuh) and the lockstep one
+// (flash_forward_sm90a_kernel.cuh), executed by the host SIMT emulator, wgmma, named
+// barriers and setmaxnreg included (kernels/tc/sim/),
 // against the CPU reference in double, with the mma.sync forward's bounds
 // (forward_reference_check.h: the same precision, bf16 P and output, fp32 elsewhere):
 // every variant (affine under both bias divisors) at head dim 128 (and 64: built, chosen
 // only on request), GQA (group 2, where h / group and h % Hkv differ), T in
 // {1, 7, 1000, 2048} (64: up to 1000), outputs NaN-prefilled between guards. Up to T 1000 (64: 7) runs in the
 // reverse fiber order with cp.async landing at issue, and in a seeded shuffled order, must
-// give the same bits.
+// give the same bits; and the lockstep kernel must give the warp-specialised one's bits
+// (the same operations on O, m and l in the same order, only scheduled differently).
 #include <catch2/catch.hpp>
 #include <cstring>
 
 #include "oracles/forward_reference_check.h"
 #include "kernels/attention/flash_forward_sm90a_kernel.cuh"
+#include "kernels/attention/flash_forward_sm90a_ws_kernel.cuh"
 #include "kernels/attention/params.h"
 #include "support/sim_test_util.h"
 
@@ -20,21 +24,42 @@ using namespace kdtrain;
 namespace {
 
 using namespace simtest;
+enum class Kernel { warp_specialised, lockstep };
+
 template <int D, bool kSink, bool kAffine>
-sim::LaunchStats launch_sm90a(const flash::AttentionParams& p, const float* prefix, sim::Schedule sched) {
-  using L = flash::ForwardSm90a<D>;
-  const sim::LaunchConfig c = forward_launch_config(flash::forward_blocks(p, L::kBr), L::kThreads, L::kSmemBytes, sched, 0x90a);
+sim::LaunchStats launch_sm90a(const flash::AttentionParams& p, const float* prefix, sim::Schedule sched, Kernel k) {
+  if (k == Kernel::lockstep) {
+    using L = flash::ForwardSm90a<D>;
+    const sim::LaunchConfig c =
+        forward_launch_config(flash::forward_blocks(p, L::kBr), L::kThreads, L::kSmemBytes, sched, 0x90a);
+    return sim::launch(c, [&](unsigned char* smem) {
+      flash::flash_forward_sm90a_block<D, L::Bc, L::kWarpgroups, kSink, kAffine>(p, prefix, smem);
+    });
+  }
+  using L = flash::ForwardSm90aWs<D>;
+  const sim::LaunchConfig c =
+      forward_launch_config(flash::forward_blocks(p, L::kBr), L::kThreads, L::kSmemBytes, sched, 0x90a);
   return sim::launch(c, [&](unsigned char* smem) {
-    flash::flash_forward_sm90a_block<D, L::Bc, L::kWarpgroups, kSink, kAffine>(p, prefix, smem);
+    flash::flash_forward_sm90a_ws_block<D, kSink, kAffine>(p, prefix, smem);
+  });
+}
+
+EmulatedForward run_kernel(const AttnInputs& pb, sim::Schedule sched, Kernel k) {
+  return run_forward_emulated(pb, sched, [&](const flash::AttentionParams& p, const float* prefix, auto flags) {
+    using F = decltype(flags);
+    return pb.D == 64 ? launch_sm90a<64, F::kSink, F::kAffine>(p, prefix, sched, k)
+                      : launch_sm90a<128, F::kSink, F::kAffine>(p, prefix, sched, k);
   });
 }
 
 EmulatedForward run(const AttnInputs& pb, sim::Schedule sched) {
-  return run_forward_emulated(pb, sched, [&](const flash::AttentionParams& p, const float* prefix, auto flags) {
-    using F = decltype(flags);
-    return pb.D == 64 ? launch_sm90a<64, F::kSink, F::kAffine>(p, prefix, sched)
-                      : launch_sm90a<128, F::kSink, F::kAffine>(p, prefix, sched);
-  });
+  return run_kernel(pb, sched, Kernel::warp_specialised);
+}
+
+void check_same_bits(const EmulatedForward& a, const EmulatedForward& b) {
+  CHECK(b.guards_ok);
+  CHECK(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2) == 0);
+  CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
 }
 
 void check_problem(const AttnInputs& pb, bool both_schedules) {
@@ -46,13 +71,9 @@ void check_problem(const AttnInputs& pb, bool both_schedules) {
   CHECK(fwd.stats.wgmma > 0);
   CHECK(fwd.stats.mma == 0);  // no mma.sync left on this path
   compare_forward_to_reference(pb, fwd.out, fwd.lse);
+  check_same_bits(fwd, run_kernel(pb, sim::Schedule::forward, Kernel::lockstep));
   if (!both_schedules) return;
-  for (sim::Schedule other : {sim::Schedule::reverse, sim::Schedule::shuffled}) {
-    const EmulatedForward o = run(pb, other);
-    CHECK(o.guards_ok);
-    CHECK(std::memcmp(fwd.out.data(), o.out.data(), fwd.out.size() * 2) == 0);
-    CHECK(std::memcmp(fwd.lse.data(), o.lse.data(), fwd.lse.size() * 4) == 0);
-  }
+  for (sim::Schedule other : {sim::Schedule::reverse, sim::Schedule::shuffled}) check_same_bits(fwd, run(pb, other));
 }
 
 constexpr auto kVariants = all_attention_variants();

@@ -107,8 +107,7 @@ void attention_run(const flash::AttentionParams& p, AttentionPass pass, Attentio
                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (path == AttentionPath::flash) {
     if (pass == AttentionPass::forward)
-      flash_attention_forward(p, workspace, workspace_bytes, stream,
-                              kernels.forward == FlashForwardKernel::wgmma_sm90a);
+      flash_attention_forward(p, workspace, workspace_bytes, stream, kernels.forward);
     else
       flash_attention_backward(p, workspace, workspace_bytes, stream,
                                kernels.backward == FlashBackwardKernel::wgmma_sm90a);

@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "kernels/attention/flash_forward_kernels.h"
 #include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/row_limits.h"
 
@@ -60,42 +61,41 @@ inline AttentionPathChoice choose_attention_path(const AttentionShape& s, bool b
 
 // Whether this build's sm_90a (wgmma) kernels run on a device of compute capability
 // cc_major.cc_minor: where they were built (`built`: CMake KDTRAIN_CUDA_SM90A) on 9.0
-// exactly (sm_90a code runs on no other). `required` (`key` set to wgmma): where they do
-// not, an error naming what is missing.
-inline bool sm90a_runs_here(const char* key, bool required, int cc_major, int cc_minor, bool built) {
+// exactly (sm_90a code runs on no other). `asked` (the choice `key` was set to, when it
+// names a wgmma kernel; else null): where they do not, an error naming what is missing.
+inline bool sm90a_runs_here(const char* key, const char* asked, int cc_major, int cc_minor, bool built) {
   const bool runs = built && cc_major == 9 && cc_minor == 0;
-  if (required)
-    KD_CHECK(runs, key, "=wgmma: the wgmma kernel needs a build with KDTRAIN_CUDA_SM90A (", built ? "yes" : "no",
-             ") and a device of compute capability 9.0 (", cc_major, ".", cc_minor, ")");
+  if (asked != nullptr)
+    KD_CHECK(runs, key, "=", asked, ": the wgmma kernel needs a build with KDTRAIN_CUDA_SM90A (",
+             built ? "yes" : "no", ") and a device of compute capability 9.0 (", cc_major, ".", cc_minor, ")");
   return runs;
 }
 
-// The rule both passes' kernel choices share: `wgmma` asks for the sm_90a kernel (an error
-// where sm90a_runs_here says it cannot run), `auto` takes it wherever it runs, `mma_sync`
-// never.
-inline bool sm90a_chosen(const char* key, bool asked, bool automatic, int cc_major, int cc_minor, bool built) {
+// The rule both passes' kernel choices share: a wgmma choice asks for an sm_90a kernel
+// (`asked`, its name; an error where sm90a_runs_here says it cannot run), `auto` takes one
+// wherever it runs, `mma_sync` never.
+inline bool sm90a_chosen(const char* key, const char* asked, bool automatic, int cc_major, int cc_minor,
+                         bool built) {
   const bool runs_here = sm90a_runs_here(key, asked, cc_major, cc_minor, built);
-  return asked || (automatic && runs_here);
+  return asked != nullptr || (automatic && runs_here);
 }
 
-// Within the fused path, which forward kernel: the mma.sync one (sm_80 instructions,
-// any head dim the fused path takes) or the Hopper one (wgmma, sm_90a).
-enum class FlashForwardKernel { mma_sync, wgmma_sm90a };
-
-inline const char* to_string(FlashForwardKernel k) {
-  return k == FlashForwardKernel::wgmma_sm90a ? "wgmma_sm90a" : "mma_sync";
-}
 
 // The forward kernel of every call of one backend, chosen once when it is built from
 // train.attention_forward, this build and the device (sm90a_chosen), at head dims 64 and
-// 128 (the only ones the fused path takes). At D 128 it is the FlashAttention-3 shape; an
-// H200 timed it at 0.51 ms against the mma.sync kernel's 0.65 at D 64 and 0.38 against
-// 0.73 at D 128 (docs/flash_attention.md, "Hopper forward").
+// 128 (the only ones the fused path takes): a wgmma kernel wherever one runs, the
+// warp-specialised one unless the lockstep one is asked for (an H200 timed the lockstep
+// kernel at 0.51 ms against the mma.sync kernel's 0.65 at D 64 and 0.38 against 0.73 at
+// D 128; the warp-specialised one gives its bits and is predicted faster, not yet timed:
+// docs/flash_attention_forward_hopper.md).
 inline FlashForwardKernel choose_flash_forward_kernel(AttentionForward request, int cc_major, int cc_minor,
                                                       bool built) {
-  const bool wgmma = sm90a_chosen("train.attention_forward", request == AttentionForward::wgmma,
-                                  request == AttentionForward::auto_select, cc_major, cc_minor, built);
-  return wgmma ? FlashForwardKernel::wgmma_sm90a : FlashForwardKernel::mma_sync;
+  const bool lockstep = request == AttentionForward::wgmma_lockstep;
+  const char* asked = request == AttentionForward::wgmma || lockstep ? choice_name(request) : nullptr;
+  const bool wgmma = sm90a_chosen("train.attention_forward", asked, request == AttentionForward::auto_select,
+                                  cc_major, cc_minor, built);
+  if (!wgmma) return FlashForwardKernel::mma_sync;
+  return lockstep ? FlashForwardKernel::wgmma_sm90a_lockstep : FlashForwardKernel::wgmma_sm90a;
 }
 
 // Within the fused path, which build of the backward's main kernel: mma.sync throughout
@@ -113,8 +113,9 @@ inline const char* to_string(FlashBackwardKernel k) {
 // "Hopper backward").
 inline FlashBackwardKernel choose_flash_backward_kernel(AttentionBackward request, int cc_major, int cc_minor,
                                                         bool built) {
-  const bool wgmma = sm90a_chosen("train.attention_backward", request == AttentionBackward::wgmma,
-                                  request == AttentionBackward::auto_select, cc_major, cc_minor, built);
+  const char* asked = request == AttentionBackward::wgmma ? choice_name(request) : nullptr;
+  const bool wgmma = sm90a_chosen("train.attention_backward", asked, request == AttentionBackward::auto_select,
+                                  cc_major, cc_minor, built);
   return wgmma ? FlashBackwardKernel::wgmma_sm90a : FlashBackwardKernel::mma_sync;
 }
 
