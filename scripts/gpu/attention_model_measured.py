@@ -43,10 +43,13 @@ def label(pass_, kernel, d):
 def kernels_of(row):
     """{"forward", "backward"}: the model's names of the kernels a kdtrain row ran, as the
     window reads them (window_report.kernels_of), the forward being auto's on sm_90a
-    (wgmma) where nothing names it: bff3506's rows name the backward kernel only."""
+    (wgmma) where nothing names it: bff3506's rows name the backward kernel only. At
+    bff3506 every wgmma forward, `train.attention_forward:wgmma` included, was the lockstep
+    kernel (the model's "wgmma"): the warp-specialised one came later."""
     import window_report  # here: attention_model.py imports this file for H200 alone
     kernels = window_report.kernels_of(row)
-    return dict(kernels, forward=kernels["forward"] or "wgmma")
+    forward = kernels["forward"]
+    return dict(kernels, forward="wgmma" if forward in (None, "wgmma ws") else forward)
 
 
 def kernel_medians(rows):

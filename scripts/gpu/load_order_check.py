@@ -12,7 +12,10 @@ after; each rule fails when the SASS shows a global load (LDG) after a store aga
     first STG, so each head's rows cost one round trip;
   - forward (flash_forward_kernel, flash_forward_sm90a_kernel), after the last block
     barrier (the epilogue): no LDG after the first STS or STG, so the affine rows' alpha
-    and prefix sums are loaded together before any row is staged.
+    and prefix sums are loaded together before any row is staged; the warp-specialised
+    forward (flash_forward_sm90a_ws_kernel), whose last barrier in the listing is its
+    producer's, from its consumers' last warpgroup barrier (`BAR.SYNC ..., 0x80`: all
+    products retired) to their EXIT.
 
 usage: load_order_check.py LISTING.sass [...]   (cuobjdump -sass; exit 1 on a failed check,
        or when no listing holds a kernel the rules cover)"""
@@ -22,12 +25,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bwd_sass_check import functions  # noqa: E402  (same folder)
 
-# kernel name part: (what is checked, window of the body, stores that count); flash_forward_
-# covers both forwards (flash_forward_kernel, flash_forward_sm90a_kernel)
+# kernel name part: (what is checked, window of the body, stores that count), the first
+# part a name holds deciding; flash_forward_ covers flash_forward_kernel and
+# flash_forward_sm90a_kernel
 RULES = {
     "scan_totals_kernel": ("prefix scan totals", "all", ("STG",)),
     "scan_apply_kernel": ("prefix scan apply", "all", ("STG",)),
     "bwd_prep_kernel": ("backward prep", "before_first_bar", ("STG",)),
+    "flash_forward_sm90a_ws_kernel": ("forward epilogue", "consumer_epilogue", ("STS", "STG")),
     "flash_forward_": ("forward epilogue", "after_last_bar", ("STS", "STG")),
 }
 
@@ -43,6 +48,12 @@ def window(ins, where):
         return ins[: bars[0]] if bars else ins
     if where == "after_last_bar":
         return ins[bars[-1] + 1:] if bars else ins
+    if where == "consumer_epilogue":
+        group = [i for i in bars if ins[i][2].replace(" ", "").endswith(",0x80")]
+        if not group:
+            raise ValueError("no warpgroup barrier (BAR.SYNC ..., 0x80) before the consumers' epilogue")
+        end = next((i for i in range(group[-1], len(ins)) if ins[i][1] == "EXIT"), len(ins))
+        return ins[group[-1] + 1:end]
     return ins
 
 

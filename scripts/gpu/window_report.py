@@ -82,9 +82,13 @@ _CHOICE = re.compile(r"train\.attention_(forward|backward):(\w+)")
 # whose attention path does not name its backward kernel (one deterministic kernel, and
 # the atomics timing build's).
 BACKWARD_DEFAULT = {False: "bwd_main", True: "bwd_main atomics"}
-# The names the attention path gives (src/backend/cuda/attention_path.h, to_string) as
-# the model names them.
-MODEL_NAME = {"forward": {"wgmma_sm90a": "wgmma"}, "backward": {"wgmma_sm90a": "bwd_main wgmma"}}
+# The names the attention path gives (kernels/attention/flash_forward_kernels.h,
+# src/backend/cuda/attention_path.h: to_string) as the model names them: its "wgmma"
+# forward is the lockstep kernel's; the warp-specialised one has no row of its own.
+MODEL_NAME = {"forward": {"wgmma_sm90a": "wgmma ws", "wgmma_sm90a_lockstep": "wgmma"},
+              "backward": {"wgmma_sm90a": "bwd_main wgmma"}}
+# A build label's kernel choice (train.attention_forward / _backward) as the path names it.
+CHOICE_KERNEL = {"wgmma": "wgmma_sm90a", "wgmma_lockstep": "wgmma_sm90a_lockstep"}
 
 
 def kernels_of(row):
@@ -94,7 +98,7 @@ def kernels_of(row):
     backward's default name for its build; None for a pass nothing names."""
     build = row.get("build") or ""
     # A choice that cannot run is an error at start, so the label's choice is what ran.
-    named = {pass_: "wgmma_sm90a" if name == "wgmma" else name for pass_, name in _CHOICE.findall(build)}
+    named = {pass_: CHOICE_KERNEL.get(name, name) for pass_, name in _CHOICE.findall(build)}
     for p in row.get("attention_paths") or []:
         for pass_, name in _KERNEL.findall(p.get("reason", "")):
             named.setdefault(pass_, name)

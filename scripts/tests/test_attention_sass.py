@@ -277,8 +277,9 @@ def test_model_counts_one_softmax_per_forward_tile(built, d):
 
 def test_load_order_checks_pass_on_the_real_kernels(built):
     """Every prefix scan kernel (totals, apply; bf16 and fp32 input), backward prep
-    (6 instantiations) and forward (mma.sync and wgmma, 6 each) issues its global loads
-    before its stores, in the windows load_order_check.py names."""
+    (6 instantiations) and forward (mma.sync, lockstep wgmma and warp-specialised wgmma,
+    6 each) issues its global loads before its stores, in the windows load_order_check.py
+    names."""
     r = subprocess.run([sys.executable, str(GPU_SCRIPTS / "load_order_check.py")] +
                        [str(built / f"{b}.sass") for b in ("scan", "bwd", "fwd", "fwd_sm90a")],
                        capture_output=True, text=True)
@@ -286,12 +287,14 @@ def test_load_order_checks_pass_on_the_real_kernels(built):
     assert r.returncode == 0, r.stdout + r.stderr
     ok = [line.split(":")[0] for line in r.stdout.splitlines() if line.endswith(": OK")]
     assert sorted(set(ok)) == ["backward prep", "forward epilogue", "prefix scan apply", "prefix scan totals"]
-    assert len(ok) == 2 + 2 + 6 + 12
+    assert len(ok) == 2 + 2 + 6 + 18
 
 
 LOAD = "LDG.E R4, desc[UR4][R2.64]"
 STORE = "STG.E desc[UR4][R6.64], R4"
 BAR = "BAR.SYNC.DEFER_BLOCKING 0x0"
+WG_BAR = "BAR.SYNC.DEFER_BLOCKING R2, 0x80"  # the warp-specialised forward's "retired" barrier
+PRODUCER = ["USETMAXREG.DEALLOC.CTAPOOL 0x18", "BAR.SYNC.DEFER_BLOCKING R3, 0x180", LOAD, "EXIT"]
 
 
 @pytest.mark.parametrize("kernel, body, failed", [
@@ -303,6 +306,11 @@ BAR = "BAR.SYNC.DEFER_BLOCKING 0x0"
                                                      "EXIT"], False),
     ("flash_forward_sm90a_kernelILi64ELb0ELb1EEEv", [BAR, LOAD, "STS [R1], R4", LOAD, "STS [R1], R4", "EXIT"], True),
     ("flash_forward_kernelILi64ELi128ELi64ELi4ELb0ELb1EEEv", [BAR, LOAD, STORE, LOAD, "EXIT"], True),
+    # The warp-specialised forward: its epilogue runs from the consumers' warpgroup barrier to
+    # their EXIT; the producer's code after it (its own barrier last) is not the epilogue.
+    ("flash_forward_sm90a_ws_kernelILi64ELb0ELb1EEEv", [WG_BAR, LOAD, LOAD, "STS [R1], R4", STORE, "EXIT"] + PRODUCER,
+     False),
+    ("flash_forward_sm90a_ws_kernelILi64ELb0ELb1EEEv", [WG_BAR, LOAD, "STS [R1], R4", LOAD, "EXIT"] + PRODUCER, True),
 ])
 def test_load_order_check_on_listings(tmp_path, capsys, kernel, body, failed):
     path = tmp_path / "k.sass"

@@ -220,8 +220,10 @@ def test_window_summary_synthetic(tmp_path):
     suite(tmp_path, "flash", "x.cpp:1: failed: a\nFailed 1 test case, failed 2 assertions.\n", 10, "[flash]~[sim]")
     write(tmp_path / "racecheck.meta.json", json.dumps({"skipped": "DEVICE=cpu"}))
     # One attention-path entry per shape, its reason naming both kernels (cuda_backend.cu).
-    path_reason = [{"reason": "fused kernels; forward kernel wgmma_sm90a; backward kernel mma_sync"}]
-    wgmma_bwd = [{"reason": "fused kernels; forward kernel wgmma_sm90a; backward kernel wgmma_sm90a"}]
+    # The model's "wgmma" forward is the lockstep kernel's (window_report.MODEL_NAME).
+    path_reason = [{"reason": "fused kernels; forward kernel wgmma_sm90a_lockstep; backward kernel mma_sync"}]
+    wgmma_bwd = [{"reason": "fused kernels; forward kernel wgmma_sm90a_lockstep; backward kernel wgmma_sm90a"}]
+    ws_fwd = [{"reason": "fused kernels; forward kernel wgmma_sm90a; backward kernel wgmma_sm90a"}]
     jsonl(tmp_path / "attention.jsonl", [
         {"kind": "kdtrain", "attention": "baseline", "D": 64, "forward_ms": 0.6, "backward_ms": 1.4,
          "fwd_bwd_ms": 2.0, "attention_paths": path_reason},
@@ -238,7 +240,9 @@ def test_window_summary_synthetic(tmp_path):
          "fwd_bwd_ms": 2.2, "attention_paths": path_reason, "kernel_ms": {  # --kernel-times
              "bwd_prep": 0.05, "bwd_main": 1.2, "bwd u_scan": 0.04, "fwd wgmma": 0.6, "fwd v_scan": 0.03}},
         {"kind": "kdtrain", "attention": "sink", "D": 64, "forward_ms": 0.6, "backward_ms": 1.5,
-         "fwd_bwd_ms": 2.1, "attention_paths": wgmma_bwd}])
+         "fwd_bwd_ms": 2.1, "attention_paths": wgmma_bwd},
+        {"kind": "kdtrain", "attention": "baseline", "D": 64, "build": "train.attention_forward:wgmma",
+         "forward_ms": 0.45, "backward_ms": 0.9, "fwd_bwd_ms": 1.35, "attention_paths": ws_fwd}])
     write(tmp_path / "predictions.json", json.dumps({"kernels": [  # attention_model.py --json
         {"kernel": "wgmma", "D": 64, "ms": 0.55}, {"kernel": "mma_sync", "D": 64, "ms": 0.7},
         {"kernel": "bwd_main", "D": 64, "ms": 1.2}, {"kernel": "bwd_main atomics", "D": 64, "ms": 1.1},
@@ -272,6 +276,9 @@ def test_window_summary_synthetic(tmp_path):
     assert s["attn_bwd_ms"]["64"]["kdtrain[atomic-dq] baseline"] == {
         "measured": 1.32, "kernel": "bwd_main atomics", "predicted": 1.1}
     assert s["attn_fwd_ms"]["64"]["kdtrain[atomic-dq] baseline"]["predicted"] is None  # its kernel is not named
+    # The warp-specialised forward: a name of its own, no prediction (the model has no row of it).
+    assert s["attn_fwd_ms"]["64"]["kdtrain[train.attention_forward:wgmma] baseline"] == {
+        "measured": 0.45, "kernel": "wgmma ws", "predicted": None}
     assert s["attn_bwd_ms"]["64"]["kdtrain[atomic-dq+train.attention_backward:wgmma] baseline"] == {
         "measured": 0.8, "kernel": "bwd_main wgmma atomics", "predicted": 0.75}
     # fwd+bwd against the model's totals: 2.0 ms lies under the band 2.2-2.6 (above its lower
