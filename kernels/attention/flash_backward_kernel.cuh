@@ -73,6 +73,82 @@ TC_DEVICE void bwd_finalize(const BwdArgs& a) {
   store_dq<D, kAffine>(a, qacc, rsum, b, h, i0, warp, lane);
 }
 
+// Whether the step's two query sub-tiles are pipelined on wgmma (sub_tiles_wgmma): the
+// second pa / da buffer fits at D 64 only (at D 128 the MMA warps spilled 88 bytes under
+// setmaxnreg 240, 56 for affine; without the second buffer, with dV / dK in flight
+// through dQ or not, still 8 and 48: D 128 keeps a wait after each product).
+template <int D>
+constexpr bool kOverlapSubTiles = D == 64;
+
+// The step's two query sub-tiles on wgmma, pipelined: sub-tile 1's S^T / dP^T is issued
+// before sub-tile 0's dV / dK and retired while those run, so sub-tile 1's gradients
+// overlap them, in a second pa / da buffer (a dV / dK group's A registers stay unchanged
+// until it retires); sub-tile 1's dV / dK stay in flight through the dS^T barrier until
+// dQ's wait retires them (the caller's dq_wgmma, then dv_dk_retired), so the caller holds
+// the buffers (`ops`) until then. No dq writer runs
+// between the sub-tiles here: the wgmma builds hand dQ to the writer warp or, in the
+// atomics timing build, to atomics (DqWriter never holds a tile there).
+template <int kNq>
+struct SubTileOperands {
+  uint32_t pa[2][kNq / 2][4], da[2][kNq / 2][4];  // (alpha P)^T and dS^T A fragments, per sub-tile
+};
+
+template <int D, bool kAffine, int Br, int Bc, int kNq, bool kKvHeld>
+TC_DEVICE void sub_tiles_wgmma(float (&dv)[D / 8][4], float (&dk)[D / 8][4], SubTileOperands<kNq>& ops,
+                               const KvFragments<D, Bc, kKvHeld>& kv, const uint16_t* Ks, const uint16_t* Vs,
+                               const uint16_t* Qs, const uint16_t* dOs, const BwdLanes<D>& ln, const PairInfo& pr,
+                               uint16_t* dSs, float* rs_part) {
+  constexpr int kSubQ = 8 * kNq;
+  static_assert(Br == 2 * kSubQ, "two sub-tiles");
+  float s[4 * kNq], p[4 * kNq], sacc[kNq][4], pacc[kNq][4], rs[16];
+  // Sub-tile sub's gradients from its retired S^T / dP^T, into buffer sub.
+  auto gradients = [&](int sub) {
+    st_dp_collect<kNq>(sacc, pacc, s, p);
+    sub_tile_gradients<kAffine, Br, kNq>(ops.pa[sub], ops.da[sub], rs, sacc, pacc, pr, ln.key_r0, ln.tq, sub * kSubQ,
+                                         dSs);
+    if constexpr (kAffine) column_sums<2 * kNq>(rs, rs_part + ln.warp * Br + sub * kSubQ);
+  };
+  st_dp_issue<D, Bc, Br, kNq>(s, p, kv, Ks, Vs, Qs, dOs, ln.warp, 0);
+  tc::wgmma_wait<0>();
+  gradients(0);
+  st_dp_issue<D, Bc, Br, kNq>(s, p, kv, Ks, Vs, Qs, dOs, ln.warp, kSubQ);
+  dv_dk_issue<D, Br, kNq>(dv, dk, ops.pa[0], ops.da[0], Qs, dOs, 0);
+  tc::wgmma_wait<1>();  // sub-tile 1's S^T / dP^T retired; sub-tile 0's dV / dK may still run
+  gradients(1);
+  dv_dk_issue<D, Br, kNq>(dv, dk, ops.pa[1], ops.da[1], Qs, dOs, kSubQ);
+}
+
+// The step's two query sub-tiles one after the other, each product retired before the
+// next (mma.sync; wgmma where kOverlapSubTiles does not hold), thread 0's dq writer
+// between them when there is no writer warp (its bulk reduction issued after sub-tile 0,
+// retired after sub-tile 1).
+template <int D, bool kAffine, int Br, int Bc, int kNq, bool kWgmma, bool kWriterWarp, bool kKvHeld>
+TC_DEVICE void sub_tiles_in_turn(float (&dv)[D / 8][4], float (&dk)[D / 8][4], const KvFragments<D, Bc, kKvHeld>& kv,
+                                 const uint16_t* Ks, const uint16_t* Vs, const uint16_t* Qs, const uint16_t* dOs,
+                                 const BwdLanes<D>& ln, const PairInfo& pr, uint16_t* dSs, float* rs_part,
+                                 DqWriter<D, kAffine>& writer, const BwdArgs& a, unsigned char* smem, int kt) {
+  constexpr int kSubQ = 8 * kNq;
+  const uint16_t* Kw = Ks + ln.warp * 16 * D;  // the warp's 16 key rows (mma.sync)
+  const uint16_t* Vw = Vs + ln.warp * 16 * D;
+  BWD_ROLLED
+  for (int sub = 0; sub < Br / kSubQ; ++sub) {
+    const int q0 = sub * kSubQ;  // first query column of the sub-tile
+    float sacc[kNq][4], pacc[kNq][4];
+    if constexpr (kWgmma) st_dp_wgmma<D, Bc, Br, kNq>(sacc, pacc, kv, Ks, Vs, Qs, dOs, ln.warp, q0);
+    else st_dp_products<D, kNq>(sacc, pacc, ln, Kw, Vw, Qs, dOs, q0);
+    uint32_t pa[kNq / 2][4], da[kNq / 2][4];
+    float rs[16];
+    sub_tile_gradients<kAffine, Br, kNq>(pa, da, rs, sacc, pacc, pr, ln.key_r0, ln.tq, q0, dSs);
+    if constexpr (kAffine) column_sums<2 * kNq>(rs, rs_part + ln.warp * Br + q0);
+    if constexpr (kWgmma) dv_dk_wgmma<D, Br, kNq>(dv, dk, pa, da, Qs, dOs, q0);
+    else dv_dk_products<D, kNq>(dv, dk, pa, da, ln, Qs, dOs, q0);
+    if constexpr (!kWriterWarp) {
+      if (sub == 0) writer.issue(a, smem, kt);
+      else writer.retire(a, kt);
+    }
+  }
+}
+
 // kWgmma (sm_90a only): S^T / dP^T, dV / dK and dQ on wgmma (flash_backward_wgmma.cuh), Q,
 // dO, K, V in the tc::WgmmaTile layout; otherwise mma.sync throughout. kWgmma and not
 // kAtomic: a ninth warp hands the dQ tiles over (flash_backward_dq_warp.cuh,
@@ -102,8 +178,6 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
   const BwdLanes<D> ln(tc::warp_id(), tc::lane_id());
   const auto* Ks = reinterpret_cast<const uint16_t*>(smem + L::kK);
   const auto* Vs = reinterpret_cast<const uint16_t*>(smem + L::kV);
-  const uint16_t* Kw = Ks + ln.warp * 16 * D;  // the warp's 16 key rows (mma.sync)
-  const uint16_t* Vw = Vs + ln.warp * 16 * D;
   auto* dSs = reinterpret_cast<uint16_t*>(smem + L::kDs);
   auto* rs_part = reinterpret_cast<float*>(smem + L::kRs);
   DqWriter<D, kAffine> writer;
@@ -131,29 +205,22 @@ TC_DEVICE void bwd_main(const BwdArgs& a, unsigned char* smem) {
     const auto* dOs = reinterpret_cast<const uint16_t*>(smem + L::kDo + stage * L::kTileQ);
     const PairInfo pr{reinterpret_cast<const float*>(smem + L::kStat) + stage * L::kStats * Br,
                       static_cast<int64_t>(st.qt) * Br, w.j0, sc.masked(st.qt, w.kt), a.p.scale * kLog2e};
-    BWD_ROLLED
-    for (int sub = 0; sub < kSub; ++sub) {
-      const int q0 = sub * kSubQ;  // first query column of the sub-tile
-      float sacc[kNq][4], pacc[kNq][4];
-      if constexpr (kWgmma) st_dp_wgmma<D, L::Bc, Br, kNq>(sacc, pacc, kv, Ks, Vs, Qs, dOs, ln.warp, q0);
-      else st_dp_products<D, kNq>(sacc, pacc, ln, Kw, Vw, Qs, dOs, q0);
-      uint32_t pa[kNq / 2][4], da[kNq / 2][4];
-      float rs[16];
-      sub_tile_gradients<kAffine, Br, kNq>(pa, da, rs, sacc, pacc, pr, ln.key_r0, ln.tq, q0, dSs);
-      if constexpr (kAffine) column_sums<2 * kNq>(rs, rs_part + ln.warp * Br + q0);
-      if constexpr (kWgmma) dv_dk_wgmma<D, Br, kNq>(dv, dk, pa, da, Qs, dOs, q0);
-      else dv_dk_products<D, kNq>(dv, dk, pa, da, ln, Qs, dOs, q0);
-      if constexpr (!kWriterWarp) {
-        if (sub == 0) writer.issue(a, smem, w.kt);
-        else writer.retire(a, w.kt);
-      }
-    }
+    SubTileOperands<kNq> ops;  // sub_tiles_wgmma's: in flight until dQ's wait
+    if constexpr (kWgmma && kOverlapSubTiles<D>)
+      sub_tiles_wgmma<D, kAffine, Br, L::Bc, kNq>(dv, dk, ops, kv, Ks, Vs, Qs, dOs, ln, pr, dSs, rs_part);
+    else
+      sub_tiles_in_turn<D, kAffine, Br, L::Bc, kNq, kWgmma, kWriterWarp>(dv, dk, kv, Ks, Vs, Qs, dOs, ln, pr, dSs,
+                                                                        rs_part, writer, a, smem, w.kt);
     if constexpr (kWgmma) tc::fence_proxy_async();  // dS^T, for dQ's wgmma
     mma_barrier<kWriterWarp>();  // dS^T (and the rsum partials) complete; thread 0's staging buffer free
 
     float qacc[D / 16][4];
-    if constexpr (kWgmma) dq_wgmma<D, L::Bc>(qacc, dSs, Ks, ln.warp);
-    else dq_products<D, L::Bc>(qacc, ln, dSs, Ks);
+    if constexpr (kWgmma) {
+      dq_wgmma<D, L::Bc>(qacc, dSs, Ks, ln.warp);  // its wait retires sub_tiles_wgmma's dV / dK too
+      dv_dk_retired<D>(dv, dk);
+    } else {
+      dq_products<D, L::Bc>(qacc, ln, dSs, Ks);
+    }
     float rsum = 0.f;  // affine: this pair's sum_j P dPraw for query row 16 dq_m + lane
     if constexpr (kAffine) {
       if (ln.dq_n == 0 && ln.lane < 16)

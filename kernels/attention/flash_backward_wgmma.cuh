@@ -53,10 +53,10 @@ struct KvFragments<D, Bc, true> {
 // S^T = K_wg Q^T and dP^T = V_wg dO^T of the query sub-tile at column q0 (kNq 8-column
 // tiles, wgmma N = 8 kNq): A = the warpgroup's 64 key rows of K / V (from kv's registers
 // when it holds them, else from shared memory), B = the sub-tile's query rows of Q / dO,
-// all K-major (K = D). One commit group, retired before the accumulators are read;
-// sacc[n][e] / pacc[n][e] in the mma.sync C layout.
+// all K-major (K = D). Issued as one commit group into s / p (the caller retires it
+// before st_dp_collect reads them).
 template <int D, int Bc, int Br, int kNq, bool kRegs>
-TC_DEVICE void st_dp_wgmma(float (&sacc)[kNq][4], float (&pacc)[kNq][4], const KvFragments<D, Bc, kRegs>& kv,
+TC_DEVICE void st_dp_issue(float (&s)[4 * kNq], float (&p)[4 * kNq], const KvFragments<D, Bc, kRegs>& kv,
                            const uint16_t* Ks, const uint16_t* Vs, const uint16_t* Qs, const uint16_t* dOs, int warp,
                            int q0) {
   using KT = tc::WgmmaTile<Bc, D>;
@@ -65,7 +65,6 @@ TC_DEVICE void st_dp_wgmma(float (&sacc)[kNq][4], float (&pacc)[kNq][4], const K
   const int row0 = 64 * (warp / 4);
   const uint32_t k = tc::shared_address(Ks), v = tc::shared_address(Vs);
   const uint32_t q = tc::shared_address(Qs), o = tc::shared_address(dOs);
-  float s[N / 2], p[N / 2];
   tc::wgmma_fence();
   TC_UNROLL
   for (int kb = 0; kb < D / 16; ++kb) {
@@ -78,7 +77,11 @@ TC_DEVICE void st_dp_wgmma(float (&sacc)[kNq][4], float (&pacc)[kNq][4], const K
     else tc::wgmma_ss<N, false, false>(p, KT::desc_k_major(v, row0, kb), QT::desc_k_major(o, q0, kb), kb > 0);
   }
   tc::wgmma_commit();
-  tc::wgmma_wait<0>();
+}
+
+// The retired S^T / dP^T accumulators in the mma.sync C layout: sacc[n][e] / pacc[n][e].
+template <int kNq>
+TC_DEVICE void st_dp_collect(float (&sacc)[kNq][4], float (&pacc)[kNq][4], float (&s)[4 * kNq], float (&p)[4 * kNq]) {
   tc::wgmma_fence_operand(s);
   tc::wgmma_fence_operand(p);
   TC_UNROLL
@@ -90,13 +93,25 @@ TC_DEVICE void st_dp_wgmma(float (&sacc)[kNq][4], float (&pacc)[kNq][4], const K
     }
 }
 
+// st_dp_issue, retired at once, then st_dp_collect.
+template <int D, int Bc, int Br, int kNq, bool kRegs>
+TC_DEVICE void st_dp_wgmma(float (&sacc)[kNq][4], float (&pacc)[kNq][4], const KvFragments<D, Bc, kRegs>& kv,
+                           const uint16_t* Ks, const uint16_t* Vs, const uint16_t* Qs, const uint16_t* dOs, int warp,
+                           int q0) {
+  float s[4 * kNq], p[4 * kNq];
+  st_dp_issue<D, Bc, Br, kNq>(s, p, kv, Ks, Vs, Qs, dOs, warp, q0);
+  tc::wgmma_wait<0>();
+  st_dp_collect<kNq>(sacc, pacc, s, p);
+}
+
 // dV_wg += (alpha P)^T dO and dK_wg += dS^T Q over the sub-tile's 8 kNq queries: A from
 // registers (pa, da: the bf16 A fragments sub_tile_gradients packed, k-step kk = queries
 // q0 + 16kk..), B = dO / Q MN-major (K = queries, N = D), read once per warpgroup. The
 // accumulators are the warps' dV / dK registers in the C layout (D/8 tiles of 4 = the
-// wgmma's D/2 registers), retired before pa / da are rewritten by the next sub-tile.
+// wgmma's D/2 registers). Issued as one commit group: pa / da stay unchanged, and dV / dK
+// unread, until a wait retires it (the next sub-tile's products may chain onto dV / dK).
 template <int D, int Br, int kNq>
-TC_DEVICE void dv_dk_wgmma(float (&dv)[D / 8][4], float (&dk)[D / 8][4], const uint32_t (&pa)[kNq / 2][4],
+TC_DEVICE void dv_dk_issue(float (&dv)[D / 8][4], float (&dk)[D / 8][4], const uint32_t (&pa)[kNq / 2][4],
                            const uint32_t (&da)[kNq / 2][4], const uint16_t* Qs, const uint16_t* dOs, int q0) {
   using QT = tc::WgmmaTile<Br, D>;
   auto& dvf = reinterpret_cast<float(&)[D / 2]>(dv);
@@ -111,9 +126,22 @@ TC_DEVICE void dv_dk_wgmma(float (&dv)[D / 8][4], float (&dk)[D / 8][4], const u
     tc::wgmma_rs<D, true>(dkf, da[kk], QT::desc_mn_major(q, q0 / 16 + kk), true);
   }
   tc::wgmma_commit();
+}
+
+// dV / dK readable again once the dv_dk_issue groups on them have retired.
+template <int D>
+TC_DEVICE void dv_dk_retired(float (&dv)[D / 8][4], float (&dk)[D / 8][4]) {
+  tc::wgmma_fence_operand(reinterpret_cast<float(&)[D / 2]>(dv));
+  tc::wgmma_fence_operand(reinterpret_cast<float(&)[D / 2]>(dk));
+}
+
+// dv_dk_issue, retired at once.
+template <int D, int Br, int kNq>
+TC_DEVICE void dv_dk_wgmma(float (&dv)[D / 8][4], float (&dk)[D / 8][4], const uint32_t (&pa)[kNq / 2][4],
+                           const uint32_t (&da)[kNq / 2][4], const uint16_t* Qs, const uint16_t* dOs, int q0) {
+  dv_dk_issue<D, Br, kNq>(dv, dk, pa, da, Qs, dOs, q0);
   tc::wgmma_wait<0>();
-  tc::wgmma_fence_operand(dvf);
-  tc::wgmma_fence_operand(dkf);
+  dv_dk_retired<D>(dv, dk);
 }
 
 // The warp's dQ slice = dS K over the Bc keys, from zero, for the ordered dq hand-over
@@ -123,7 +151,8 @@ TC_DEVICE void dv_dk_wgmma(float (&dv)[D / 8][4], float (&dk)[D / 8][4], const u
 // 64 bytes into each 128-byte row at D 64). Warp w' of the warpgroup gets query rows
 // 16w'.. in the C layout, the mma.sync slice of warp 4wg + w' (dq_m = w', dq_n = wg).
 // dS^T was written by plain stores: every writer fenced it for the async proxy before the
-// barrier that precedes this.
+// barrier that precedes this. Its wait_group 0 retires every group of the warp, the
+// sub-tiles' dV / dK still in flight included.
 template <int D, int Bc>
 TC_DEVICE void dq_wgmma(float (&qacc)[D / 16][4], const uint16_t* dSs, const uint16_t* Ks, int warp) {
   using KT = tc::WgmmaTile<Bc, D>;
