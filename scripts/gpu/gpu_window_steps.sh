@@ -192,17 +192,20 @@ window_suites() {
 }
 
 # (b) attention alone, forward and backward apart, each row written as it is measured.
+# The builds in order of value, as a cut keeps the first: the atomics build (the default's
+# determinism cost), every kernel choice (e.g. the lockstep forward against auto's), then
+# the atomics build of each backward choice (the cost by choice).
 attention_b() {
   local builds=() spec bin compile=""
+  if [[ -n "$KDTRAIN_ATOMIC_DQ" ]]; then builds+=(--kdtrain-build "atomic-dq=$KDTRAIN_ATOMIC_DQ"); fi
+  while IFS= read -r spec; do
+    [[ -n "$spec" ]] && builds+=(--kdtrain-build "$spec")
+  done < <(python3 scripts/gpu/kernel_choices.py "$KDTRAIN"; printf '%s\n' "$ATTN_BUILDS")
   if [[ -n "$KDTRAIN_ATOMIC_DQ" ]]; then
-    builds+=(--kdtrain-build "atomic-dq=$KDTRAIN_ATOMIC_DQ")
     while IFS= read -r spec; do  # the atomics build of each backward kernel (its determinism cost)
       [[ $spec == train.attention_backward:* ]] && builds+=(--kdtrain-build "atomic-dq+$spec")
     done < <(python3 scripts/gpu/kernel_choices.py "$KDTRAIN_ATOMIC_DQ")
   fi
-  while IFS= read -r spec; do
-    [[ -n "$spec" ]] && builds+=(--kdtrain-build "$spec")
-  done < <(python3 scripts/gpu/kernel_choices.py "$KDTRAIN"; printf '%s\n' "$ATTN_BUILDS")
   for bin in "$(dirname "$KDTRAIN")"/kdtrain_*; do
     [[ -x "$bin" && "$bin" != *_tests && "$bin" != "$KDTRAIN_ATOMIC_DQ" ]] && builds+=(--kdtrain-build "${bin##*/kdtrain_}=$bin")
   done
