@@ -59,9 +59,7 @@ TC_DEVICE PrepVsum<D, kAffine> load_prep_vsum(const flash::BwdArgs& a, int64_t b
     for (int r = 0; r < kPrepRowsPerWarp; ++r) {
       const int64_t i = i_first + r;
       if (i >= a.p.T) continue;  // padding: never read
-      const float* s = a.vsum + ((b * a.p.T + i) * a.p.Hkv + g) * D + tc::lane_id() * kPer;
-      TC_UNROLL
-      for (int k = 0; k < kPer; ++k) v.s[r][k] = s[k];
+      tc::load_vec(v.s[r], a.vsum + ((b * a.p.T + i) * a.p.Hkv + g) * D + tc::lane_id() * kPer);
     }
   }
   return v;
@@ -81,10 +79,13 @@ TC_DEVICE PrepRows<D, kSink, kAffine> load_prep_rows(const flash::BwdArgs& a, in
     const int64_t i = i_first + r;
     if (i >= p.T) continue;  // padding: never read
     const int64_t o = b * p.o_batch + i * p.o_token + h * D + lane * kPer;
+    uint16_t dout[kPer], out[kPer];  // one vector load each (4 or 8 bytes: rows are 16-byte aligned)
+    tc::load_vec(dout, p.dout + o);
+    tc::load_vec(out, p.out + o);
     TC_UNROLL
     for (int k = 0; k < kPer; ++k) {
-      in.dout[r][k] = tc::bf16_to_float(p.dout[o + k]);
-      in.out[r][k] = tc::bf16_to_float(p.out[o + k]);
+      in.dout[r][k] = tc::bf16_to_float(dout[k]);
+      in.out[r][k] = tc::bf16_to_float(out[k]);
     }
     in.lse[r] = p.lse[b * p.lse_batch + h * p.lse_head + i];
     if constexpr (kAffine) in.alpha[r] = tc::bf16_to_float(p.alpha[b * p.alpha_batch + i * p.alpha_token + h]);
@@ -177,9 +178,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
     for (int r = 0; r < kPrepRowsPerWarp; ++r) {
       const int64_t i = i_first + r;
       if (i >= p.T) continue;
-      float* s = a.u + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer;
-      TC_UNROLL
-      for (int k = 0; k < kPer; ++k) s[k] = u[r][k];
+      tc::store_vec(a.u + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer, u[r]);
     }
   }
 

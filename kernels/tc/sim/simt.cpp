@@ -224,6 +224,14 @@ Index3 grid_dim() { return current_run().config->grid; }
 
 void sync_block() { wait_as(FiberState::at_block_barrier); }
 
+void check_aligned(const void* p, unsigned bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {
+    std::ostringstream s;
+    s << what << ": address " << p << " is not " << bytes << "-byte aligned";
+    fail(s.str());
+  }
+}
+
 void check_aligned16(const void* p, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
     std::ostringstream s;
