@@ -4,8 +4,7 @@
 // barriers and setmaxnreg included (kernels/tc/sim/),
 // against the CPU reference in double, with the mma.sync forward's bounds
 // (forward_reference_check.h: the same precision, bf16 P and output, fp32 elsewhere):
-// every variant (affine under both bias divisors) at head dim 128 (and 64: built, chosen
-// only on request), GQA (group 2, where h / group and h % Hkv differ), T in
+// every variant (affine under both bias divisors) at head dims 128 and 64, GQA (group 2, where h / group and h % Hkv differ), T in
 // {1, 7, 1000, 2048} (64: up to 1000), outputs NaN-prefilled between guards. Up to T 1000 (64: 7) runs in the
 // reverse fiber order with cp.async landing at issue, and in a seeded shuffled order, must
 // give the same bits; and the lockstep kernel must give the warp-specialised one's bits
