@@ -47,7 +47,7 @@ struct PrepRows {
 template <int D, bool kAffine>
 struct PrepVsum {
   static constexpr int kS = kAffine ? D / 32 : 1;
-  float s[kPrepRowsPerWarp][kS];
+  alignas(4 * kS) float s[kPrepRowsPerWarp][kS];  // each row one vector copy
 };
 
 template <int D, bool kAffine>
@@ -59,7 +59,7 @@ TC_DEVICE PrepVsum<D, kAffine> load_prep_vsum(const flash::BwdArgs& a, int64_t b
     for (int r = 0; r < kPrepRowsPerWarp; ++r) {
       const int64_t i = i_first + r;
       if (i >= a.p.T) continue;  // padding: never read
-      tc::load_vec(v.s[r], a.vsum + ((b * a.p.T + i) * a.p.Hkv + g) * D + tc::lane_id() * kPer);
+      tc::copy_vec<kPer>(v.s[r], a.vsum + ((b * a.p.T + i) * a.p.Hkv + g) * D + tc::lane_id() * kPer);
     }
   }
   return v;
@@ -79,9 +79,10 @@ TC_DEVICE PrepRows<D, kSink, kAffine> load_prep_rows(const flash::BwdArgs& a, in
     const int64_t i = i_first + r;
     if (i >= p.T) continue;  // padding: never read
     const int64_t o = b * p.o_batch + i * p.o_token + h * D + lane * kPer;
-    uint16_t dout[kPer], out[kPer];  // one vector load each (4 or 8 bytes: rows are 16-byte aligned)
-    tc::load_vec(dout, p.dout + o);
-    tc::load_vec(out, p.out + o);
+    // One vector copy each (4 or 8 bytes; rows are 16-byte aligned).
+    alignas(2 * kPer) uint16_t dout[kPer], out[kPer];
+    tc::copy_vec<kPer>(dout, p.dout + o);
+    tc::copy_vec<kPer>(out, p.out + o);
     TC_UNROLL
     for (int k = 0; k < kPer; ++k) {
       in.dout[r][k] = tc::bf16_to_float(dout[k]);
@@ -104,7 +105,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
   const int64_t i_first = chunk * flash::kRowChunk + warp * kPrepRowsPerWarp;
   auto* part = reinterpret_cast<float*>(smem + PrepLayout::kPart);
 
-  float u[kPrepRowsPerWarp][kPer];  // affine: sum over the group's heads of beta dO
+  alignas(4 * kPer) float u[kPrepRowsPerWarp][kPer];  // affine: sum over the group's heads of beta dO
   TC_UNROLL
   for (int r = 0; r < kPrepRowsPerWarp; ++r)
     TC_UNROLL
@@ -178,7 +179,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
     for (int r = 0; r < kPrepRowsPerWarp; ++r) {
       const int64_t i = i_first + r;
       if (i >= p.T) continue;
-      tc::store_vec(a.u + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer, u[r]);
+      tc::copy_vec<kPer>(a.u + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer, u[r]);
     }
   }
 

@@ -163,30 +163,19 @@ TC_DEVICE void copy16(void* dst, const void* src) {
 #endif
 }
 
-// N contiguous elements of 2 or 4 bytes, 4, 8 or 16 bytes in all, at an address aligned to
-// that size: one vector load (store) instead of N scalar ones (global or shared memory).
-template <typename T, int N>
-TC_DEVICE void load_vec(T (&dst)[N], const T* src) {
+// N contiguous elements of 2 or 4 bytes, 4, 8 or 16 bytes in all, between addresses
+// aligned to that size: one vector load and store instead of N scalar ones (global memory,
+// shared memory or registers, e.g. a row's columns into a lane's array).
+template <int N, typename T>
+TC_DEVICE void copy_vec(T* dst, const T* src) {
   constexpr int kBytes = N * static_cast<int>(sizeof(T));
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "4, 8 or 16 bytes");
 #if defined(__CUDACC__)
   using V = std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 8, uint2, uint4>>;
   *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
 #else
-  sim::check_aligned(src, kBytes, "load_vec source");
-  std::memcpy(dst, src, kBytes);
-#endif
-}
-
-template <typename T, int N>
-TC_DEVICE void store_vec(T* dst, const T (&src)[N]) {
-  constexpr int kBytes = N * static_cast<int>(sizeof(T));
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "4, 8 or 16 bytes");
-#if defined(__CUDACC__)
-  using V = std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 8, uint2, uint4>>;
-  *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
-#else
-  sim::check_aligned(dst, kBytes, "store_vec destination");
+  sim::check_aligned(src, kBytes, "copy_vec source");
+  sim::check_aligned(dst, kBytes, "copy_vec destination");
   std::memcpy(dst, src, kBytes);
 #endif
 }

@@ -307,33 +307,33 @@ TEST_CASE("sim reports divergence, bad addresses and exceptions", "[sim]") {
   CHECK_THROWS(tc::sync_block());  // outside a launch
 }
 
-TEST_CASE("sim vector loads and stores copy N elements and refuse a misaligned address", "[sim]") {
+TEST_CASE("sim vector copies move N elements and refuse a misaligned address", "[sim]") {
   alignas(16) uint16_t h[16];
   alignas(16) float f[8];
   for (int i = 0; i < 16; ++i) h[i] = static_cast<uint16_t>(100 + i);
   for (int i = 0; i < 8; ++i) f[i] = 0.5f * static_cast<float>(i);
   sim::launch(one_block(32, 0), [&](unsigned char*) {
     if (tc::lane_id() != 0) return;
-    uint16_t h4[4];
-    tc::load_vec(h4, h + 4);  // 8 bytes at an 8-byte boundary
-    float f4[4];
-    tc::load_vec(f4, f + 4);  // 16 bytes at a 16-byte boundary
+    alignas(16) uint16_t h4[4];
+    tc::copy_vec<4>(h4, h + 4);  // 8 bytes at an 8-byte boundary
+    alignas(16) float f4[4];
+    tc::copy_vec<4>(f4, f + 4);  // 16 bytes at a 16-byte boundary
     for (int i = 0; i < 4; ++i) f4[i] += static_cast<float>(h4[i]);
-    tc::store_vec(f, f4);
+    tc::copy_vec<4>(f, f4);
   });
   for (int i = 0; i < 4; ++i) CHECK(f[i] == 0.5f * static_cast<float>(i + 4) + static_cast<float>(104 + i));
   CHECK_THROWS_WITH(sim::launch(one_block(32, 0),
                                 [&](unsigned char*) {
-                                  uint16_t h2[2];
-                                  tc::load_vec(h2, h + 1);  // 4 bytes at a 2-byte boundary
+                                  alignas(4) uint16_t h2[2];
+                                  tc::copy_vec<2>(h2, h + 1);  // 4 bytes at a 2-byte boundary
                                 }),
-                    Catch::Contains("load_vec source") && Catch::Contains("not 4-byte aligned"));
+                    Catch::Contains("copy_vec source") && Catch::Contains("not 4-byte aligned"));
   CHECK_THROWS_WITH(sim::launch(one_block(32, 0),
                                 [&](unsigned char*) {
-                                  const float v[2] = {1.f, 2.f};
-                                  tc::store_vec(f + 1, v);  // 8 bytes at a 4-byte boundary
+                                  alignas(8) const float v[2] = {1.f, 2.f};
+                                  tc::copy_vec<2>(f + 1, v);  // 8 bytes at a 4-byte boundary
                                 }),
-                    Catch::Contains("store_vec destination") && Catch::Contains("not 8-byte aligned"));
+                    Catch::Contains("copy_vec destination") && Catch::Contains("not 8-byte aligned"));
 }
 
 TEST_CASE("sim shuffles, reductions, indices", "[sim]") {
