@@ -85,9 +85,9 @@ constexpr bool kOverlapSubTiles = D == 64;
 // overlap them, in a second pa / da buffer (a dV / dK group's A registers stay unchanged
 // until it retires); sub-tile 1's dV / dK stay in flight through the dS^T barrier until
 // dQ's wait retires them (the caller's dq_wgmma, then dv_dk_retired), so the caller holds
-// the buffers (`ops`) until then. No dq writer runs
-// between the sub-tiles here: the wgmma builds hand dQ to the writer warp or, in the
-// atomics timing build, to atomics (DqWriter never holds a tile there).
+// the buffers (`ops`) until then. No dq writer runs between the sub-tiles here: the wgmma
+// builds hand dQ to the writer warp or, in the atomics timing build, to atomics
+// (DqWriter never holds a tile there).
 template <int kNq>
 struct SubTileOperands {
   uint32_t pa[2][kNq / 2][4], da[2][kNq / 2][4];  // (alpha P)^T and dS^T A fragments, per sub-tile
@@ -130,7 +130,7 @@ TC_DEVICE void sub_tiles_in_turn(float (&dv)[D / 8][4], float (&dk)[D / 8][4], c
   constexpr int kSubQ = 8 * kNq;
   const uint16_t* Kw = Ks + ln.warp * 16 * D;  // the warp's 16 key rows (mma.sync)
   const uint16_t* Vw = Vs + ln.warp * 16 * D;
-  BWD_ROLLED
+  TC_ROLLED  // bounds register pressure: the body indexes its arrays with unrolled indices only
   for (int sub = 0; sub < Br / kSubQ; ++sub) {
     const int q0 = sub * kSubQ;  // first query column of the sub-tile
     float sacc[kNq][4], pacc[kNq][4];

@@ -29,14 +29,6 @@ using flash::kBwdTiles;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Loops kept rolled on the GPU to bound register pressure (their bodies index register
-// arrays only with unrolled inner indices).
-#if defined(__CUDACC__)
-#define BWD_ROLLED _Pragma("unroll 1")
-#else
-#define BWD_ROLLED
-#endif
-
 // Shared-memory carve-up of the main kernel (bytes). bf16 tiles are swizzled rows of D
 // (Q, dO, K, V) or of Br = 64 (dS^T) elements; the dQ tile (fp32, in the accumulator's
 // fragment order) and affine's row sums are the bulk reduction's sources.

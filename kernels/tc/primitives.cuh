@@ -30,7 +30,7 @@
 #define TC_DEVICE __device__ __forceinline__
 #define TC_HOST_DEVICE __host__ __device__ __forceinline__
 #define TC_UNROLL _Pragma("unroll")
-#define TC_ROLLED _Pragma("unroll 1")  // a loop kept rolled: few registers, e.g. after setmaxnreg.dec
+#define TC_ROLLED _Pragma("unroll 1")  // a loop kept rolled: fewer registers (e.g. after setmaxnreg.dec)
 #else
 #include <cmath>
 #include <cstring>
