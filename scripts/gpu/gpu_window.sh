@@ -31,10 +31,11 @@
 #      is "cut at N s".
 #   b  attention forward and backward at D 64 and 128, each timing written as it is measured:
 #      kdtrain's baseline and SDPA, kdtrain's variants, the atomics timing build
-#      (attn_determinism_cost; once more per backward kernel choice:
-#      attn_determinism_cost_by_choice), every kernel choice the binary offers
-#      (scripts/gpu/kernel_choices.py) and other packed build (bin/kdtrain_LABEL), PyTorch's
-#      variants; predicted beside measured where the pack holds predictions.json.
+#      (attn_determinism_cost), every kernel choice the binary offers
+#      (scripts/gpu/kernel_choices.py), the atomics build once more per backward kernel
+#      choice (attn_determinism_cost_by_choice), every other packed build
+#      (bin/kdtrain_LABEL), PyTorch's variants; predicted beside measured where the pack
+#      holds predictions.json.
 #   c  the llama3.2-1b step at T 2048, micro-batch 8, for FIRST_VARIANTS (baseline affine):
 #      kdtrain, then torch.compile variant by variant (the models built on the GPU).
 #   d  NCCL at world size 1 (scripts/gpu/gpu_check_nccl.sh).

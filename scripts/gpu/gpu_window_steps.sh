@@ -193,8 +193,8 @@ window_suites() {
 
 # (b) attention alone, forward and backward apart, each row written as it is measured.
 # The builds in order of value, as a cut keeps the first: the atomics build (the default's
-# determinism cost), every kernel choice (e.g. the lockstep forward against auto's), then
-# the atomics build of each backward choice (the cost by choice).
+# determinism cost), every kernel choice (e.g. the lockstep forward against auto's), the
+# atomics build of each backward choice (the cost by choice), then other packed builds.
 attention_b() {
   local builds=() spec bin compile=""
   if [[ -n "$KDTRAIN_ATOMIC_DQ" ]]; then builds+=(--kdtrain-build "atomic-dq=$KDTRAIN_ATOMIC_DQ"); fi
