@@ -32,6 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bwd_sass_check import functions  # noqa: E402  (same folder)
 from attention_model_variants import variant_rows, variants_line  # noqa: E402  (same folder)
 from attention_model_measured import H200  # noqa: E402  (same folder)
+from attention_model_sass import (greedy_efficiency, kernel, loop_counts, loops, masked_branches,  # noqa: E402,F401
+                                  no_overlap_clk, outer_loop, pipe_clocks, registers, tile_counts)
 
 ROOT = next(str(p) for p in Path(__file__).resolve().parents if (p / "kernels" / "attention").is_dir())
 
@@ -56,10 +58,6 @@ ASSUME = {
     "bwd_chain_lag_steps": 0.25,  # first ticket chunk: key tile kt starts this many steps behind kt - 1
     "bwd_chunk_groups": 8,       # kBwdChunkGroups (flash_backward_args.h)
 }
-
-SMEM_BYTES = [("LDSM", r"\.4$", 512), ("LDSM", r"\.2$", 256), ("LDSM", r"", 128), ("LDGSTS", r"\.128", 512),
-              ("STS", r"\.128", 512), ("STS", r"\.64", 256), ("STS", r"", 128), ("LDS", r"\.128", 512),
-              ("LDS", r"\.64", 256), ("LDS", r"", 128)]
 
 
 def run(cmd, **kw):
@@ -109,169 +107,6 @@ def compile_all(out):
         open(os.path.join(out, name + ".sass"), "w").write(sass)
 
 
-def registers(ptxas):
-    """{mangled kernel name: registers} from ptxas -v."""
-    out, cur = {}, None
-    for line in ptxas.splitlines():
-        m = re.search(r"Compiling entry function '([^']+)'", line)
-        if m:
-            cur = m.group(1)
-        m = re.search(r"Used (\d+) registers", line)
-        if m and cur:
-            out[cur] = int(m.group(1))
-    return out
-
-
-def loops(ins):
-    """[(first index, last index)] of every backward branch (loop) of a function."""
-    at = {a: i for i, (a, _, _) in enumerate(ins)}
-    out = []
-    for i, (a, op, args) in enumerate(ins):
-        m = re.match(r"(0x[0-9a-f]+)", args)
-        if op.startswith("BRA") and m and int(m.group(1), 16) <= a and int(m.group(1), 16) in at:
-            out.append((at[int(m.group(1), 16)], i))
-    return out
-
-
-def forward_target(ins, at, k):
-    """Index of the instruction a forward BRA at k jumps to, else None."""
-    m = re.match(r"(0x[0-9a-f]+)", ins[k][2])
-    if ins[k][1].startswith("BRA") and m and int(m.group(1), 16) > ins[k][0]:
-        return at.get(int(m.group(1), 16))
-    return None
-
-
-ONE_THREAD_OPS = ("LDG.E.STRONG", "STG.E.STRONG", "UBLKRED", "UBLKCP", "NANOSLEEP", "CCTL", "MEMBAR.ALL.GPU",
-                  "MEMBAR.SC.GPU")
-BLOCK_WIDE_OPS = ("HMMA", "HGMMA", "WARPGROUP", "BAR.", "LDGSTS", "LDSM")
-
-
-def one_warp_code(ins, f, l):
-    """Indices in f..l that only one warp runs: code a forward branch skips that holds the
-    dq writer's thread-0 operations (semaphore, gpu-scope fences, bulk copies: DqWriter in
-    flash_backward_steps.cuh) and none of the whole block's (products, barriers, prefetch)."""
-    at = {a: i for i, (a, _, _) in enumerate(ins)}
-    out = set()
-    for k in range(f, l + 1):
-        t = forward_target(ins, at, k)
-        if t is None:
-            continue
-        skipped = range(k + 1, min(t, l + 1))
-        ops = [ins[j][1] for j in skipped]
-        if any(op.startswith(ONE_THREAD_OPS) for op in ops) and not any(op.startswith(BLOCK_WIDE_OPS) for op in ops):
-            out.update(skipped)
-    return out
-
-
-def masked_branches(ins, f, l):
-    """[(masked, unmasked)] index ranges of the if / else pairs in f..l that choose between a
-    masked and an unmasked softmax: a forward branch to t whose instruction before t jumps
-    forward past the second part (to u <= l + 1); the part that selects -INF (the mask's
-    FSEL) more often is the masked one. Pairs where neither part selects -INF are other
-    code, left as counted."""
-    at = {a: i for i, (a, _, _) in enumerate(ins)}
-    out = []
-    for k in range(f, l + 1):
-        t = forward_target(ins, at, k)
-        if t is None or t > l or t - 1 <= k:
-            continue
-        u = forward_target(ins, at, t - 1)
-        if u is None or not t < u <= l + 1:
-            continue
-        first, second = range(k + 1, t), range(t, u)
-        inf = [sum("INF" in ins[j][2] for j in part) for part in (first, second)]
-        if inf[0] != inf[1]:
-            out.append((first, second) if inf[0] > inf[1] else (second, first))
-    return out
-
-
-def tile_counts(ins, inner_trips=1, warps=1, masked_fraction=None):
-    """Per-warp instruction counts of one tile (forward) or step (backward): the loop that
-    issues the prefetch (LDGSTS) and tensor-core work; an inner loop with tensor-core work
-    counts inner_trips times; code only one warp runs (one_warp_code) counts 1/warps. With
-    masked_fraction (the forward), each masked / unmasked softmax pair (masked_branches)
-    counts as the average tile runs it: the masked part masked_fraction, the other the rest."""
-    main = [(f, l) for f, l in loops(ins) if any(ins[k][1].startswith("LDGSTS") for k in range(f, l + 1)) and
-            any(ins[k][1].startswith(("HMMA", "HGMMA")) for k in range(f, l + 1))]
-    if not main:
-        raise SystemExit("attention_model: no main loop with LDGSTS and HMMA/HGMMA found")
-    f, l = main[0]
-    weight = [1] * (l + 1 - f)
-    for f2, l2 in loops(ins):
-        if f < f2 and l2 < l and any(ins[k][1].startswith(("HMMA", "HGMMA")) for k in range(f2, l2 + 1)):
-            for k in range(f2, l2 + 1):
-                weight[k - f] = inner_trips
-    for k in one_warp_code(ins, f, l):
-        weight[k - f] /= warps
-    if masked_fraction is not None:
-        pairs = masked_branches(ins, f, l)
-        if not pairs:
-            raise SystemExit("attention_model: no masked / unmasked softmax pair found in the forward's loop")
-        for masked, unmasked in pairs:
-            for k in masked:
-                weight[k - f] *= masked_fraction
-            for k in unmasked:
-                weight[k - f] *= 1 - masked_fraction
-    counts = {"instr": 0, "hmma": 0, "hgmma_fma": 0, "hgmma_smem": 0, "smem_bytes": 0, "mufu": 0}
-    for (_, op, args), w in zip(ins[f:l + 1], weight):
-        counts["instr"] += w
-        if op.startswith("HMMA.16816"):
-            counts["hmma"] += w
-        m = re.match(r"HGMMA\.64x(\d+)x16", op)
-        if m:
-            counts["hgmma_fma"] += w * 64 * int(m.group(1)) * 16
-            counts["hgmma_smem"] += w * int(m.group(1)) * 16 * 2  # B: N x 16 bf16
-            if not re.match(r"R\d+, R\d+, gdesc", args):  # A from shared memory too (not RS)
-                counts["hgmma_smem"] += w * 64 * 16 * 2
-        if op.startswith("MUFU"):
-            counts["mufu"] += w
-        for prefix, suffix, nbytes in SMEM_BYTES:
-            base = op.split(".")[0]
-            if base == prefix and re.search(suffix, op):
-                counts["smem_bytes"] += w * nbytes
-                break
-    return counts
-
-
-def pipe_clocks(c, warps, a):
-    """SM clocks of one tile for a block of `warps` warps with per-warp counts c."""
-    pipes = {
-        "tensor": warps * c["hmma"] / a["hmma16816_per_clk"] + (warps / 4) * c["hgmma_fma"] / a["wgmma_fma_per_clk"],
-        "smem": (warps * c["smem_bytes"] + (warps / 4) * c["hgmma_smem"]) / a["smem_bytes_per_clk"],
-        "mufu": warps * c["mufu"] * 32 / a["mufu_lanes_per_clk"],
-        "issue": warps * c["instr"] / a["issue_per_clk"],
-    }
-    bound = max(pipes, key=pipes.get)
-    return pipes[bound] * (1 + a["overhead"]), bound, pipes
-
-
-def no_overlap_clk(pipes):
-    """A tile's or step's clocks if the tensor-core work overlapped none of the other pipes'
-    (the tensor pipe + the busiest other): an estimate, not a bound. On the H200
-    (2026-11-28) every kernel's measured step came to 0.86-1.39x of it, and 1.14-2.45x the
-    lower bound's (docs/attention_model.md, "Measured on an H200")."""
-    return pipes["tensor"] + max(v for k, v in pipes.items() if k not in ("tensor", "dq_writer"))
-
-
-def greedy_efficiency(durations, slots):
-    """Ideal / list-scheduled makespan of jobs started in order on `slots` slots."""
-    import heapq
-    free = [0.0] * slots
-    heapq.heapify(free)
-    end = 0.0
-    for d in durations:
-        t = heapq.heappop(free) + d
-        end = max(end, t)
-        heapq.heappush(free, t)
-    return sum(durations) / slots / end if end else 1.0
-
-
-def kernel(fns, pattern):
-    hits = [(n, i) for n, i in fns.items() if re.search(pattern, n)]
-    if not hits:
-        raise SystemExit(f"attention_model: no kernel matching {pattern}")
-    return hits[0]
-
 
 def masked_fraction(T, br, bc, wgmma):
     """The share of the forward's softmax passes that take the masked branch. The wgmma
@@ -294,7 +129,7 @@ def masked_fraction(T, br, bc, wgmma):
 
 
 def forward(fns, regs, shape, d, a, wgmma, sink=False, affine=False):
-    B, T, H = shape["B"], shape["T"], shape["HD"] // d
+    T = shape["T"]
     flags = f"ELb{int(sink)}ELb{int(affine)}E"  # the kernels' <D, kSink, kAffine>
     if wgmma:
         name, ins = kernel(fns, rf"flash_forward_sm90a_kernelILi{d}{flags}")
@@ -306,6 +141,42 @@ def forward(fns, regs, shape, d, a, wgmma, sink=False, affine=False):
     c = tile_counts(ins, masked_fraction=f_masked)
     clk, bound, pipes = pipe_clocks(c, warps, a)
     ctas = max(1, min(65536 // (max(regs.get(name, 255), 1) * 32 * warps), 2 if not wgmma else 1))
+    return forward_schedule({"kernel": "wgmma" if wgmma else "mma_sync", "D": d, "tile": [br, bc], "warps": warps,
+                             "registers": regs.get(name), "ctas_per_sm": ctas, "masked_fraction": f_masked,
+                             "per_tile_per_warp": c, "pipes_clk": pipes, "bound": bound, "tile_clk": clk}, shape, a)
+
+
+# flash_forward_sm90a_ws_kernel.cuh (ForwardSm90aWs): two consumer warpgroups, one producer.
+WS_CONSUMER_WARPS, WS_PRODUCER_WARPS = 8, 4
+
+
+def forward_ws(fns, regs, shape, d, a, sink=False, affine=False):
+    """The warp-specialised wgmma forward, auto's on sm_90a: per key tile, the consumer
+    warps' loop (S and P V issued, the softmax, masked on the block's last tile as in the
+    lockstep kernel) and the producer warps' (K and V: its rolled copy loop runs
+    Bc * D / 8 / 128 = D / 8 trips per tile for each), their pipes added, as they share the
+    SM's issue slots and shared memory; the schedule is the lockstep kernel's (one block
+    per SM, the same tiles)."""
+    br = bc = 128
+    name, ins = kernel(fns, rf"flash_forward_sm90a_ws_kernelILi{d}ELb{int(sink)}ELb{int(affine)}E")
+    f_masked = masked_fraction(shape["T"], br, bc, True)
+    consumer = loop_counts(ins, *outer_loop(ins, ("HGMMA",), "consumer"), masked_fraction=f_masked)
+    producer = loop_counts(ins, *outer_loop(ins, ("LDGSTS", "BAR"), "producer"),
+                           inner_trips=bc * (d // 8) // (32 * WS_PRODUCER_WARPS), inner_ops=("LDGSTS",))
+    clk, bound, pipes = pipe_clocks(consumer, WS_CONSUMER_WARPS, a, [(producer, WS_PRODUCER_WARPS)])
+    return forward_schedule({"kernel": "wgmma ws", "D": d, "tile": [br, bc],
+                             "warps": WS_CONSUMER_WARPS + WS_PRODUCER_WARPS, "registers": regs.get(name),
+                             "ctas_per_sm": 1, "masked_fraction": f_masked,
+                             "per_tile_per_warp": {"consumer": consumer, "producer": producer},
+                             "pipes_clk": pipes, "bound": bound, "tile_clk": clk}, shape, a)
+
+
+def forward_schedule(k, shape, a):
+    """A forward kernel k (its "tile", "ctas_per_sm", "tile_clk" and "pipes_clk") at the
+    shape: one block per (b, h, query tile), heaviest first, list-scheduled on the SMs'
+    block slots; adds its ms, its slot efficiency and its no-overlap estimate."""
+    B, T, H = shape["B"], shape["T"], shape["HD"] // k["D"]
+    (br, bc), ctas, clk = k["tile"], k["ctas_per_sm"], k["tile_clk"]
     n_qt = -(-T // br)
     per_block = [sum(1 for kt in range(-(-T // bc)) if kt * bc <= (qt + 1) * br - 1) for qt in range(n_qt)]
     durations = [n * clk for _ in range(B * H) for n in reversed(per_block)]
@@ -314,10 +185,8 @@ def forward(fns, regs, shape, d, a, wgmma, sink=False, affine=False):
 
     def ms(tile_clk):  # the durations scale with the tile, so eff does not change
         return pairs * tile_clk / a["sms"] / eff / (a["clock_ghz"] * 1e6) + a["launch_us"] / 1e3
-    return {"kernel": "wgmma" if wgmma else "mma_sync", "D": d, "tile": [br, bc], "warps": warps,
-            "registers": regs.get(name), "ctas_per_sm": ctas, "masked_fraction": f_masked, "per_tile_per_warp": c,
-            "pipes_clk": pipes, "bound": bound, "tile_clk": clk, "tile_pairs": pairs, "slot_efficiency": eff,
-            "ms": ms(clk), "no_overlap_clk": no_overlap_clk(pipes), "no_overlap_ms": ms(no_overlap_clk(pipes))}
+    serial = no_overlap_clk(k["pipes_clk"])
+    return dict(k, tile_pairs=pairs, slot_efficiency=eff, ms=ms(clk), no_overlap_clk=serial, no_overlap_ms=ms(serial))
 
 
 def dq_writer_warp_clk(d, br, a):
@@ -458,7 +327,7 @@ def calibration_line(t):
     x = c["target_met_if_low_by_under"]
     meets = (f"meets {t['target_ms']} ms only if the model is low by < {100 * x:.0f}%" if x > 0 else
              f"misses {t['target_ms']} ms even at the lower bound")
-    return (f"D {t['D']} ({t['backward']}): lower bound {c['lower_bound_ms']:.3f} ms, back-test band "
+    return (f"D {t['D']} ({t['forward']} + {t['backward']}): lower bound {c['lower_bound_ms']:.3f} ms, back-test band "
             f"{c['band_ms'][0]:.2f}-{c['band_ms'][1]:.2f} ms (ends {c['band_ends_ms'][0]:.2f}-"
             f"{c['band_ends_ms'][1]:.2f}); {meets}")
 
@@ -487,10 +356,12 @@ def main():
         b_at = backward(fns["bwd_atomic"], regs["bwd_atomic"], shape, d, ASSUME, True)
         b_wg = backward(fns["bwd_sm90a"], regs["bwd_sm90a"], shape, d, ASSUME, False, True)
         b_wg_at = backward(fns["bwd_sm90a_atomic"], regs["bwd_sm90a_atomic"], shape, d, ASSUME, True, True)
-        result["kernels"] += [f_mma, f_wg, b_det, b_at, b_wg, b_wg_at]
-        fwd = f_wg  # the run-time default (train.attention_forward=auto) at both head dims
-        # The mma.sync backward and the wgmma one, each against its own atomics build.
-        for bwd, atomics in ((b_det, b_at), (b_wg, b_wg_at)):
+        f_ws = forward_ws(fns["fwd_sm90a"], regs["fwd_sm90a"], shape, d, ASSUME)
+        result["kernels"] += [f_mma, f_wg, f_ws, b_det, b_at, b_wg, b_wg_at]
+        # auto's forward (the warp-specialised one at both head dims) with each backward, each
+        # against its own atomics build; and the lockstep forward (wgmma_lockstep) with the
+        # wgmma backward, the window's A/B of the two forwards.
+        for fwd, bwd, atomics in ((f_ws, b_det, b_at), (f_ws, b_wg, b_wg_at), (f_wg, b_wg, b_wg_at)):
             total = fwd["ms"] + bwd["ms"]
             result["totals"].append({"D": d, "forward": fwd["kernel"], "backward": bwd["kernel"], "fwd_ms": fwd["ms"],
                                      "bwd_ms": bwd["ms"], "fwd_bwd_ms": total, "target_ms": TARGETS[d],
@@ -500,7 +371,7 @@ def main():
                                      "calibrated": calibrated(fwd["ms"], bwd["ms"], TARGETS[d], ranges)})
         for bwd_build, wgmma in (("bwd", False), ("bwd_sm90a", True)):
             result["variants"] += variant_rows(
-                lambda sink, affine: forward(fns["fwd_sm90a"], regs["fwd_sm90a"], shape, d, ASSUME, True, sink, affine),
+                lambda sink, affine: forward_ws(fns["fwd_sm90a"], regs["fwd_sm90a"], shape, d, ASSUME, sink, affine),
                 lambda affine: backward(fns[bwd_build], regs[bwd_build], shape, d, ASSUME, False, wgmma, affine),
                 shape, d, ASSUME)
     print(f"shape: B {shape['B']}, T {shape['T']}, H*D {shape['HD']}, GQA {shape['gqa']}, causal, bf16; "

@@ -40,7 +40,9 @@ MAIN = re.compile(r"bwd_main(_sm90a)?_kernelILi(\d+)ELb([01])E(?:Lb([01])E)?")
 
 
 def functions(text):
-    """{mangled name: [(addr, opcode, operands)]} of a cuobjdump -sass listing."""
+    """{mangled name: [(addr, opcode, operands)]} of a cuobjdump -sass listing; an
+    instruction under the never-true predicate @!PT is a NOP (its own opcode kept in the
+    operands)."""
     out, cur = {}, None
     for line in text.splitlines():
         m = FUNC.search(line)
@@ -49,7 +51,10 @@ def functions(text):
             continue
         m = INSTR.search(line)
         if m and cur is not None:
-            cur.append((int(m.group(1), 16), m.group(3), m.group(4)))
+            if (m.group(2) or "").strip() == "@!PT":  # never runs: only its issue slot (ptxas pads with these)
+                cur.append((int(m.group(1), 16), "NOP", f"@!PT {m.group(3)} {m.group(4)}"))
+            else:
+                cur.append((int(m.group(1), 16), m.group(3), m.group(4)))
     return out
 
 

@@ -83,8 +83,8 @@ _CHOICE = re.compile(r"train\.attention_(forward|backward):(\w+)")
 # the atomics timing build's).
 BACKWARD_DEFAULT = {False: "bwd_main", True: "bwd_main atomics"}
 # The names the attention path gives (kernels/attention/flash_forward_kernels.h,
-# src/backend/cuda/attention_path.h: to_string) as the model names them: its "wgmma"
-# forward is the lockstep kernel's; the warp-specialised one has no row of its own.
+# src/backend/cuda/attention_path.h: to_string) as the model names them: "wgmma ws" is the
+# warp-specialised forward (auto's), "wgmma" the lockstep one (train.attention_forward=wgmma_lockstep).
 MODEL_NAME = {"forward": {"wgmma_sm90a": "wgmma ws", "wgmma_sm90a_lockstep": "wgmma"},
               "backward": {"wgmma_sm90a": "bwd_main wgmma"}}
 # A build label's kernel choice (train.attention_forward / _backward) as the path names it.

@@ -43,9 +43,9 @@ def test_band_divides_each_pass_by_its_ratio_range():
 
 def test_lines_say_when_a_target_holds_and_when_it_is_missed():
     both = {"fwd": SAME, "bwd": SAME}
-    met = {"D": 64, "backward": "x", "target_ms": 1.5, "calibrated": attention_model.calibrated(0.2, 1.0, 1.5, both)}
+    met = {"D": 64, "forward": "f", "backward": "x", "target_ms": 1.5, "calibrated": attention_model.calibrated(0.2, 1.0, 1.5, both)}
     assert attention_model.calibration_line(met) == (
-        "D 64 (x): lower bound 1.200 ms, back-test band 1.71-2.00 ms (ends 1.50-2.40); "
+        "D 64 (f + x): lower bound 1.200 ms, back-test band 1.71-2.00 ms (ends 1.50-2.40); "
         "meets 1.5 ms only if the model is low by < 20%")
     missed = dict(met, calibrated=attention_model.calibrated(0.6, 1.0, 1.5, both))
     assert missed["calibrated"]["target_met_if_low_by_under"] < 0

@@ -219,34 +219,37 @@ def test_performance_model_predicts_each_kernel(built, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads(out.read_text())
     assert {(k["kernel"], k["D"]) for k in result["kernels"]} == {
-        (k, d) for k in ("mma_sync", "wgmma", "bwd_main", "bwd_main atomics", "bwd_main wgmma",
+        (k, d) for k in ("mma_sync", "wgmma", "wgmma ws", "bwd_main", "bwd_main atomics", "bwd_main wgmma",
                          "bwd_main wgmma atomics") for d in (64, 128)}
     for k in result["kernels"]:
         assert 0.05 < k["ms"] < 20, k
-    assert [(t["D"], t["backward"]) for t in result["totals"]] == [
-        (d, b) for d in (64, 128) for b in ("bwd_main", "bwd_main wgmma")]
+    # auto's forward (warp-specialised) with each backward; the lockstep one with the wgmma backward
+    assert [(t["D"], t["forward"], t["backward"]) for t in result["totals"]] == [
+        (d, f, b) for d in (64, 128) for f, b in (("wgmma ws", "bwd_main"), ("wgmma ws", "bwd_main wgmma"),
+                                                  ("wgmma", "bwd_main wgmma"))]
     ms = {(k["kernel"], k["D"]): k["ms"] for k in result["kernels"]}
     for t in result["totals"]:  # each backward against its own atomics timing build
         atomics = ms[(t["backward"] + " atomics", t["D"])]
         assert t["determinism_cost"] == pytest.approx(ms[(t["backward"], t["D"])] / atomics - 1)
-    assert r.stdout.count("attn_determinism_cost") == 4
+    assert r.stdout.count("attn_determinism_cost") == 6
     for t in result["totals"]:  # a lower bound: the back-test's band lies above it
         assert t["fwd_bwd_ms"] == t["calibrated"]["lower_bound_ms"] < t["calibrated"]["band_ms"][0], t
-    assert r.stdout.count("back-test band") == 4
+    assert r.stdout.count("back-test band") == 6
     assert set(result["calibration"]["predicted_over_measured"]) == {"fwd", "bwd"}  # a range per pass
     for k in result["kernels"]:  # no overlap: the tensor pipe added to the busiest other, never below the bound's pipe
         others = [v for p, v in k["pipes_clk"].items() if p not in ("tensor", "dq_writer")]
         assert k["no_overlap_clk"] >= k["pipes_clk"]["tensor"] + max(others) - 1e-6, k
         assert k["no_overlap_ms"] > k["ms"] / (1 + result["assumptions"]["overhead"]), k
     assert "clock_ghz" in result["assumptions"]
-    # Every variant at both head dims, each its own kernels' instantiation: the baseline row
-    # is the wgmma total, the others at least its kernels' time plus their side costs.
+    # Every variant at both head dims, each its own kernels' instantiation on auto's forward:
+    # the baseline row is that total, the others at least its kernels' time plus their side costs.
     import attention_model_variants
     rows = {(v["variant"], v["D"], v["backward"]): v for v in result["variants"]}
     assert set(rows) == {(v, d, b) for v in attention_model_variants.FEATURES for d in (64, 128)
                          for b in ("bwd_main", "bwd_main wgmma")}
-    for t in result["totals"]:  # the baseline row of each backward is that backward's total
+    for t in (t for t in result["totals"] if t["forward"] == "wgmma ws"):  # each backward's baseline row
         base = rows[("baseline", t["D"], t["backward"])]
+        assert base["forward"] == "wgmma ws"
         assert base["slowdown"] == 1 and base["fwd_bwd_ms"] == pytest.approx(t["fwd_bwd_ms"])
         for (v, d, b), row in rows.items():
             if (d, b) == (t["D"], t["backward"]):
@@ -273,6 +276,39 @@ def test_model_counts_one_softmax_per_forward_tile(built, d):
     assert mufu == [16 * bc // 32 + 2] * 2
     c = attention_model.tile_counts(ins, masked_fraction=attention_model.masked_fraction(2048, 128, bc, True))
     assert c["mufu"] == pytest.approx(16 * bc // 32 + 2)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_model_counts_both_roles_of_the_warp_specialised_forward(built, d):
+    """The warp-specialised forward: the consumers' loop holds the tile's products (S: D/16
+    wgmma of N 128, P V: 128/16 of N D) and one softmax per tile, as the lockstep kernel's;
+    the producer's loop holds no product and copies K and V (2 x 128 rows x D/8 16-byte
+    chunks per tile over its 4 warps); their pipes add up."""
+    import attention_model
+    import attention_model_sass
+    fns = bwd_sass_check.functions((built / "fwd_sm90a.sass").read_text())
+    _, ins = attention_model.kernel(fns, rf"flash_forward_sm90a_ws_kernelILi{d}ELb0ELb0E")
+    consumer = attention_model_sass.outer_loop(ins, ("HGMMA",), "consumer")
+    producer = attention_model_sass.outer_loop(ins, ("LDGSTS", "BAR"), "producer")
+    assert consumer[1] < producer[0]  # disjoint: the producer's branch follows the consumers'
+    k = attention_model.forward_ws(fns, {}, {"B": 8, "T": 2048, "HD": 2048, "gqa": 4}, d, attention_model.ASSUME)
+    c, p = k["per_tile_per_warp"]["consumer"], k["per_tile_per_warp"]["producer"]
+    assert c["hgmma_fma"] == 64 * 128 * d + 64 * d * 128 and p["hgmma_fma"] == 0
+    assert c["mufu"] == pytest.approx(16 * 128 // 32 + 2)
+    assert p["smem_bytes"] == pytest.approx(2 * 128 * (d // 8) * 16 / 4)  # LDGSTS.128 lands 512 B per warp
+    lone = attention_model.pipe_clocks(c, 8, attention_model.ASSUME)[2]
+    issue_per_clk = attention_model.ASSUME["issue_per_clk"]
+    assert k["pipes_clk"]["issue"] == pytest.approx(lone["issue"] + 4 * p["instr"] / issue_per_clk)
+    assert k["pipes_clk"]["tensor"] == pytest.approx(lone["tensor"])
+
+
+def test_never_true_predicate_is_a_nop():
+    """ptxas pads with `@!PT LDS RZ, [RZ]` (before each LDGSTS of a rolled copy loop): it
+    issues but never runs, so the model counts it as an instruction, never as shared-memory
+    traffic."""
+    fns = bwd_sass_check.functions(listing("k", ["@!PT LDS RZ, [RZ]", "@P0 LDS R2, [R3]", "EXIT"]))
+    ops = [(op, args) for _, op, args in fns["k"]]
+    assert ops[0] == ("NOP", "@!PT LDS RZ, [RZ]") and ops[1] == ("LDS", "R2, [R3]")
 
 
 def test_load_order_checks_pass_on_the_real_kernels(built):

@@ -245,6 +245,7 @@ def test_window_summary_synthetic(tmp_path):
          "forward_ms": 0.45, "backward_ms": 0.9, "fwd_bwd_ms": 1.35, "attention_paths": ws_fwd}])
     write(tmp_path / "predictions.json", json.dumps({"kernels": [  # attention_model.py --json
         {"kernel": "wgmma", "D": 64, "ms": 0.55}, {"kernel": "mma_sync", "D": 64, "ms": 0.7},
+        {"kernel": "wgmma ws", "D": 64, "ms": 0.4},
         {"kernel": "bwd_main", "D": 64, "ms": 1.2}, {"kernel": "bwd_main atomics", "D": 64, "ms": 1.1},
         {"kernel": "bwd_main wgmma", "D": 64, "ms": 0.8}, {"kernel": "bwd_main wgmma atomics", "D": 64, "ms": 0.75}],
         "totals": [{"D": 64, "forward": "wgmma", "backward": backward, "calibrated": {
@@ -276,9 +277,9 @@ def test_window_summary_synthetic(tmp_path):
     assert s["attn_bwd_ms"]["64"]["kdtrain[atomic-dq] baseline"] == {
         "measured": 1.32, "kernel": "bwd_main atomics", "predicted": 1.1}
     assert s["attn_fwd_ms"]["64"]["kdtrain[atomic-dq] baseline"]["predicted"] is None  # its kernel is not named
-    # The warp-specialised forward: a name of its own, no prediction (the model has no row of it).
+    # The warp-specialised forward: the model's row of its own, not the lockstep kernel's.
     assert s["attn_fwd_ms"]["64"]["kdtrain[train.attention_forward:wgmma] baseline"] == {
-        "measured": 0.45, "kernel": "wgmma ws", "predicted": None}
+        "measured": 0.45, "kernel": "wgmma ws", "predicted": 0.4}
     assert s["attn_bwd_ms"]["64"]["kdtrain[atomic-dq+train.attention_backward:wgmma] baseline"] == {
         "measured": 0.8, "kernel": "bwd_main wgmma atomics", "predicted": 0.75}
     # fwd+bwd against the model's totals: 2.0 ms lies under the band 2.2-2.6 (above its lower
