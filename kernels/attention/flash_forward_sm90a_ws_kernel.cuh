@@ -57,16 +57,26 @@ namespace sm90a_detail {
 
 // WgmmaTileLoad's copies (the same chunk per thread) in a rolled loop: the producer's 24
 // registers hold no unrolled addresses (unrolled, ptxas spilled 228 to 1,128 bytes there).
+// A pass is whole 8-row swizzle patterns, so each pass's shared and global addresses are
+// the previous pass's plus a constant: the loop adds instead of recomputing the swizzle
+// and the 64-bit address (22 instructions per copy before, by the SASS).
 struct RolledWgmmaTileLoad {
   template <int D, int kRows, int kThreads>
   static TC_DEVICE void tile(uint16_t* dst, const uint16_t* src, int row_stride, int valid, int tid) {
+    using Tile = tc::WgmmaTile<kRows, D>;
     constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks;
     static_assert(kThreads % kChunks == 0 && kRows % kRowsPerPass == 0, "every thread copies whole passes");
-    const int col = (tid % kChunks) * 8;
+    static_assert(kRowsPerPass % 8 == 0, "a pass moves the swizzle pattern by whole periods");
+    constexpr int kDstStep = kRowsPerPass * 64;  // Tile::offset: a row of a 64-column block is 64 elements
+    const int row0 = tid / kChunks, col = (tid % kChunks) * 8;
+    uint16_t* to = dst + Tile::offset(row0, col);
+    // 32-bit element offsets, as WgmmaTileLoad's row * row_stride: a 64-bit running pointer
+    // and step made the 24 registers spill.
+    const int src_step = kRowsPerPass * row_stride;
     TC_ROLLED
-    for (int row = tid / kChunks; row < kRows; row += kRowsPerPass) {
+    for (int row = row0, at = row0 * row_stride + col; row < kRows; row += kRowsPerPass, to += kDstStep, at += src_step) {
       const bool ok = row < valid;
-      tc::cp_async_16(dst + tc::WgmmaTile<kRows, D>::offset(row, col), ok ? src + row * row_stride + col : src, ok);
+      tc::cp_async_16(to, src + (ok ? at : 0), ok);
     }
   }
 };
