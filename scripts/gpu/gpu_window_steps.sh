@@ -216,7 +216,9 @@ attention_b() {
 
 # (b, tail) the attention kernels under Nsight Compute, for tuning between windows
 # (docs/cuda.md, "The GPU window"): every kernel of one forward and backward (no warm-up)
-# of PROFILES ("D VARIANT" pairs, by default baseline at 64 and 128, affine at 64) at the
+# of PROFILES ("D VARIANT" pairs, by default baseline at 64, affine at 64, baseline at 128:
+# the window of 6c903e5 was cut before its third, and affine is the variant furthest from
+# its target while D 128's kernels were profiled there) at the
 # benchmark's shape, the sections below, the clocks left as found (--clock-control none).
 # RAW/profile_dD_VARIANT.{ncu-rep,csv,raw.csv}: the report, its details page and its raw
 # metrics; ncu_summary.py reads the CSVs. A runtime whose counters ncu cannot read
@@ -247,8 +249,8 @@ profile_b() {
     gpu_machine_libraries "$ncu" --import "$base.ncu-rep" --csv --page details > "$base.csv" 2>> "$base.log"
     gpu_machine_libraries "$ncu" --import "$base.ncu-rep" --csv --page raw > "$base.raw.csv" 2>> "$base.log"
   done < <(printf '%s\n' "${PROFILES:-64 baseline
-128 baseline
-64 affine}")
+64 affine
+128 baseline}")
   python3 scripts/gpu/ncu_summary.py "$RAW"
 }
 
