@@ -180,6 +180,30 @@ TC_DEVICE void copy_vec(T* dst, const T* src) {
 #endif
 }
 
+// The same vector copy to global memory, as one st.global.v* written in PTX: nvcc 13.0
+// split copy_vec's plain vector store into 4-byte stores where the address had two
+// variable terms (a __grid_constant__ pointer plus two products: the backward prep's u
+// rows, the backward's dq rows); __stwb kept one store but made it STG.STRONG.SM.
+template <int N, typename T>
+TC_DEVICE void store_global_vec(T* dst, const T* src) {
+  constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "4, 8 or 16 bytes");
+#if defined(__CUDACC__)
+  const auto* w = reinterpret_cast<const uint32_t*>(src);
+  if constexpr (kBytes == 16)
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+  else if constexpr (kBytes == 8)
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(w[0]), "r"(w[1]) : "memory");
+  else
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(dst), "r"(w[0]) : "memory");
+#else
+  sim::check_aligned(src, kBytes, "store_global_vec source");
+  sim::check_aligned(dst, kBytes, "store_global_vec destination");
+  std::memcpy(dst, src, kBytes);
+#endif
+}
+
 // ------------------------------------------------------------ warp shuffles (full warp)
 
 TC_DEVICE uint32_t shfl_xor(uint32_t v, int lane_mask) {
@@ -210,6 +234,28 @@ TC_DEVICE float quad_sum(float v) {
   v += shfl_xor(v, 1);
   return v + shfl_xor(v, 2);
 }
+// A 4 x 4 transpose of 32-bit words over the 4 lanes of a quad: lane q's x[k] becomes the
+// x[q] that lane k of its quad held. A row of an mma C fragment is spread over its quad, two
+// columns a lane; after the transpose a lane holds four of them, contiguous, for one
+// 16-byte store. Two butterfly stages of 2 shuffles: lanes 2 apart swap their off-diagonal
+// 2 x 2 blocks, then lanes 1 apart their off-diagonal words.
+TC_DEVICE void quad_transpose(uint32_t (&x)[4]) {
+  const int q = lane_id() % 4;
+  TC_UNROLL
+  for (int stage = 2; stage >= 1; stage /= 2) {
+    const bool upper = (q & stage) != 0;
+    TC_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      if (j & stage) continue;  // the pair (j, j + stage): the lower lane gives j + stage, the upper j
+      const uint32_t got = shfl_xor(upper ? x[j] : x[j + stage], stage);
+      if (upper)
+        x[j] = got;
+      else
+        x[j + stage] = got;
+    }
+  }
+}
+
 // Butterfly over the whole warp; every lane ends with the same bits.
 TC_DEVICE float warp_sum(float v) {
   for (int m = kWarpSize / 2; m > 0; m /= 2) v += shfl_xor(v, m);

@@ -31,7 +31,7 @@ constexpr const char* probe_name(Probe p) {
   switch (p) {
     case Probe::scalars: return "bits, bf16 rounding and packing";
     case Probe::approx: return "exp2_approx, log2_approx";
-    case Probe::shuffles: return "shuffles and quad/warp reductions";
+    case Probe::shuffles: return "shuffles, quad/warp reductions, quad transpose, 16-byte global store";
     case Probe::mma: return "mma.sync m16n8k16 bf16";
     case Probe::ldmatrix: return "ldmatrix x1/x2/x4, plain and .trans";
     case Probe::cp_async: return "cp.async with zero-fill, commit, wait; copy16";
@@ -72,6 +72,9 @@ TC_DEVICE void probe_shuffles(const uint32_t* in, uint32_t* out, int lane) {
   out[32 * k++ + lane] = tc::float_to_bits(tc::quad_sum(f));
   out[32 * k++ + lane] = tc::float_to_bits(tc::warp_sum(f));
   out[32 * k++ + lane] = tc::float_to_bits(tc::warp_max(f));
+  alignas(16) uint32_t x[4] = {in[lane], in[32 + lane], in[64 + lane], in[96 + lane]};
+  tc::quad_transpose(x);
+  tc::store_global_vec<4>(out + 32 * k + 4 * lane, x);  // the next 4 x 32 words, lane by lane
 }
 
 // a: in[4 lane ..], b: in[128 + 2 lane ..], c: in[192 + 4 lane ..]; the caller gives

@@ -334,13 +334,29 @@ TEST_CASE("sim vector copies move N elements and refuse a misaligned address", "
                                   tc::copy_vec<2>(f + 1, v);  // 8 bytes at a 4-byte boundary
                                 }),
                     Catch::Contains("copy_vec destination") && Catch::Contains("not 8-byte aligned"));
+  // The global-memory store: the same copy, the same refusal.
+  sim::launch(one_block(32, 0), [&](unsigned char*) {
+    alignas(16) const float v[4] = {7.f, 8.f, 9.f, 10.f};
+    if (tc::lane_id() == 0) tc::store_global_vec<4>(f + 4, v);
+  });
+  for (int i = 0; i < 4; ++i) CHECK(f[4 + i] == static_cast<float>(7 + i));
+  CHECK_THROWS_WITH(sim::launch(one_block(32, 0),
+                                [&](unsigned char*) {
+                                  alignas(16) const float v[4] = {1.f, 2.f, 3.f, 4.f};
+                                  tc::store_global_vec<4>(f + 2, v);  // 16 bytes at an 8-byte boundary
+                                }),
+                    Catch::Contains("store_global_vec destination") && Catch::Contains("not 16-byte aligned"));
 }
 
 TEST_CASE("sim shuffles, reductions, indices", "[sim]") {
   std::vector<float> qs(32), qm(32), ws(32);
-  std::vector<uint32_t> idx(32);
+  std::vector<uint32_t> idx(32), tr(4 * 32);
   sim::launch(one_block(32, 0, sim::Schedule::reverse), [&](unsigned char*) {
     const int l = tc::lane_id();
+    uint32_t x[4];
+    for (int k = 0; k < 4; ++k) x[k] = static_cast<uint32_t>(4 * l + k);
+    tc::quad_transpose(x);
+    for (int k = 0; k < 4; ++k) tr[4 * l + k] = x[k];
     qs[l] = tc::quad_sum(static_cast<float>(l));
     qm[l] = tc::quad_max(static_cast<float>((l * 7) % 32));
     ws[l] = tc::warp_sum(1.f);
@@ -354,6 +370,7 @@ TEST_CASE("sim shuffles, reductions, indices", "[sim]") {
     CHECK(qm[l] == mx);
     CHECK(ws[l] == 32.f);
     CHECK(idx[l] == uint32_t(100 + 31 - l));
+    for (int k = 0; k < 4; ++k) CHECK(tr[4 * l + k] == uint32_t(4 * (q + k) + l % 4));  // lane q+k's word l%4
   }
   // Grid and block indices: every (block, thread) visited once.
   sim::LaunchConfig cfg = one_block(48, 0);
