@@ -30,21 +30,32 @@
 namespace kdtrain::flash_bwd {
 
 // dq = scale * sum (bf16, rows < T only) of warp `warp`'s slice of query tile (b, h, i0),
-// and affine's dalpha = rsum - sigma / N_i (affine_bias_count), by bwd_finalize.
+// and affine's dalpha = rsum - sigma / N_i (affine_bias_count), by bwd_finalize. A quad's
+// lanes hold a row two columns each per fragment; transposed over the quad (4 fragments at
+// a time), each lane stores one fragment's 8 columns with one 16-byte store, instead of
+// four 4-byte stores of half sectors (the H200 saw this kernel stall on lg_throttle at
+// 61-64% of DRAM bandwidth, 2026-11-28).
 template <int D, bool kAffine>
 TC_DEVICE void store_dq(const BwdArgs& a, const float (&qacc)[D / 16][4], float rsum, int64_t b, int64_t h,
                         int64_t i0, int warp, int lane) {
+  static_assert(D % 64 == 0, "whole groups of 4 fragments, one per lane of a quad");
   const flash::AttentionParams& p = a.p;
   const int dq_m = warp % 4, dq_n = warp / 4, gq = lane / 4, tq = lane % 4;
   TC_UNROLL
   for (int half = 0; half < 2; ++half) {
     const int64_t i = i0 + dq_m * 16 + gq + half * 8;
-    if (i >= p.T) continue;
-    uint16_t* dst = p.dqkv + b * p.qkv_batch + i * p.qkv_token + h * D + dq_n * (D / 2) + 2 * tq;
     TC_UNROLL
-    for (int n = 0; n < D / 16; ++n)
-      *reinterpret_cast<uint32_t*>(dst + n * 8) =
-          tc::pack_bf16x2(p.scale * qacc[n][2 * half], p.scale * qacc[n][2 * half + 1]);
+    for (int g = 0; g < D / 64; ++g) {
+      alignas(16) uint32_t x[4];  // fragments 4g..4g+3 of row i; transposed, fragment 4g + tq
+      TC_UNROLL
+      for (int k = 0; k < 4; ++k)
+        x[k] = tc::pack_bf16x2(p.scale * qacc[4 * g + k][2 * half], p.scale * qacc[4 * g + k][2 * half + 1]);
+      tc::quad_transpose(x);  // by every lane: a shuffle needs the whole warp, rows past T too
+      if (i < p.T)
+        tc::store_global_vec<4>(reinterpret_cast<uint32_t*>(p.dqkv + b * p.qkv_batch + i * p.qkv_token + h * D +
+                                                            dq_n * (D / 2) + (4 * g + tq) * 8),
+                                x);
+    }
   }
   if constexpr (kAffine) {
     const int64_t i = i0 + dq_m * 16 + lane;

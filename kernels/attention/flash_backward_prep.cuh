@@ -179,7 +179,7 @@ TC_DEVICE void bwd_prep(const flash::BwdArgs& a, unsigned char* smem) {
     for (int r = 0; r < kPrepRowsPerWarp; ++r) {
       const int64_t i = i_first + r;
       if (i >= p.T) continue;
-      tc::copy_vec<kPer>(a.u + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer, u[r]);
+      tc::store_global_vec<kPer>(a.u + ((b * p.T + i) * p.Hkv + g) * D + lane * kPer, u[r]);
     }
   }
 
