@@ -178,7 +178,7 @@ void write_cache(dist::Communicator& comm, const std::string& out, CacheManifest
 // Checks --out on every rank (the same answer everywhere), then removes an
 // earlier manifest: the manifest exists only while every shard is complete.
 void prepare_out(dist::Communicator& comm, const std::string& out, const CacheManifest& plan, bool force) {
-  io::claim_output_dir(out, {"--out", own_files(out, plan), force});
+  io::claim_output_dir(out, {"--out", own_files(out, plan), force, "teacher-cache"});
   comm.barrier();
   if (comm.rank() == 0) {
     fs::create_directories(out);
