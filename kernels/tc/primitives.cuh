@@ -163,20 +163,25 @@ TC_DEVICE void copy16(void* dst, const void* src) {
 #endif
 }
 
+// The bytes of N elements of T moved by one vector access: 4, 8 or 16.
+template <int N, typename T>
+constexpr int vec_bytes() {
+  constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "4, 8 or 16 bytes");
+  return kBytes;
+}
+
 // N contiguous elements of 2 or 4 bytes, 4, 8 or 16 bytes in all, between addresses
 // aligned to that size: one vector load and store instead of N scalar ones (global memory,
 // shared memory or registers, e.g. a row's columns into a lane's array).
 template <int N, typename T>
 TC_DEVICE void copy_vec(T* dst, const T* src) {
-  constexpr int kBytes = N * static_cast<int>(sizeof(T));
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "4, 8 or 16 bytes");
+  constexpr int kBytes = vec_bytes<N, T>();
 #if defined(__CUDACC__)
   using V = std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 8, uint2, uint4>>;
   *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
 #else
-  sim::check_aligned(src, kBytes, "copy_vec source");
-  sim::check_aligned(dst, kBytes, "copy_vec destination");
-  std::memcpy(dst, src, kBytes);
+  sim::copy_aligned(dst, src, kBytes, "copy_vec");
 #endif
 }
 
@@ -186,8 +191,7 @@ TC_DEVICE void copy_vec(T* dst, const T* src) {
 // rows, the backward's dq rows); __stwb kept one store but made it STG.STRONG.SM.
 template <int N, typename T>
 TC_DEVICE void store_global_vec(T* dst, const T* src) {
-  constexpr int kBytes = N * static_cast<int>(sizeof(T));
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "4, 8 or 16 bytes");
+  constexpr int kBytes = vec_bytes<N, T>();
 #if defined(__CUDACC__)
   const auto* w = reinterpret_cast<const uint32_t*>(src);
   if constexpr (kBytes == 16)
@@ -198,9 +202,7 @@ TC_DEVICE void store_global_vec(T* dst, const T* src) {
   else
     asm volatile("st.global.b32 [%0], %1;" ::"l"(dst), "r"(w[0]) : "memory");
 #else
-  sim::check_aligned(src, kBytes, "store_global_vec source");
-  sim::check_aligned(dst, kBytes, "store_global_vec destination");
-  std::memcpy(dst, src, kBytes);
+  sim::copy_aligned(dst, src, kBytes, "store_global_vec");
 #endif
 }
 

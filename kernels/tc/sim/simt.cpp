@@ -232,12 +232,12 @@ void check_aligned(const void* p, unsigned bytes, const char* what) {
   }
 }
 
-void check_aligned16(const void* p, const char* what) {
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-    std::ostringstream s;
-    s << what << ": address " << p << " is not 16-byte aligned";
-    fail(s.str());
-  }
+void check_aligned16(const void* p, const char* what) { check_aligned(p, 16, what); }
+
+void copy_aligned(void* dst, const void* src, unsigned bytes, const char* what) {
+  check_aligned(src, bytes, (std::string(what) + " source").c_str());
+  check_aligned(dst, bytes, (std::string(what) + " destination").c_str());
+  std::memcpy(dst, src, bytes);
 }
 
 void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {

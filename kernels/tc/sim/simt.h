@@ -141,6 +141,9 @@ void cp_async_commit();
 void cp_async_wait(int pending_groups);
 void check_aligned16(const void* p, const char* what);
 void check_aligned(const void* p, unsigned bytes, const char* what);  // p a multiple of bytes
+// A vector copy of `bytes` between addresses aligned to that size, refused (naming
+// "<what> source" or "<what> destination") otherwise.
+void copy_aligned(void* dst, const void* src, unsigned bytes, const char* what);
 // wgmma (simt_wgmma.cpp). d: this thread's n/2 accumulators; a_regs: its 4 A registers,
 // or null when A comes from shared memory through a_desc.
 uint32_t shared_address(const void* p);  // byte offset in the block's shared memory
